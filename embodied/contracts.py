@@ -1,0 +1,289 @@
+"""The contracts every component implements.
+
+* :class:`Env` - a gymnasium env with specs, an instruction and a control rate (Hz).
+* :class:`Policy` - action chunks with a queue-based receding horizon.
+* :class:`Steerable` - a policy with named, bounded continuous knobs.
+* :class:`Controller` - ``update(measurement, setpoint, dt) -> command``.
+* :class:`Concept` - a scalar signal measured from the rollout each step.
+* :class:`Judge` - probability of task success from frames + instruction.
+* :class:`ActionFilter` - the safety stage between policy and env.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import gymnasium as gym
+import numpy as np
+
+from embodied.errors import CompatibilityError, ConfigError
+from embodied.specs import Observation, ObservationSpec, VectorSpec
+
+
+class Env(gym.Env[Observation, np.ndarray], abc.ABC):
+    """A gymnasium env that follows the ``embodied`` observation/action contract.
+
+    Subclasses set :attr:`observation_spec`, :attr:`action_spec`, :attr:`control_rate_hz`,
+    :attr:`max_episode_steps` and :attr:`env_id`, and return ``info["success"]`` (bool)
+    from ``reset`` and ``step``. Where an end effector exists, ``info["ee_pos"]`` (m, world
+    frame) and ``info["ee_vel"]`` (m/s) are reported too, for concept signals.
+    ``render()`` returns the default camera as uint8 (H, W, 3).
+    """
+
+    observation_spec: ObservationSpec
+    action_spec: VectorSpec
+    control_rate_hz: float
+    max_episode_steps: int
+    env_id: str = ""
+    instruction: str = ""
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"]}  # noqa: RUF012
+
+    @property
+    def dt(self) -> float:
+        """Control period in seconds (1 / control_rate_hz)."""
+        return 1.0 / self.control_rate_hz
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-serialisable description (id, specs, rate, horizon)."""
+        return {
+            "env_id": self.env_id,
+            "instruction": self.instruction,
+            "control_rate_hz": self.control_rate_hz,
+            "max_episode_steps": self.max_episode_steps,
+            "observation": self.observation_spec.to_dict(),
+            "action": self.action_spec.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A continuous, bounded input of a policy that can be set between steps.
+
+    Args:
+        name: Knob name, e.g. ``"alpha"`` (steering strength) or ``"z"`` (behaviour parameter).
+        low: Lower bound per element.
+        high: Upper bound per element.
+        default: Value after ``reset()``.
+        units: Unit string (``"1"`` for dimensionless).
+        description: One line for CLIs and UIs.
+    """
+
+    name: str
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+    default: tuple[float, ...]
+    units: str = "1"
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not (len(self.low) == len(self.high) == len(self.default) >= 1):
+            raise ConfigError(
+                f"knob {self.name!r}: low/high/default lengths differ: "
+                f"{self.low!r} {self.high!r} {self.default!r}"
+            )
+        for lo, hi, d in zip(self.low, self.high, self.default):
+            if not lo <= d <= hi:
+                raise ConfigError(f"knob {self.name!r}: default {d} outside [{lo}, {hi}]")
+
+    @classmethod
+    def scalar(
+        cls, name: str, low: float, high: float, default: float = 0.0, **kw: Any
+    ) -> Knob:
+        """A one-element knob."""
+        return cls(name, (low,), (high,), (default,), **kw)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return len(self.low)
+
+    def validate(self, value: float | Sequence[float] | np.ndarray) -> np.ndarray:
+        """Return ``value`` as a float64 array of :attr:`size`, refusing NaN and out-of-range."""
+        arr = np.atleast_1d(np.asarray(value, dtype=np.float64))
+        if arr.shape != (self.size,):
+            raise ConfigError(f"knob {self.name!r} takes {self.size} value(s), got {arr.tolist()}")
+        if not np.isfinite(arr).all():
+            raise ConfigError(f"knob {self.name!r} got non-finite value {arr.tolist()}")
+        lo, hi = np.asarray(self.low), np.asarray(self.high)
+        if ((arr < lo) | (arr > hi)).any():
+            raise ConfigError(
+                f"knob {self.name!r} value {arr.tolist()} outside [{list(self.low)}, "
+                f"{list(self.high)}]",
+                fix="clip the command to the knob bounds (controllers have output limits)",
+            )
+        return arr
+
+
+class Policy(abc.ABC):
+    """Maps observations to action chunks; executes them with a receding horizon.
+
+    Subclasses implement :meth:`predict_action_chunk`. :meth:`select_action` keeps a queue:
+    when it is empty it predicts a chunk and enqueues its first :attr:`n_action_steps` rows.
+
+    Attributes:
+        action_dim: Size of one action vector.
+        n_action_steps: Rows of each chunk executed before re-planning.
+        image_keys: Observation image keys the policy reads (``image.<camera>``).
+        image_size: (H, W) the policy expects, or None if it resizes itself / uses no image.
+    """
+
+    action_dim: int
+    n_action_steps: int = 1
+    image_keys: tuple[str, ...] = ()
+    image_size: tuple[int, int] | None = None
+
+    def __init__(self) -> None:
+        self._queue: deque[np.ndarray] = deque()
+
+    def reset(self) -> None:
+        """Clear the action queue and any observation history (call at episode start)."""
+        self._queue.clear()
+
+    @abc.abstractmethod
+    def predict_action_chunk(self, obs: Observation) -> np.ndarray:
+        """Predict an action chunk of shape (n_steps, action_dim) for ``obs``."""
+
+    def select_action(self, obs: Observation) -> np.ndarray:
+        """The next action (action_dim,), re-planning when the queue runs empty."""
+        if not self._queue:
+            chunk = np.asarray(self.predict_action_chunk(obs), dtype=np.float64)
+            if chunk.ndim != 2 or chunk.shape[1] != self.action_dim:
+                raise CompatibilityError(
+                    f"{type(self).__name__}.predict_action_chunk returned shape {chunk.shape}, "
+                    f"expected (n_steps, {self.action_dim})"
+                )
+            self._queue.extend(chunk[: self.n_action_steps])
+        return self._queue.popleft()
+
+    def check_compatible(self, env: Env) -> None:
+        """Refuse an env whose action dim, cameras or image size do not match.
+
+        Raises:
+            CompatibilityError: naming the mismatch, before the first step.
+        """
+        if env.action_spec.dim != self.action_dim:
+            raise CompatibilityError(
+                f"policy {type(self).__name__} outputs {self.action_dim}-dim actions but env "
+                f"{env.env_id!r} takes {env.action_spec.dim} ({env.action_spec.names})",
+                fix="train or configure the policy for this env's action space",
+            )
+        cams = env.observation_spec.cameras
+        for key in self.image_keys:
+            cam = key.removeprefix("image.")
+            if cam not in cams:
+                raise CompatibilityError(
+                    f"policy reads {key!r} but env {env.env_id!r} has cameras {sorted(cams)}",
+                    fix="enable that camera on the env or pick another policy image key",
+                )
+            if self.image_size is not None and (cams[cam].height, cams[cam].width) != tuple(
+                self.image_size
+            ):
+                raise CompatibilityError(
+                    f"policy expects {key} at {self.image_size[0]}x{self.image_size[1]} but env "
+                    f"renders {cams[cam].height}x{cams[cam].width}",
+                    fix="set the env's camera size to the policy's image size",
+                )
+
+
+@runtime_checkable
+class Steerable(Protocol):
+    """A policy with named continuous knobs, settable between control steps."""
+
+    def knobs(self) -> Mapping[str, Knob]:
+        """The knobs by name."""
+        ...
+
+    def set_knob(self, name: str, value: float | Sequence[float] | np.ndarray) -> None:
+        """Set knob ``name``; out-of-bounds or NaN values raise ``ConfigError``."""
+        ...
+
+    def get_knob(self, name: str) -> np.ndarray:
+        """Current value of knob ``name``."""
+        ...
+
+
+class KnobMixin:
+    """Stores knob values for a :class:`Steerable` policy; subclasses define ``_knobs``."""
+
+    _knobs: dict[str, Knob]
+    _knob_values: dict[str, np.ndarray]
+
+    def knobs(self) -> Mapping[str, Knob]:
+        """The knobs by name."""
+        return self._knobs
+
+    def _knob(self, name: str) -> Knob:
+        if name not in self._knobs:
+            raise ConfigError(f"unknown knob {name!r}; knobs: {sorted(self._knobs)}")
+        return self._knobs[name]
+
+    def set_knob(self, name: str, value: float | Sequence[float] | np.ndarray) -> None:
+        """Set knob ``name`` after validating it against its bounds."""
+        if not hasattr(self, "_knob_values"):
+            self._knob_values = {}
+        self._knob_values[name] = self._knob(name).validate(value)
+
+    def get_knob(self, name: str) -> np.ndarray:
+        """Current value of knob ``name`` (its default until set)."""
+        knob = self._knob(name)
+        values = getattr(self, "_knob_values", {})
+        return values.get(name, np.asarray(knob.default, dtype=np.float64)).copy()
+
+    def reset_knobs(self) -> None:
+        """Return every knob to its default."""
+        self._knob_values = {}
+
+
+@runtime_checkable
+class Controller(Protocol):
+    """A feedback controller: ``command = update(measurement, setpoint, dt)``."""
+
+    def reset(self) -> None:
+        """Clear internal state (integrator, filters, previous output)."""
+        ...
+
+    def update(self, measurement: float, setpoint: float, dt: float) -> float:
+        """One control step; ``dt`` is the time since the last update in seconds."""
+        ...
+
+
+@runtime_checkable
+class Concept(Protocol):
+    """A scalar concept signal (e.g. end-effector speed in m/s) measured every step."""
+
+    name: str
+    units: str
+
+    def reset(self) -> None:
+        """Clear history at episode start."""
+        ...
+
+    def measure(self, obs: Observation, info: Mapping[str, Any], dt: float) -> float:
+        """Measure the concept from the latest observation and env info."""
+        ...
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """Scores task success from camera frames and a language instruction."""
+
+    def score(self, frames: Sequence[np.ndarray] | np.ndarray, instruction: str) -> float:
+        """Probability in [0, 1] that the clip ``frames`` (uint8 (T, H, W, 3)) shows success."""
+        ...
+
+
+@runtime_checkable
+class ActionFilter(Protocol):
+    """Safety stage between policy and env: returns the action that may be sent."""
+
+    def reset(self) -> None:
+        """Clear state at episode start."""
+        ...
+
+    def __call__(self, action: np.ndarray, obs: Observation) -> np.ndarray:
+        """Filtered action (clipped, or raises ``SafetyFault`` to stop)."""
+        ...

@@ -1,0 +1,59 @@
+"""Error types of the stack.
+
+Every error names the bad value and says how to fix it. Each class subclasses the
+matching builtin (``ValueError``, ``KeyError``-like lookups raise ``ValueError`` so the
+message is printed verbatim) so callers can catch either.
+"""
+
+from __future__ import annotations
+
+
+class EmbodiedError(Exception):
+    """Base class of all errors raised by ``embodied``.
+
+    Args:
+        message: What went wrong, naming the bad value.
+        fix: How to fix it; appended to the message as ``fix: ...``.
+    """
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        self.fix = fix
+        super().__init__(f"{message} (fix: {fix})" if fix else message)
+
+
+class ConfigError(EmbodiedError, ValueError):
+    """A configuration value is out of range or inconsistent."""
+
+
+class UnknownNameError(EmbodiedError, ValueError):
+    """A name (env, task, policy, controller, ...) is not registered."""
+
+
+class ActionError(EmbodiedError, ValueError):
+    """An action has the wrong shape or non-finite values."""
+
+
+class CompatibilityError(EmbodiedError, ValueError):
+    """A policy does not match an environment (action dim, cameras, image size)."""
+
+
+class RenderError(EmbodiedError, RuntimeError):
+    """Headless rendering is not available."""
+
+
+class DatasetError(EmbodiedError, OSError):
+    """A dataset file is missing, unreadable or has the wrong layout."""
+
+
+class CheckpointError(EmbodiedError, ValueError):
+    """A checkpoint folder is missing files, keys or statistics."""
+
+
+class SafetyFault(EmbodiedError, RuntimeError):
+    """A safety rule stopped the loop (stale state, e-stop, disconnect)."""
+
+
+def require(condition: bool, message: str, fix: str | None = None) -> None:
+    """Raise :class:`ConfigError` with ``message`` unless ``condition`` holds."""
+    if not condition:
+        raise ConfigError(message, fix)

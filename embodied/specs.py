@@ -1,0 +1,187 @@
+"""Observation and action specifications with names, bounds and units.
+
+Observations are flat dicts (see :data:`Observation`):
+
+* ``"state"``: float32 vector whose fields are named by :attr:`ObservationSpec.state`.
+* ``"image.<camera>"``: uint8 array of shape (H, W, 3), one per camera.
+* ``"instruction"``: the task instruction (str).
+
+Actions are float vectors whose dims are named, bounded and carry units
+(:class:`VectorSpec`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from embodied.errors import ActionError, ConfigError
+
+Observation = dict[str, Any]
+"""A flat observation dict: ``state``, ``image.<camera>`` and ``instruction``."""
+
+IMAGE_PREFIX = "image."
+
+
+def image_key(camera: str) -> str:
+    """The observation key of ``camera``'s image, e.g. ``image.front``."""
+    return f"{IMAGE_PREFIX}{camera}"
+
+
+@dataclass(frozen=True)
+class VectorSpec:
+    """A float vector with named, bounded dims.
+
+    Args:
+        names: One name per dim, e.g. ``("dx", "dy")``.
+        low: Lower bound per dim (``-inf`` for unbounded).
+        high: Upper bound per dim (``+inf`` for unbounded).
+        units: One unit per dim, e.g. ``("m/s", "m/s")``; ``"1"`` for dimensionless.
+    """
+
+    names: tuple[str, ...]
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+    units: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        n = len(self.names)
+        for label, seq in (("low", self.low), ("high", self.high), ("units", self.units)):
+            if len(seq) != n:
+                raise ConfigError(
+                    f"VectorSpec {label} has {len(seq)} entries but names has {n}: {seq!r}",
+                    fix="give one entry per named dim",
+                )
+        if len(set(self.names)) != n:
+            raise ConfigError(f"VectorSpec names are not unique: {self.names!r}")
+        bad = [nm for nm, lo, hi in zip(self.names, self.low, self.high) if not lo <= hi]
+        if bad:
+            raise ConfigError(f"VectorSpec low > high for dims {bad}")
+
+    @classmethod
+    def uniform(
+        cls, names: Sequence[str], low: float, high: float, unit: str
+    ) -> VectorSpec:
+        """A spec whose dims share one bound pair and unit."""
+        n = len(names)
+        return cls(tuple(names), (low,) * n, (high,) * n, (unit,) * n)
+
+    @property
+    def dim(self) -> int:
+        """Number of dims."""
+        return len(self.names)
+
+    @property
+    def low_array(self) -> np.ndarray:
+        """Lower bounds as float64 array."""
+        return np.asarray(self.low, dtype=np.float64)
+
+    @property
+    def high_array(self) -> np.ndarray:
+        """Upper bounds as float64 array."""
+        return np.asarray(self.high, dtype=np.float64)
+
+    def index(self, name: str) -> int:
+        """Position of the dim called ``name``."""
+        if name not in self.names:
+            raise ConfigError(f"no dim named {name!r}; dims: {self.names!r}")
+        return self.names.index(name)
+
+    def validate(self, value: Any, what: str = "action") -> np.ndarray:
+        """Check shape and finiteness; return a float64 copy.
+
+        Raises:
+            ActionError: wrong shape, or NaN/inf entries (naming the dims).
+        """
+        arr = np.asarray(value, dtype=np.float64)
+        if arr.shape != (self.dim,):
+            raise ActionError(
+                f"{what} has shape {arr.shape}, expected ({self.dim},) for dims {self.names}",
+                fix=f"return one {self.dim}-dim vector per step",
+            )
+        finite = np.isfinite(arr)
+        if not finite.all():
+            bad = {self.names[i]: float(arr[i]) for i in np.flatnonzero(~finite)}
+            raise ActionError(f"{what} has non-finite values {bad}", fix="check the policy output")
+        return arr.copy()
+
+    def clip(self, value: np.ndarray) -> np.ndarray:
+        """Clip ``value`` into the bounds."""
+        return np.clip(value, self.low_array, self.high_array)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return {
+            "names": list(self.names),
+            "low": [float(x) for x in self.low],
+            "high": [float(x) for x in self.high],
+            "units": list(self.units),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> VectorSpec:
+        """Inverse of :meth:`to_dict`."""
+        return cls(tuple(d["names"]), tuple(d["low"]), tuple(d["high"]), tuple(d["units"]))
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """An RGB camera image: uint8 array of shape (height, width, 3)."""
+
+    height: int
+    width: int
+
+    def __post_init__(self) -> None:
+        if self.height <= 0 or self.width <= 0:
+            raise ConfigError(f"image size must be positive, got {self.height}x{self.width}")
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(H, W, 3)."""
+        return (self.height, self.width, 3)
+
+
+@dataclass(frozen=True)
+class ObservationSpec:
+    """What an env observes.
+
+    Args:
+        state: Named fields of the ``state`` vector with units.
+        cameras: Camera name -> image spec; each appears as ``image.<camera>``.
+    """
+
+    state: VectorSpec
+    cameras: Mapping[str, ImageSpec] = field(default_factory=dict)
+
+    @property
+    def image_keys(self) -> list[str]:
+        """The ``image.<camera>`` keys, in camera order."""
+        return [image_key(c) for c in self.cameras]
+
+    def validate(self, obs: Observation) -> None:
+        """Check that ``obs`` matches this spec (keys, shapes, dtypes)."""
+        state = obs.get("state")
+        if state is None or np.shape(state) != (self.state.dim,):
+            raise ConfigError(
+                f"observation state has shape {np.shape(state)}, expected ({self.state.dim},)"
+            )
+        for cam, spec in self.cameras.items():
+            img = obs.get(image_key(cam))
+            if img is None:
+                raise ConfigError(f"observation lacks {image_key(cam)!r}; keys: {sorted(obs)}")
+            if img.shape != spec.shape or img.dtype != np.uint8:
+                raise ConfigError(
+                    f"{image_key(cam)} is {img.dtype}{img.shape}, expected uint8{spec.shape}"
+                )
+        if not isinstance(obs.get("instruction", ""), str):
+            raise ConfigError("observation 'instruction' must be a str")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return {
+            "state": self.state.to_dict(),
+            "cameras": {c: [s.height, s.width] for c, s in self.cameras.items()},
+        }
