@@ -85,14 +85,12 @@ class Knob:
                 f"knob {self.name!r}: low/high/default lengths differ: "
                 f"{self.low!r} {self.high!r} {self.default!r}"
             )
-        for lo, hi, d in zip(self.low, self.high, self.default):
+        for lo, hi, d in zip(self.low, self.high, self.default, strict=False):
             if not lo <= d <= hi:
                 raise ConfigError(f"knob {self.name!r}: default {d} outside [{lo}, {hi}]")
 
     @classmethod
-    def scalar(
-        cls, name: str, low: float, high: float, default: float = 0.0, **kw: Any
-    ) -> Knob:
+    def scalar(cls, name: str, low: float, high: float, default: float = 0.0, **kw: Any) -> Knob:
         """A one-element knob."""
         return cls(name, (low,), (high,), (default,), **kw)
 

@@ -273,8 +273,17 @@ def rollout(
         timing_rows.append(timing)
         if callbacks:
             record = StepRecord(
-                t, obs_rows[-1], action, raw, float(reward), success, measurement, setpoint,
-                knob_rows[-1], timing, info,
+                t,
+                obs_rows[-1],
+                action,
+                raw,
+                float(reward),
+                success,
+                measurement,
+                setpoint,
+                knob_rows[-1],
+                timing,
+                info,
             )
             for cb in callbacks:
                 cb(record)

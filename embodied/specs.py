@@ -57,14 +57,12 @@ class VectorSpec:
                 )
         if len(set(self.names)) != n:
             raise ConfigError(f"VectorSpec names are not unique: {self.names!r}")
-        bad = [nm for nm, lo, hi in zip(self.names, self.low, self.high) if not lo <= hi]
+        bad = [nm for nm, lo, hi in zip(self.names, self.low, self.high, strict=False) if not lo <= hi]
         if bad:
             raise ConfigError(f"VectorSpec low > high for dims {bad}")
 
     @classmethod
-    def uniform(
-        cls, names: Sequence[str], low: float, high: float, unit: str
-    ) -> VectorSpec:
+    def uniform(cls, names: Sequence[str], low: float, high: float, unit: str) -> VectorSpec:
         """A spec whose dims share one bound pair and unit."""
         n = len(names)
         return cls(tuple(names), (low,) * n, (high,) * n, (unit,) * n)
@@ -164,10 +162,9 @@ class ObservationSpec:
     def validate(self, obs: Observation) -> None:
         """Check that ``obs`` matches this spec (keys, shapes, dtypes)."""
         state = obs.get("state")
-        if state is None or np.shape(state) != (self.state.dim,):
-            raise ConfigError(
-                f"observation state has shape {np.shape(state)}, expected ({self.state.dim},)"
-            )
+        shape = None if state is None else np.shape(state)
+        if shape != (self.state.dim,):
+            raise ConfigError(f"observation state has shape {shape}, expected ({self.state.dim},)")
         for cam, spec in self.cameras.items():
             img = obs.get(image_key(cam))
             if img is None:

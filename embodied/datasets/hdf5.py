@@ -86,7 +86,7 @@ def _write_demo(group: h5py.Group, ep: Episode | EpisodeData, compress_images: b
         extras, attrs = ep.extras, dict(ep.attrs)
     group.attrs["num_samples"] = int(actions.shape[0])
     for k, v in attrs.items():
-        group.attrs[k] = v
+        group.attrs[k] = json.dumps(_jsonable(v)) if isinstance(v, dict | list) else v
     og = group.create_group("obs")
     for key, arr in obs.items():
         arr = np.asarray(arr)
@@ -108,13 +108,12 @@ def write_episode_file(
     compress_images: bool = True,
 ) -> None:
     """Atomically write ``episodes`` as ``data/demo_0..N-1`` into one robomimic file."""
-    with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as f:
-            data = f.create_group("data")
-            data.attrs["env_args"] = json.dumps(_jsonable(dict(env_args or {})))
-            data.attrs["total"] = int(sum(len(e) for e in episodes))
-            for i, ep in enumerate(episodes):
-                _write_demo(data.create_group(f"demo_{i}"), ep, compress_images)
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        data = f.create_group("data")
+        data.attrs["env_args"] = json.dumps(_jsonable(dict(env_args or {})))
+        data.attrs["total"] = int(sum(len(e) for e in episodes))
+        for i, ep in enumerate(episodes):
+            _write_demo(data.create_group(f"demo_{i}"), ep, compress_images)
 
 
 class DatasetWriter:
@@ -132,7 +131,9 @@ class DatasetWriter:
         self.root.mkdir(parents=True, exist_ok=True)
         self.env_args = dict(env_args or {})
         self.next_index = len(_shards(self.root))
-        write_json(self.root / "meta.json", {"format": "robomimic-shards", "env_args": self.env_args})
+        write_json(
+            self.root / "meta.json", {"format": "robomimic-shards", "env_args": self.env_args}
+        )
 
     def add(self, episode: Episode | EpisodeData) -> Path:
         """Write ``episode`` as the next shard; returns its path."""
@@ -228,15 +229,21 @@ class Dataset(Sequence[EpisodeData]):
                 dones = g["dones"][()] if "dones" in g else np.eye(1, n, n - 1).ravel()
                 extras: dict[str, np.ndarray] = {}
                 g.visititems(
-                    lambda name, node: extras.__setitem__(name, node[()])
-                    if isinstance(node, h5py.Dataset)
-                    and not name.startswith("obs/")
-                    and name not in ("actions", "rewards", "dones")
-                    else None
+                    lambda name, node: (
+                        extras.__setitem__(name, node[()])
+                        if isinstance(node, h5py.Dataset)
+                        and not name.startswith("obs/")
+                        and name not in ("actions", "rewards", "dones")
+                        else None
+                    )
                 )
-                attrs = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in g.attrs.items()}
+                attrs = {
+                    k: (v.item() if isinstance(v, np.generic) else v) for k, v in g.attrs.items()
+                }
         except OSError as exc:
-            raise DatasetError(f"cannot read {source}: {exc}", fix="re-collect this episode") from exc
+            raise DatasetError(
+                f"cannot read {source}: {exc}", fix="re-collect this episode"
+            ) from exc
         if isinstance(attrs.get("meta"), str):
             attrs["meta"] = json.loads(attrs["meta"])
         return EpisodeData(obs, actions, rewards, dones, attrs, extras, source)

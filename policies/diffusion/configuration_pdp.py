@@ -1,0 +1,248 @@
+"""Configuration of the Parameterized Diffusion Policy (PDP).
+
+:class:`ManifoldConfig` describes the trajectory VAE that learns the behaviour manifold,
+:class:`PDPConfig` the z-conditioned diffusion policy. Both validate in ``__post_init__``
+and derive their dependent fields, and both round-trip through JSON (``to_dict`` /
+``from_dict``) so a checkpoint folder is self-describing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from embodied.errors import ConfigError
+
+DENOISERS = ("mlp", "unet")
+"""Denoiser architectures: the paper's residual MLP and a temporal 1D-conv U-Net."""
+
+
+def _check(cond: bool, message: str, fix: str) -> None:
+    if not cond:
+        raise ConfigError(message, fix=fix)
+
+
+@dataclass
+class ManifoldConfig:
+    """Trajectory VAE of the behaviour manifold.
+
+    Args:
+        z_dim: Latent size (the paper uses 2).
+        seq_len: Demos are resampled to this many steps before encoding (tokens = 2 x seq_len).
+        d_model: Transformer width.
+        n_heads: Attention heads (must divide ``d_model``).
+        n_layers: Transformer encoder layers.
+        decoder_hidden: Hidden width of the MLP decoder on ``[z, t]``.
+        kl_weight: Weight of the KL term (paper: 0.001).
+        geo_weight: Weight of the geometric loss L_geo (paper: 1.0).
+        sdtw_gamma: Soft-DTW smoothing (on normalised paths in [-1, 1]).
+        path_points: Points of each end-effector path used for soft-DTW.
+        standardize_z: Store per-dimension mean/std of the demo latents and work in the
+            standardised space, so the prior N(0, I) covers the demos whatever scale the
+            encoder settled on (the KL weight is small).
+        lr: Adam learning rate.
+        steps: Training steps.
+        batch_size: Demos per batch (L_geo uses all pairs in a batch).
+    """
+
+    z_dim: int = 2
+    seq_len: int = 32
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 2
+    decoder_hidden: int = 128
+    kl_weight: float = 1e-3
+    geo_weight: float = 1.0
+    sdtw_gamma: float = 0.01
+    path_points: int = 24
+    standardize_z: bool = True
+    lr: float = 1e-3
+    steps: int = 600
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        _check(self.z_dim >= 1, f"manifold z_dim={self.z_dim} must be >= 1",
+               "set z_dim >= 1 (or PDPConfig.z_dim=0 to train without a manifold)")
+        _check(self.seq_len >= 4, f"manifold seq_len={self.seq_len} is < 4", "use seq_len >= 4")
+        _check(self.d_model % self.n_heads == 0,
+               f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}",
+               "pick n_heads that divides d_model")
+        _check(self.sdtw_gamma > 0, f"sdtw_gamma={self.sdtw_gamma} must be > 0", "use e.g. 0.01")
+        _check(self.batch_size >= 2, f"manifold batch_size={self.batch_size} < 2",
+               "L_geo needs pairs: use batch_size >= 2")
+        _check(self.steps >= 0 and self.lr > 0, f"bad steps={self.steps} / lr={self.lr}",
+               "use steps >= 0 and lr > 0")
+
+    @property
+    def n_tokens(self) -> int:
+        """Encoder tokens: interleaved state/action per step plus one summary token."""
+        return 2 * self.seq_len + 1
+
+
+@dataclass
+class PDPConfig:
+    """The z-conditioned diffusion policy.
+
+    The receding horizon: the policy sees the last ``n_obs_steps`` states, predicts
+    ``horizon`` actions starting at the current step and executes the first
+    ``n_action_steps`` of them before re-planning.
+
+    Args:
+        state_dim: Size of the ``state`` observation vector.
+        action_dim: Size of one action.
+        n_obs_steps: Observation history length.
+        horizon: Predicted chunk length (actions).
+        n_action_steps: Executed actions per chunk (``1 <= n_action_steps <= horizon``).
+        z_dim: Behaviour latent size; 0 trains the same diffusion policy without z (baseline).
+        z_bound: Knob bound: z is clipped to ``[-z_bound, z_bound]`` per element.
+        denoiser: ``"mlp"`` (residual MLP, default) or ``"unet"`` (temporal 1D-conv U-Net).
+        hidden_dim: Residual MLP width.
+        n_blocks: Residual MLP blocks (each FiLM-conditioned on z).
+        unet_channels: U-Net channels per level (down path); ``horizon`` must be divisible
+            by ``2 ** (len(unet_channels) - 1)``.
+        kernel_size: U-Net temporal kernel size (odd).
+        time_embed_dim: Sinusoidal diffusion-step embedding size.
+        num_train_timesteps: DDPM steps for training (cosine schedule).
+        num_inference_steps: DDIM steps for sampling.
+        beta_schedule: diffusers beta schedule (``squaredcos_cap_v2`` = cosine).
+        clip_sample: Clip predicted clean actions to [-1, 1] (normalised space).
+        lr: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        batch_size: Windows per batch.
+        steps: Training steps.
+        ema_decay: EMA decay of the weights used for inference.
+        warmup_steps: Linear learning-rate warm-up steps.
+        grad_clip: Gradient norm clip.
+        manifold: Trajectory VAE config (ignored when ``z_dim == 0``).
+        path_dims: Indices into ``state`` of the end-effector (x, y[, z]) path used for
+            soft-DTW; ``None`` = the first two dims.
+        state_names: Names of the state dims (from the env spec; for checks and plots).
+        action_names: Names of the action dims.
+        env_id: Env the policy was trained on (informational; compatibility uses dims).
+        seed: Training seed.
+    """
+
+    state_dim: int = 4
+    action_dim: int = 2
+    n_obs_steps: int = 2
+    horizon: int = 16
+    n_action_steps: int = 8
+    z_dim: int = 2
+    z_bound: float = 3.0
+    denoiser: str = "mlp"
+    hidden_dim: int = 256
+    n_blocks: int = 3
+    unet_channels: tuple[int, ...] = (64, 128)
+    kernel_size: int = 5
+    time_embed_dim: int = 64
+    num_train_timesteps: int = 100
+    num_inference_steps: int = 8
+    beta_schedule: str = "squaredcos_cap_v2"
+    clip_sample: bool = True
+    lr: float = 1e-3
+    weight_decay: float = 1e-6
+    batch_size: int = 256
+    steps: int = 3000
+    ema_decay: float = 0.995
+    warmup_steps: int = 100
+    grad_clip: float = 1.0
+    manifold: ManifoldConfig = field(default_factory=ManifoldConfig)
+    path_dims: tuple[int, ...] | None = None
+    state_names: tuple[str, ...] = ()
+    action_names: tuple[str, ...] = ()
+    env_id: str = ""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.manifold, Mapping):
+            self.manifold = ManifoldConfig(**self.manifold)
+        self.unet_channels = tuple(int(c) for c in self.unet_channels)
+        self.state_names = tuple(self.state_names)
+        self.action_names = tuple(self.action_names)
+        _check(self.state_dim >= 1 and self.action_dim >= 1,
+               f"state_dim={self.state_dim}, action_dim={self.action_dim} must be >= 1",
+               "derive them from the dataset (PDPConfig.for_dataset)")
+        _check(self.n_obs_steps >= 1, f"n_obs_steps={self.n_obs_steps} must be >= 1",
+               "use n_obs_steps >= 1")
+        _check(self.horizon >= 1, f"horizon={self.horizon} must be >= 1", "use horizon >= 1")
+        _check(1 <= self.n_action_steps <= self.horizon,
+               f"n_action_steps={self.n_action_steps} must lie in [1, horizon={self.horizon}]",
+               "execute at most the predicted chunk: n_action_steps <= horizon")
+        _check(self.z_dim >= 0, f"z_dim={self.z_dim} must be >= 0", "use 2 (PDP) or 0 (plain DP)")
+        _check(self.z_bound > 0, f"z_bound={self.z_bound} must be > 0", "use e.g. 3.0")
+        _check(self.denoiser in DENOISERS, f"unknown denoiser {self.denoiser!r}",
+               f"use one of {DENOISERS}")
+        if self.denoiser == "unet":
+            factor = 2 ** (len(self.unet_channels) - 1)
+            _check(len(self.unet_channels) >= 1 and self.horizon % factor == 0,
+                   f"horizon={self.horizon} is not divisible by 2**(levels-1)={factor} "
+                   f"for unet_channels={self.unet_channels}",
+                   f"use a horizon that is a multiple of {factor} or fewer U-Net levels")
+            _check(self.kernel_size % 2 == 1, f"kernel_size={self.kernel_size} must be odd",
+                   "use e.g. 5")
+        _check(1 <= self.num_inference_steps <= self.num_train_timesteps,
+               f"num_inference_steps={self.num_inference_steps} must lie in "
+               f"[1, num_train_timesteps={self.num_train_timesteps}]",
+               "use e.g. 8 DDIM steps with 100 training steps")
+        _check(0.0 <= self.ema_decay < 1.0, f"ema_decay={self.ema_decay} outside [0, 1)",
+               "use e.g. 0.995")
+        _check(self.batch_size >= 1 and self.steps >= 0 and self.lr > 0,
+               f"bad batch_size={self.batch_size} / steps={self.steps} / lr={self.lr}",
+               "use positive values")
+        if self.path_dims is None:
+            self.path_dims = tuple(range(min(2, self.state_dim)))
+        self.path_dims = tuple(int(i) for i in self.path_dims)
+        bad = [i for i in self.path_dims if not 0 <= i < self.state_dim]
+        _check(not bad and len(self.path_dims) >= 1,
+               f"path_dims {self.path_dims} out of range for state_dim={self.state_dim}",
+               "give indices of the end-effector position inside the state vector")
+        for label, names, dim in (("state", self.state_names, self.state_dim),
+                                  ("action", self.action_names, self.action_dim)):
+            _check(not names or len(names) == dim,
+                   f"{label}_names has {len(names)} entries but {label}_dim={dim}",
+                   f"give one name per {label} dim or none")
+        if self.z_dim > 0 and self.manifold.z_dim != self.z_dim:
+            self.manifold = dataclasses.replace(self.manifold, z_dim=self.z_dim)
+
+    # ---- derived fields -------------------------------------------------------------------
+    @property
+    def obs_cond_dim(self) -> int:
+        """Flattened observation-history size fed to the denoiser."""
+        return self.n_obs_steps * self.state_dim
+
+    @property
+    def chunk_dim(self) -> int:
+        """Flattened action-chunk size (horizon x action_dim)."""
+        return self.horizon * self.action_dim
+
+    @property
+    def uses_z(self) -> bool:
+        """True for PDP, False for the plain diffusion-policy baseline."""
+        return self.z_dim > 0
+
+    # ---- (de)serialisation ----------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable dict (tuples become lists)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PDPConfig:
+        """Inverse of :meth:`to_dict`; unknown keys are an error naming them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known - {"policy_type", "format_version"})
+        if unknown:
+            raise ConfigError(
+                f"PDP config has unknown keys {unknown}",
+                fix="the checkpoint was written by a newer version; upgrade embodied",
+            )
+        kw = {k: v for k, v in data.items() if k in known}
+        for key in ("unet_channels", "state_names", "action_names"):
+            if key in kw and kw[key] is not None:
+                kw[key] = tuple(kw[key])
+        if kw.get("path_dims") is not None:
+            kw["path_dims"] = tuple(kw["path_dims"])
+        if isinstance(kw.get("manifold"), Mapping):
+            kw["manifold"] = ManifoldConfig(**kw["manifold"])
+        return cls(**kw)
