@@ -7,7 +7,7 @@ Features (all dt-aware, so the continuous-time behaviour does not depend on the 
 * anti-windup by clamping (conditional integration) or back-calculation with a tracking gain;
 * output limits and a rate limit (output units per second);
 * bumpless gain changes at run time: :meth:`PIDController.set_gains` moves the integrator so
-  the output does not jump;
+  the output does not jump (thread-safe: a UI thread may call it while the loop runs);
 * direction (reverse acting), a constant bias and a setpoint feedforward gain.
 
 The control law, with error ``e = setpoint - measurement`` and direction ``s`` (+1 or -1)::
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -175,6 +176,7 @@ class PIDController:
                 f"pass either a PIDConfig or keyword parameters, not both: {sorted(params)}"
             )
         self.config = config if config is not None else PIDConfig(**params)
+        self._lock = threading.Lock()  # set_gains/reset may come from a UI thread
         self._load_config()
         self.reset()
 
@@ -194,15 +196,20 @@ class PIDController:
         """Clear the integrator, derivative filter and previous output.
 
         Args:
-            output: Output to assume as "previous" (rate limit start, bumpless start); default
-                is the bias clipped into the output limits.
+            output: Output to start from: the rate limit ramps from it and the integrator is
+                preloaded so that zero error holds it. Default: the bias clipped into the
+                output limits, with an empty integrator.
         """
+        with self._lock:
+            self._reset(output)
+
+    def _reset(self, output: float | None) -> None:
         self._integral = 0.0  # integral term in output units (includes direction)
         self._d_filt = 0.0  # filtered d(measurement)/dt
         self._y_prev = math.nan
         out = self._bias if output is None else float(output)
         self._u = min(max(out, self._lo), self._hi)
-        if output is not None:  # start bumplessly from ``output``
+        if output is not None:  # preload: zero error holds ``output``
             self._integral = self._u - self._bias
         self._u_raw = self._u
         self._e = 0.0
@@ -230,16 +237,19 @@ class PIDController:
         if "tau_d" in changes and "derivative_cutoff_hz" not in changes:
             changes["derivative_cutoff_hz"] = None
         new = dataclasses.replace(self.config, **changes)  # validates in __post_init__
-        before = self._terms_without_integral()
-        self.config = new
-        self._load_config()
-        if bumpless and not math.isnan(self._y):
-            self._integral += before - self._terms_without_integral()
-        self._u = min(max(self._u, self._lo), self._hi)
+        with self._lock:
+            before = self._terms_without_integral()
+            self.config = new
+            self._load_config()
+            if bumpless and not math.isnan(self._y):
+                self._integral += before - self._terms_without_integral()
+            self._u = min(max(self._u, self._lo), self._hi)
 
     def _terms_without_integral(self) -> float:
         sp = 0.0 if math.isnan(self._sp) else self._sp
-        return self._bias + self._kff * sp + self._dir * (self._kp * self._e - self._kd * self._d_filt)
+        return (
+            self._bias + self._kff * sp + self._dir * (self._kp * self._e - self._kd * self._d_filt)
+        )
 
     # -- the control step ------------------------------------------------------------------
     def update(self, measurement: float, setpoint: float, dt: float) -> float:
@@ -256,6 +266,10 @@ class PIDController:
         Raises:
             ConfigError: ``dt <= 0`` or a non-finite setpoint.
         """
+        with self._lock:
+            return self._update(measurement, setpoint, dt)
+
+    def _update(self, measurement: float, setpoint: float, dt: float) -> float:
         if not dt > 0.0 or dt == math.inf:
             raise ConfigError(f"PID update needs dt > 0 s, got {dt!r}", fix="pass env.dt")
         if setpoint - setpoint != 0.0:  # NaN or inf

@@ -108,6 +108,8 @@ class Episode:
         instruction: The task instruction.
         meta: Env id, seed, control rate, specs, termination reason.
         final_info: Env info after the last step (not stored to disk).
+        final_observation: Camera images after the last step (``image.<camera>`` keys; empty
+            without ``record_images``); the frame that shows the outcome, e.g. for judges.
     """
 
     observations: dict[str, np.ndarray]
@@ -124,6 +126,7 @@ class Episode:
     instruction: str
     meta: dict[str, Any] = field(default_factory=dict)
     final_info: Mapping[str, Any] = field(default_factory=dict)
+    final_observation: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.actions.shape[0])
@@ -309,6 +312,8 @@ def rollout(
         if not img_keys:
             raise ConfigError("a judge needs camera frames; enable a camera and record_images")
         frames = observations[img_keys[0]]
+        if img_keys[0] in obs:  # the frame after the last step shows the outcome
+            frames = np.concatenate([frames, np.asarray(obs[img_keys[0]])[None]])
         idx = np.linspace(0, len(frames) - 1, num=min(judge_clip, len(frames))).round()
         judge_score = float(judge.score(frames[idx.astype(int)], env.instruction))
 
@@ -336,4 +341,7 @@ def rollout(
             "concept": steering.concept.name if steering is not None else None,
         },
         final_info=info,
+        final_observation={
+            k: np.asarray(v) for k, v in obs.items() if k.startswith("image.") and record_images
+        },
     )

@@ -16,7 +16,14 @@ from embodied.errors import CheckpointError
 from embodied.registry import Registry
 
 POLICIES: Registry[Policy] = Registry(
-    "policy", plugins=("policies.scripted", "policies.diffusion", "policies.openvla")
+    "policy",
+    plugins=(
+        "policies.scripted",
+        "policies.diffusion",
+        "policies.openvla",
+        "hardware.bringup",
+        "controllers.steerable_expert",
+    ),
 )
 """Name -> factory(env: Env | None, **kwargs) -> Policy."""
 

@@ -37,13 +37,14 @@ def build_tiny_tokenizer(extra_words: str = "") -> object:
     Returns:
         The tokenizer (``transformers.PreTrainedTokenizerFast``).
     """
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<unk>", "<s>", "</s>", "<image>"]
     words = sorted(set((_WORDS + " " + extra_words).split()) | set("0123456789"))
     vocab = {tok: i for i, tok in enumerate(specials + [w for w in words if w not in specials])}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
             pre_tokenizers.WhitespaceSplit(),
@@ -60,7 +61,6 @@ def build_tiny_tokenizer(extra_words: str = "") -> object:
         extra_special_tokens={"image_token": "<image>"},
     )
     fast.chat_template = _CHAT_TEMPLATE
-    fast.do_lower_case = True
     return fast
 
 

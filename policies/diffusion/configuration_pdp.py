@@ -48,7 +48,7 @@ class ManifoldConfig:
     """
 
     z_dim: int = 2
-    seq_len: int = 32
+    seq_len: int = 16
     d_model: int = 64
     n_heads: int = 4
     n_layers: int = 2
@@ -59,7 +59,7 @@ class ManifoldConfig:
     path_points: int = 24
     standardize_z: bool = True
     lr: float = 1e-3
-    steps: int = 600
+    steps: int = 400
     batch_size: int = 32
 
     def __post_init__(self) -> None:
@@ -100,6 +100,7 @@ class PDPConfig:
         denoiser: ``"mlp"`` (residual MLP, default) or ``"unet"`` (temporal 1D-conv U-Net).
         hidden_dim: Residual MLP width.
         n_blocks: Residual MLP blocks (each FiLM-conditioned on z).
+        cond_dim: Width of the observation/diffusion-step embedding that FiLMs each layer.
         unet_channels: U-Net channels per level (down path); ``horizon`` must be divisible
             by ``2 ** (len(unet_channels) - 1)``.
         kernel_size: U-Net temporal kernel size (odd).
@@ -132,8 +133,9 @@ class PDPConfig:
     z_dim: int = 2
     z_bound: float = 3.0
     denoiser: str = "mlp"
-    hidden_dim: int = 256
+    hidden_dim: int = 128
     n_blocks: int = 3
+    cond_dim: int = 64
     unet_channels: tuple[int, ...] = (64, 128)
     kernel_size: int = 5
     time_embed_dim: int = 64
@@ -143,7 +145,7 @@ class PDPConfig:
     clip_sample: bool = True
     lr: float = 1e-3
     weight_decay: float = 1e-6
-    batch_size: int = 256
+    batch_size: int = 128
     steps: int = 3000
     ema_decay: float = 0.995
     warmup_steps: int = 100

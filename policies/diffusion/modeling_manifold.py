@@ -166,8 +166,8 @@ class TrajectoryVAE(nn.Module):
         l_geo = geometric_loss(mu, path_dist)
         total = l_action + l_state + cfg.kl_weight * kl + cfg.geo_weight * l_geo
         parts = {
-            "loss": float(total), "action": float(l_action), "state": float(l_state),
-            "kl": float(kl), "geo": float(l_geo),
+            "loss": total.item(), "action": l_action.item(), "state": l_state.item(),
+            "kl": kl.item(), "geo": l_geo.item(),
         }
         return total, parts
 

@@ -1,0 +1,58 @@
+"""Reinforcement-learning steering controller (CTRL-STEER's RL variant).
+
+* :class:`SteeringEnv` - gymnasium env over real steered rollouts: observation
+  (error, integral, derivative, alpha_{t-1}, t/T), action delta-alpha, reward
+  ``-|error| - lambda |delta-alpha| + beta success``.
+* :func:`train_rl_controller` - PPO (stable-baselines3) on that env, exported to
+* :class:`RLController` - the Controller contract; saved as safetensors + JSON.
+
+Registered as controller ``rl``: ``controllers.make("rl", path="runs/rl_speed")``.
+Importing this package is light (numpy, safetensors); torch and SB3 load on training.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from controllers import CONTROLLERS
+from controllers.rl.configuration_rl import OBS_NAMES, ObservationBuilder, RLControllerConfig
+from controllers.rl.modeling_rl import MLPActor, RLController
+from embodied.errors import ConfigError
+
+if TYPE_CHECKING:
+    from controllers.rl.env import SteeringEnv
+    from controllers.rl.training import PPOSettings, train_rl_controller
+
+__all__ = [
+    "OBS_NAMES",
+    "MLPActor",
+    "ObservationBuilder",
+    "PPOSettings",
+    "RLController",
+    "RLControllerConfig",
+    "SteeringEnv",
+    "train_rl_controller",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SteeringEnv":
+        from controllers.rl.env import SteeringEnv
+
+        return SteeringEnv
+    if name in ("PPOSettings", "train_rl_controller"):
+        from controllers.rl import training
+
+        return getattr(training, name)
+    raise AttributeError(name)
+
+
+@CONTROLLERS.register("rl")
+def make_rl(path: str | None = None, **overrides: Any) -> RLController:
+    """Learned PPO controller loaded from a folder (model.safetensors + config.json)."""
+    if path is None:
+        raise ConfigError(
+            "controller 'rl' needs path=<folder with model.safetensors and config.json>",
+            fix="train one with controllers.rl.train_rl_controller(...) and save_pretrained",
+        )
+    return RLController.from_pretrained(path, **overrides)

@@ -1,0 +1,176 @@
+"""Configuration of the RL steering controller and its training environment."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from embodied.errors import ConfigError
+
+OBS_NAMES = ("error", "integral", "derivative", "alpha_prev", "progress")
+"""Observation entries: scaled error, its clipped time integral (s), its scaled derivative,
+the previous command and episode progress t / T."""
+
+
+@dataclass
+class RLControllerConfig:
+    """Observation, action and reward definition shared by training env and controller.
+
+    Observation (all float32), with ``e = (setpoint - measurement) / error_scale``:
+    ``(e, clip(sum e dt, +-integral_limit_s), clip(derivative_time_s * de/dt, +-obs_clip),
+    alpha_{t-1}, min(t / horizon_steps, 1))``.
+
+    Action: ``a`` in [-1, 1]; the command moves by ``delta_alpha = max_delta * a`` per step
+    and is clipped into ``[output_min, output_max]``.
+
+    Reward per step: ``-|e_{t+1}| - lambda_delta * |delta_alpha| + beta_success * success``
+    (the last term only at the end of the episode).
+
+    Args:
+        output_min: Lowest command (knob low bound).
+        output_max: Highest command (knob high bound).
+        initial_output: Command at episode start.
+        max_delta: Largest command change per control step (knob units).
+        error_scale: Measurement units per unit of scaled error (e.g. 0.1 m/s).
+        integral_limit_s: Clip of the scaled error's integral (s).
+        derivative_time_s: Multiplies d e / dt (s), so it is comparable to e.
+        obs_clip: Clip of the scaled error and derivative.
+        horizon_steps: T of the progress feature (the inner episode length).
+        lambda_delta: Penalty weight of |delta_alpha|.
+        beta_success: Bonus for task success at the end of the episode.
+        setpoint_low: Lowest training setpoint (measurement units).
+        setpoint_high: Highest training setpoint; each episode draws one uniformly.
+        hidden_sizes: Hidden layer widths of the actor (and critic) MLP, tanh activations.
+    """
+
+    output_min: float = -1.0
+    output_max: float = 1.0
+    initial_output: float = 0.0
+    max_delta: float = 0.2
+    error_scale: float = 0.1
+    integral_limit_s: float = 5.0
+    derivative_time_s: float = 0.1
+    obs_clip: float = 10.0
+    horizon_steps: int = 200
+    lambda_delta: float = 0.1
+    beta_success: float = 1.0
+    setpoint_low: float = 0.05
+    setpoint_high: float = 0.2
+    hidden_sizes: tuple[int, ...] = field(default=(64, 64))
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if f.name == "hidden_sizes":
+                continue
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ConfigError(f"RL controller {f.name} must be a finite number, got {v!r}")
+        if not self.output_min < self.output_max:
+            raise ConfigError(
+                f"RL controller output_min {self.output_min} must be < output_max {self.output_max}"
+            )
+        if not self.output_min <= self.initial_output <= self.output_max:
+            raise ConfigError(
+                f"RL controller initial_output {self.initial_output} outside "
+                f"[{self.output_min}, {self.output_max}]"
+            )
+        for name in (
+            "max_delta",
+            "error_scale",
+            "integral_limit_s",
+            "derivative_time_s",
+            "obs_clip",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"RL controller {name} must be > 0, got {getattr(self, name)}")
+        for name in ("lambda_delta", "beta_success"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"RL controller {name} must be >= 0, got {getattr(self, name)}")
+        if int(self.horizon_steps) != self.horizon_steps or self.horizon_steps < 1:
+            raise ConfigError(
+                f"RL controller horizon_steps must be a positive int, got {self.horizon_steps}"
+            )
+        self.horizon_steps = int(self.horizon_steps)
+        if not self.setpoint_low <= self.setpoint_high:
+            raise ConfigError(
+                f"RL controller setpoint_low {self.setpoint_low} > setpoint_high {self.setpoint_high}"
+            )
+        sizes = tuple(self.hidden_sizes)
+        if not sizes or any(not isinstance(h, int) or isinstance(h, bool) or h < 1 for h in sizes):
+            raise ConfigError(
+                f"RL controller hidden_sizes must be positive ints, got {self.hidden_sizes!r}"
+            )
+        self.hidden_sizes = sizes
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict."""
+        d = dataclasses.asdict(self)
+        d["hidden_sizes"] = list(self.hidden_sizes)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RLControllerConfig:
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ConfigError`` naming them."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(
+                f"unknown RL controller parameter(s) {unknown}", fix=f"use {sorted(names)}"
+            )
+        kw = dict(d)
+        if "hidden_sizes" in kw:
+            kw["hidden_sizes"] = tuple(kw["hidden_sizes"])
+        return cls(**kw)
+
+
+class ObservationBuilder:
+    """Builds the RL observation from measurements and applies actions to the command.
+
+    The same object logic runs in :class:`~controllers.rl.env.SteeringEnv` (training) and in
+    :class:`~controllers.rl.modeling_rl.RLController` (deployment), so both see identical
+    observations.
+    """
+
+    def __init__(self, config: RLControllerConfig) -> None:
+        self.config = config
+        self.reset()
+
+    def reset(self) -> None:
+        """Episode start: zero integral, no previous error, initial command, t = 0."""
+        self.integral = 0.0
+        self.e_prev = math.nan
+        self.error = 0.0
+        self.alpha = self.config.initial_output
+        self.t = 0
+
+    def observe(self, measurement: float, setpoint: float, dt: float) -> list[float]:
+        """Observation for this step (advances t; a NaN measurement repeats the last error)."""
+        c = self.config
+        if not dt > 0:
+            raise ConfigError(f"RL controller needs dt > 0 s, got {dt!r}", fix="pass env.dt")
+        e = (setpoint - measurement) / c.error_scale
+        if e != e:  # NaN measurement (sensor dropout): hold the last error
+            e = 0.0 if self.e_prev != self.e_prev else self.e_prev
+        lim = c.obs_clip
+        e = max(-lim, min(lim, e))
+        self.integral = max(-c.integral_limit_s, min(c.integral_limit_s, self.integral + e * dt))
+        deriv = 0.0 if self.e_prev != self.e_prev else (e - self.e_prev) / dt * c.derivative_time_s
+        deriv = max(-lim, min(lim, deriv))
+        self.e_prev = self.error = e
+        progress = min(self.t / c.horizon_steps, 1.0)
+        self.t += 1
+        return [e, self.integral, deriv, self.alpha, progress]
+
+    def apply(self, action: float) -> tuple[float, float]:
+        """Move the command by ``max_delta * clip(action, -1, 1)``; returns (alpha, delta)."""
+        c = self.config
+        a = float(action)
+        if a != a:
+            raise ConfigError("RL controller action is NaN", fix="check the policy weights")
+        a = max(-1.0, min(1.0, a))
+        new = max(c.output_min, min(c.output_max, self.alpha + c.max_delta * a))
+        delta = new - self.alpha
+        self.alpha = new
+        return new, delta

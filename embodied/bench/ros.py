@@ -1,0 +1,95 @@
+"""``embodied bench ros``: command round trip and command throughput through rosbridge.
+
+Starts the local ROS 1 test graph itself (rosmaster, the sim robot node in bench mode, the
+rosbridge-v2 endpoint; all on 127.0.0.1) and drives it with the production client
+(:class:`hardware.ros.robot.RosRobot`, roslibpy):
+
+* ``rtt_ms_p50`` / ``rtt_ms_p99``: a joint target goes out (validated JointTrajectory over the
+  websocket, relayed to ROS), the node applies it, and the first ``JointState`` carrying exactly
+  that target comes back through the bridge; the time in between, in ms.
+* ``commands_per_s``: commands per second that reach the ROS node while the client sends as
+  fast as it can (latest-wins: superseded commands are not counted as delivered).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    """Run the benchmark; returns the JSON object."""
+    from hardware.configuration_robot import DEFAULT_CONFIG
+    from hardware.robot import RobotState
+    from hardware.ros.robot import RosRobot
+    from hardware.ros.testing import RosTestGraph
+
+    n_rtt = 60 if quick else 400
+    window_s = 1.0 if quick else 3.0
+    with RosTestGraph(DEFAULT_CONFIG, bench=True) as graph:
+        robot = RosRobot(graph.robot_config())
+        with robot:
+            assert robot.link is not None
+            counts: list[int] = []
+            robot.link.subscribe(
+                "/sim_robot/commands_received",
+                "std_msgs/UInt64",
+                lambda m: counts.append(int(m["data"])),
+            )
+            home = robot.read().position_rad.copy()
+            want: dict[str, Any] = {"q0": None}
+            arrived = threading.Event()
+
+            def on_state(state: RobotState) -> None:
+                q0 = want["q0"]
+                if q0 is not None and abs(state.position_rad[0] - q0) < 1e-12:
+                    want["t"] = time.perf_counter()
+                    arrived.set()
+
+            robot.state_listeners.append(on_state)
+            rtts: list[float] = []
+            timeouts = 0
+            for k in range(n_rtt + 20):
+                target = home.copy()
+                target[0] = home[0] + 1e-4 * ((k % 500) + 1) * (1 if k % 2 else -1)
+                arrived.clear()
+                want["q0"] = float(target[0])
+                t_send = time.perf_counter()
+                robot.send(target)
+                if arrived.wait(1.0):
+                    if k >= 20:  # warm-up excluded
+                        rtts.append((want["t"] - t_send) * 1e3)
+                else:
+                    timeouts += 1
+                want["q0"] = None
+                time.sleep(0.002)
+            robot.state_listeners.clear()
+
+            time.sleep(0.3)
+            c0 = counts[-1] if counts else 0
+            sent = 0
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < window_s:
+                target = home.copy()
+                target[1] = home[1] + 1e-5 * (sent % 1000)
+                robot.send(target)
+                sent += 1
+            elapsed = time.perf_counter() - t0
+            time.sleep(0.5)  # let the last commands arrive and the counter publish
+            delivered = (counts[-1] if counts else 0) - c0
+            stats = robot.link.stats
+    arr = np.asarray(rtts)
+    return {
+        "rtt_ms_p50": float(np.percentile(arr, 50)) if len(arr) else float("nan"),
+        "rtt_ms_p99": float(np.percentile(arr, 99)) if len(arr) else float("nan"),
+        "rtt_ms_mean": float(arr.mean()) if len(arr) else float("nan"),
+        "rtt_samples": len(arr),
+        "rtt_timeouts": timeouts,
+        "commands_per_s": delivered / elapsed,
+        "commands_accepted_per_s": sent / elapsed,
+        "commands_superseded": int(stats.superseded),
+        "transport": "roslibpy (twisted) -> rosbridge-v2 test endpoint -> rospy, loopback",
+    }

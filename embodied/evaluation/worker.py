@@ -1,0 +1,232 @@
+"""Running grid episodes: :class:`EpisodeRunner` (one per worker) and :class:`EpisodeRecord`.
+
+Every episode goes through :func:`embodied.loop.rollout` (the one loop); the runner only
+builds and caches envs/policies, passes seeds and reset options, and records video.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embodied.contracts import Env, Policy
+from embodied.evaluation.configuration_evaluation import (
+    EpisodeSpec,
+    EvalConfig,
+    EvalVariant,
+    PolicyFactory,
+    PolicyLoader,
+)
+from embodied.loop import StepRecord, rollout
+
+
+@dataclass
+class EpisodeRecord:
+    """The outcome of one grid episode.
+
+    Attributes:
+        spec: The grid cell.
+        success: Whether the env reported success.
+        steps: Control steps taken.
+        success_step: First successful step, or -1.
+        reward_sum: Sum of rewards.
+        reason: Why the episode ended (``success``, ``max_steps``, ...).
+        instruction: Task instruction.
+        duration_s: Wall time of the episode incl. reset (s).
+        env_ms_per_step: Median env step time (ms).
+        policy_ms_per_step: Median policy time (ms).
+        attempts: Times the episode was started (> 1 after a worker died).
+        worker: Worker id (pid) that finished it.
+        video: Video path relative to the output folder, or None.
+        error: Why the episode could not be run, or None.
+        env_description: ``env.describe()`` (first episode of each env per worker only).
+    """
+
+    spec: EpisodeSpec
+    success: bool = False
+    steps: int = 0
+    success_step: int = -1
+    reward_sum: float = 0.0
+    reason: str = ""
+    instruction: str = ""
+    duration_s: float = 0.0
+    env_ms_per_step: float = float("nan")
+    policy_ms_per_step: float = float("nan")
+    attempts: int = 1
+    worker: int = 0
+    video: str | None = None
+    error: str | None = None
+    env_description: dict[str, Any] | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (without the env description, stored once per env in the results)."""
+        d = asdict(self)
+        d.pop("env_description")
+        d["spec"] = self.spec.to_dict()
+        return d
+
+
+def video_name(spec: EpisodeSpec) -> str:
+    """File name of an episode's video, e.g. ``libero_libero_spatial_3__default__ep000.mp4``."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.env_id)
+    return f"{safe}__{spec.variant}__ep{spec.episode:03d}.mp4"
+
+
+def write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> None:
+    """Atomically write uint8 (H, W, 3) frames as an H.264 MP4 (imageio-ffmpeg)."""
+    import imageio.v2 as imageio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.partial.mp4")
+    try:
+        writer = imageio.get_writer(
+            str(tmp), fps=max(1.0, float(fps)), codec="libx264", quality=7, macro_block_size=8
+        )
+        try:
+            for frame in frames:
+                writer.append_data(np.asarray(frame, dtype=np.uint8))
+        finally:
+            writer.close()
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+class EpisodeRunner:
+    """Runs grid episodes in one process, caching the current env and policies.
+
+    Args:
+        policy_factory: ``factory(env) -> Policy`` (picklable for worker processes).
+        variants: Variant name -> variant.
+        env_kwargs: Family -> kwargs for ``sim.make``.
+        max_steps: Step limit (None: the env's horizon).
+        out: Output folder (videos go to ``out/videos``), or None.
+    """
+
+    def __init__(
+        self,
+        policy_factory: PolicyFactory,
+        variants: Mapping[str, EvalVariant],
+        env_kwargs: Mapping[str, Mapping[str, Any]],
+        max_steps: int | None,
+        out: Path | None,
+    ) -> None:
+        self.policy_factory = policy_factory
+        self.variants = dict(variants)
+        self.env_kwargs = {k: dict(v) for k, v in env_kwargs.items()}
+        self.max_steps = max_steps
+        self.out = out
+        self._env: Env | None = None
+        self._env_id = ""
+        self._policies: dict[str, Policy] = {}
+        self._described: set[str] = set()
+
+    @classmethod
+    def from_config(cls, config: EvalConfig, policy_factory: PolicyFactory) -> EpisodeRunner:
+        """The runner for ``config``."""
+        return cls(
+            policy_factory,
+            {v.name: v for v in config.variants},
+            config.env_kwargs,
+            config.max_steps,
+            None if config.out is None else Path(config.out),
+        )
+
+    def env(self, env_id: str) -> Env:
+        """The env ``env_id`` (built once; the previous env is closed when the task changes)."""
+        if self._env is None or self._env_id != env_id:
+            import sim
+
+            self.close()
+            family, _ = sim.split_env_id(env_id)
+            self._env = sim.make(env_id, **self.env_kwargs.get(family, {}))
+            self._env_id = env_id
+        return self._env
+
+    def policy(self, env: Env, variant: EvalVariant) -> Policy:
+        """The policy for ``variant`` on the current env (built once per env)."""
+        if variant.name not in self._policies:
+            factory = self.policy_factory
+            if variant.policy_kwargs and isinstance(factory, PolicyLoader):
+                factory = PolicyLoader(factory.spec, {**factory.kwargs, **variant.policy_kwargs})
+            self._policies[variant.name] = factory(env)
+        return self._policies[variant.name]
+
+    def check(self, env_id: str) -> dict[str, Any]:
+        """Build the env and every variant's policy and check compatibility (no step taken).
+
+        Raises:
+            CompatibilityError: action dim / cameras / image size mismatch, naming it.
+        """
+        env = self.env(env_id)
+        for variant in self.variants.values():
+            self.policy(env, variant).check_compatible(env)
+        return env.describe()
+
+    def run(self, spec: EpisodeSpec) -> EpisodeRecord:
+        """Run one grid episode through :func:`embodied.loop.rollout`."""
+        t0 = time.perf_counter()
+        env = self.env(spec.env_id)
+        variant = self.variants[spec.variant]
+        policy = self.policy(env, variant)
+        steering = variant.steering(env, policy) if variant.steering is not None else None
+        frames: list[np.ndarray] = []
+        callbacks = []
+        if spec.record_video and self.out is not None:
+
+            def grab(_: StepRecord) -> None:
+                frames.append(np.asarray(env.render()))
+
+            callbacks.append(grab)
+        ep = rollout(
+            env,
+            policy,
+            steering=steering,
+            seed=spec.seed,
+            reset_options=spec.reset_options,
+            max_steps=self.max_steps,
+            record_images=False,
+            callbacks=callbacks,
+            **dict(variant.rollout_kwargs),
+        )
+        video = None
+        if frames and self.out is not None:
+            rel = Path("videos") / video_name(spec)
+            write_mp4(self.out / rel, frames, env.control_rate_hz)
+            video = rel.as_posix()
+        description = None
+        if spec.env_id not in self._described:
+            self._described.add(spec.env_id)
+            description = env.describe()
+        timings = ep.timings_ms
+        return EpisodeRecord(
+            spec=spec,
+            success=bool(ep.success),
+            steps=len(ep),
+            success_step=int(ep.success_step),
+            reward_sum=float(ep.rewards.sum()),
+            reason=str(ep.meta.get("reason", "")),
+            instruction=ep.instruction,
+            duration_s=time.perf_counter() - t0,
+            env_ms_per_step=float(np.median(timings["env"])) if len(ep) else float("nan"),
+            policy_ms_per_step=float(np.median(timings["policy"])) if len(ep) else float("nan"),
+            worker=os.getpid(),
+            video=video,
+            env_description=description,
+        )
+
+    def close(self) -> None:
+        """Close the cached env and drop the policies built for it."""
+        if self._env is not None:
+            self._env.close()
+        self._env = None
+        self._env_id = ""
+        self._policies = {}

@@ -1,0 +1,139 @@
+"""The shared judge base: validation, clip resampling and batching.
+
+Every judge implements the :class:`embodied.contracts.Judge` contract
+(``score(frames, instruction) -> probability``) plus :meth:`BaseJudge.score_batch`, which
+scores many clips in batches. Subclasses implement :meth:`BaseJudge._score_clips` only.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from embodied.errors import ConfigError
+from embodied.rewards.clips import resample_clip, validate_frames, validate_instruction
+
+Clip = Sequence[np.ndarray] | np.ndarray
+
+
+def resolve_device(device: str) -> str:
+    """``"auto"`` -> ``"cuda"`` when a GPU is present, else ``"cpu"``; others are checked."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"device {device!r} requested but no CUDA GPU is visible",
+            fix="use device='cpu' or 'auto'",
+        )
+    if not (device == "cpu" or device.startswith(("cuda", "mps"))):
+        raise ConfigError(f"unknown device {device!r}", fix="use 'auto', 'cpu' or 'cuda[:N]'")
+    return device
+
+
+def resolve_dtype(dtype: str, device: str) -> Any:
+    """``"auto"`` -> bfloat16 on GPU, float32 on CPU; else the named torch dtype."""
+    import torch
+
+    names = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+    if dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if dtype not in names:
+        raise ConfigError(f"unknown dtype {dtype!r}", fix=f"use 'auto' or one of {sorted(names)}")
+    return names[dtype]
+
+
+class BaseJudge(abc.ABC):
+    """A judge: probability that a clip shows the instruction accomplished.
+
+    Attributes:
+        n_frames: Frames the model sees per clip (longer/shorter clips are resampled evenly,
+            always keeping the last frame).
+        threshold: Probability above which :meth:`predict` says success (calibrated).
+        batch_size: Clips per forward pass in :meth:`score_batch`.
+        name: Short backend name for reports and benchmarks.
+    """
+
+    n_frames: int = 5
+    threshold: float = 0.5
+    batch_size: int = 16
+    name: str = "judge"
+
+    def score(self, frames: Clip, instruction: str) -> float:
+        """Probability in [0, 1] that ``frames`` (uint8 (T, H, W, 3)) show ``instruction`` done."""
+        return float(self.score_batch([frames], instruction)[0])
+
+    def score_batch(
+        self,
+        clips: Sequence[Clip] | np.ndarray,
+        instructions: str | Sequence[str],
+        batch_size: int | None = None,
+    ) -> np.ndarray:
+        """Score many clips; ``instructions`` is one string for all or one per clip.
+
+        Args:
+            clips: Clips, each uint8 (T, H, W, 3) (or an array (B, T, H, W, 3)).
+            instructions: The instruction(s).
+            batch_size: Clips per forward pass (default :attr:`batch_size`).
+
+        Returns:
+            (B,) float64 probabilities.
+
+        Raises:
+            ConfigError: no clips, a bad clip (empty, wrong shape or dtype), or a
+                number of instructions that does not match the clips.
+        """
+        checked, texts = self.prepare(clips, instructions)
+        bs = int(batch_size or self.batch_size)
+        if bs < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {bs}")
+        out = np.empty(len(checked), dtype=np.float64)
+        for start in range(0, len(checked), bs):
+            part = self._score_clips(checked[start : start + bs], texts[start : start + bs])
+            out[start : start + bs] = np.asarray(part, dtype=np.float64).reshape(-1)
+        return np.clip(out, 0.0, 1.0)
+
+    def prepare(
+        self, clips: Sequence[Clip] | np.ndarray, instructions: str | Sequence[str]
+    ) -> tuple[list[np.ndarray], list[str]]:
+        """Validate clips and instructions; resample clips to :attr:`n_frames`.
+
+        Raises:
+            ConfigError: no clips, a bad clip (empty, wrong shape or dtype), an empty
+                instruction, or a number of instructions that does not match the clips.
+        """
+        clips = list(clips)
+        if not clips:
+            raise ConfigError("score_batch got no clips", fix="pass at least one clip")
+        if isinstance(instructions, str):
+            texts = [validate_instruction(instructions)] * len(clips)
+        else:
+            texts = [validate_instruction(t) for t in instructions]
+            if len(texts) != len(clips):
+                raise ConfigError(
+                    f"{len(texts)} instructions for {len(clips)} clips",
+                    fix="pass one instruction string for all clips or one per clip",
+                )
+        checked = [
+            resample_clip(validate_frames(c, what=f"clip {i}"), self.n_frames)
+            for i, c in enumerate(clips)
+        ]
+        return checked, texts
+
+    def predict(
+        self, clips: Sequence[Clip] | np.ndarray, instructions: str | Sequence[str]
+    ) -> np.ndarray:
+        """Boolean success decisions at :attr:`threshold`."""
+        return self.score_batch(clips, instructions) >= self.threshold
+
+    @abc.abstractmethod
+    def _score_clips(self, clips: list[np.ndarray], instructions: list[str]) -> np.ndarray:
+        """Probabilities for validated clips, each uint8 (n_frames, H, W, 3); one batch."""
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-serialisable summary (backend, frames per clip, threshold)."""
+        return {"backend": self.name, "n_frames": self.n_frames, "threshold": self.threshold}

@@ -1,0 +1,125 @@
+"""Calibration: rates, thresholds and Platt scaling of judge scores against labels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from embodied.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Confusion rates of binary success decisions, in percent.
+
+    Attributes:
+        tpr: True-positive rate (success frames called success).
+        tnr: True-negative rate (non-success frames called failure).
+        fpr: False-positive rate (= 100 - tnr).
+        fnr: False-negative rate (= 100 - tpr).
+        n_pos: Positive samples.
+        n_neg: Negative samples.
+    """
+
+    tpr: float
+    tnr: float
+    fpr: float
+    fnr: float
+    n_pos: int
+    n_neg: int
+
+    @property
+    def accuracy(self) -> float:
+        """Accuracy in percent over all samples."""
+        n = self.n_pos + self.n_neg
+        return (self.tpr * self.n_pos + self.tnr * self.n_neg) / max(n, 1)
+
+    def to_dict(self) -> dict[str, float]:
+        """Plain dict with accuracy added."""
+        return {**asdict(self), "accuracy": self.accuracy}
+
+
+def rates(decisions: Sequence[bool] | np.ndarray, labels: Sequence[bool] | np.ndarray) -> Rates:
+    """TPR/TNR/FPR/FNR (percent) of ``decisions`` against ``labels``.
+
+    A class with no samples gets rate 100 for its "true" rate (nothing was missed).
+    """
+    d = np.asarray(decisions, dtype=bool).ravel()
+    y = np.asarray(labels, dtype=bool).ravel()
+    if d.shape != y.shape:
+        raise ConfigError(f"{d.size} decisions for {y.size} labels", fix="pass one per sample")
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    tpr = 100.0 * float((d & y).sum()) / n_pos if n_pos else 100.0
+    tnr = 100.0 * float((~d & ~y).sum()) / n_neg if n_neg else 100.0
+    return Rates(tpr, tnr, 100.0 - tnr, 100.0 - tpr, n_pos, n_neg)
+
+
+def calibration_table(
+    probs: Sequence[float] | np.ndarray,
+    labels: Sequence[bool] | np.ndarray,
+    thresholds: Sequence[float] | np.ndarray | None = None,
+) -> list[dict[str, float]]:
+    """Rates at each threshold (default 0.05 .. 0.95 in steps of 0.05)."""
+    p = np.asarray(probs, dtype=np.float64)
+    ths = np.round(np.arange(0.05, 0.951, 0.05), 2) if thresholds is None else thresholds
+    return [{"threshold": float(t), **rates(p >= t, labels).to_dict()} for t in ths]
+
+
+def best_threshold(
+    probs: Sequence[float] | np.ndarray, labels: Sequence[bool] | np.ndarray
+) -> float:
+    """Threshold maximising balanced accuracy (TPR + TNR) over the observed scores.
+
+    Ties go to the highest threshold (fewer false positives).
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    y = np.asarray(labels, dtype=bool)
+    if p.size == 0:
+        raise ConfigError("no scores to calibrate on", fix="score at least one labelled clip")
+    cands = np.unique(np.concatenate([p, [0.5]]))
+    mids = np.concatenate([cands, (cands[:-1] + cands[1:]) / 2])
+    best_t, best_v = 0.5, -1.0
+    for t in np.sort(mids):
+        r = rates(p >= t, y)
+        v = r.tpr + r.tnr
+        if v >= best_v:
+            best_t, best_v = float(t), v
+    return best_t
+
+
+def fit_platt(
+    scores: Sequence[float] | np.ndarray,
+    labels: Sequence[bool] | np.ndarray,
+    iters: int = 200,
+    l2: float = 1e-3,
+) -> tuple[float, float]:
+    """Fit ``p = sigmoid(a * s + b)`` to labels by Newton's method (Platt scaling).
+
+    Returns:
+        ``(a, b)``.
+
+    Raises:
+        ConfigError: only one class present (nothing to separate).
+    """
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    y = np.asarray(labels, dtype=np.float64).ravel()
+    if s.shape != y.shape or s.size == 0:
+        raise ConfigError(f"{s.size} scores for {y.size} labels", fix="pass one label per score")
+    if y.min() == y.max():
+        raise ConfigError(
+            "calibration labels are all one class",
+            fix="calibrate on clips with both successes and failures",
+        )
+    x = np.stack([s, np.ones_like(s)], axis=1)
+    w = np.zeros(2)
+    for _ in range(iters):
+        p = 1.0 / (1.0 + np.exp(-(x @ w)))
+        grad = x.T @ (p - y) + l2 * w
+        hess = (x * (p * (1 - p))[:, None]).T @ x + l2 * np.eye(2)
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-9:
+            break
+    return float(w[0]), float(w[1])

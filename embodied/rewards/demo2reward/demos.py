@@ -1,0 +1,217 @@
+"""Labelled demonstrations: frames with per-frame success labels, recorded or read from disk.
+
+Frame ``i`` of a demo is the camera image *after* ``i`` control steps (frame 0 follows the
+reset); label ``i`` says whether the task has been accomplished by then. Once success is
+reached every later frame is positive (Demo2Reward's labelling).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embodied.contracts import Env, Policy
+from embodied.errors import ConfigError, DatasetError
+from embodied.rewards.clips import episode_clips, validate_frames
+
+FALLBACK_TASKS: dict[str, str] = {
+    "mujoco:reach_around": "move the blue ball to the green goal",
+}
+"""Task text for envs whose instruction is empty (judges need words)."""
+
+
+def task_text(instruction: str, env_id: str = "") -> str:
+    """The episode's instruction, or the env's fallback task text when it is empty."""
+    if instruction and instruction.strip():
+        return instruction.strip()
+    if env_id in FALLBACK_TASKS:
+        return FALLBACK_TASKS[env_id]
+    raise ConfigError(
+        f"episode of {env_id!r} has no instruction and no fallback task text",
+        fix="record the env's instruction or pass --task 'what the robot should do'",
+    )
+
+
+@dataclass
+class LabelledDemo:
+    """One demonstration: frames, per-frame success labels and the task.
+
+    Attributes:
+        frames: (T, H, W, 3) uint8 camera frames.
+        labels: (T,) bool success labels (monotone: all True after the first True).
+        task: The task in words (fills ``{task}`` of a judge instruction template).
+        env_id: Env the demo comes from.
+        infos: Per-frame env info (sim state for captions), if recorded live.
+        meta: Seed, policy, source.
+    """
+
+    frames: np.ndarray
+    labels: np.ndarray
+    task: str
+    env_id: str = ""
+    infos: list[dict[str, Any]] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.frames = validate_frames(self.frames, what="demo frames")
+        self.labels = np.asarray(self.labels, dtype=bool).reshape(-1)
+        if len(self.labels) != len(self.frames):
+            raise ConfigError(
+                f"demo has {len(self.frames)} frames but {len(self.labels)} labels",
+                fix="label every frame",
+            )
+        first = int(np.argmax(self.labels)) if self.labels.any() else len(self.labels)
+        self.labels[first:] = True
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    @property
+    def success(self) -> bool:
+        """Whether the demo ever succeeds."""
+        return bool(self.labels.any())
+
+    def clips(self, n_context: int = 4, steps: Sequence[int] | None = None) -> np.ndarray:
+        """(N, n_context + 1, H, W, 3) clips (4 earlier frames + current) for ``steps``."""
+        return episode_clips(self.frames, n_context, steps)
+
+
+def record_demo(
+    env: Env,
+    policy: Policy,
+    seed: int,
+    *,
+    max_steps: int | None = None,
+    steps_after_success: int = 20,
+    reset_options: Mapping[str, Any] | None = None,
+    camera: str | None = None,
+    task: str | None = None,
+) -> LabelledDemo:
+    """Run ``policy`` with the closed loop and keep post-step frames with oracle labels.
+
+    The episode continues ``steps_after_success`` steps past the first success (so demos
+    hold positives), or runs to ``max_steps``.
+
+    Args:
+        env: An env with a camera (``env.render(camera)`` gives the frame).
+        policy: Expert, perturbed expert or random policy.
+        seed: Reset seed.
+        max_steps: Step limit (default: the env's horizon).
+        steps_after_success: Steps kept after the first success.
+        reset_options: Passed to ``env.reset``.
+        camera: Camera to render (default: the env's default camera).
+        task: Task text (default: the env's instruction or its fallback).
+    """
+    from embodied.loop import StepRecord, rollout
+
+    frames: list[np.ndarray] = []
+    infos: list[dict[str, Any]] = []
+    first_success = [-1]
+
+    def grab(record: StepRecord) -> None:
+        frames.append(np.asarray(env.render(camera) if camera else env.render()).copy())
+        info = {k: v for k, v in record.info.items() if np.ndim(v) <= 1}
+        infos.append(info)
+        if record.success and first_success[0] < 0:
+            first_success[0] = record.t
+
+    def stop() -> bool:
+        return first_success[0] >= 0 and len(frames) > first_success[0] + steps_after_success
+
+    obs, info0 = env.reset(seed=seed, options=dict(reset_options) if reset_options else None)
+    frame0 = np.asarray(env.render(camera) if camera else env.render()).copy()
+    info0 = {k: v for k, v in info0.items() if np.ndim(v) <= 1}
+    ep = rollout(env, policy, seed=seed, reset_options=reset_options, max_steps=max_steps,
+                 record_images=False, stop_on_success=False, callbacks=[grab], should_stop=stop)
+    all_frames = np.stack([frame0, *frames])
+    labels = np.zeros(len(all_frames), dtype=bool)
+    if first_success[0] >= 0:
+        labels[first_success[0] + 1 :] = True
+    return LabelledDemo(
+        frames=all_frames,
+        labels=labels,
+        task=task or task_text(env.instruction, env.env_id),
+        env_id=env.env_id,
+        infos=[info0, *infos],
+        meta={"seed": seed, "policy": type(policy).__name__, "reason": ep.meta.get("reason"),
+              "reset_options": dict(reset_options or {})},
+    )
+
+
+def load_demos(
+    path: str | os.PathLike[str], camera: str | None = None, task: str | None = None
+) -> list[LabelledDemo]:
+    """Labelled demos from a dataset folder written by `embodied collect` (or save_demos).
+
+    Labels come from a per-frame ``labels`` array when the shard has one, else from the
+    episode's ``success_step`` (see :func:`embodied.rewards.oracle.frame_labels`).
+
+    Raises:
+        DatasetError: no camera frames in the episodes.
+    """
+    from embodied.datasets import Dataset
+    from embodied.rewards.oracle import frame_labels
+
+    out = []
+    for ep in Dataset(path):
+        keys = sorted(k for k in ep.obs if k.startswith("image."))
+        key = f"image.{camera}" if camera else (keys[0] if keys else None)
+        if key is None or key not in ep.obs:
+            raise DatasetError(
+                f"{ep.source} has no camera frames {key or ''} (obs keys: {sorted(ep.obs)})",
+                fix="collect with a camera enabled (and record_images) or pass --camera",
+            )
+        frames = ep.obs[key]
+        labels = ep.extras.get("labels")
+        if labels is None:
+            labels = frame_labels(ep, len(frames))
+        meta = ep.attrs.get("meta", {})
+        env_id = meta.get("env_id", "") if isinstance(meta, dict) else ""
+        out.append(LabelledDemo(frames, labels, task or task_text(ep.instruction, env_id),
+                                env_id, meta={"source": ep.source}))
+    return out
+
+
+def save_demos(demos: Sequence[LabelledDemo], path: str | os.PathLike[str]) -> Path:
+    """Write demos as a dataset folder (one atomic shard each) readable by :func:`load_demos`."""
+    from embodied.datasets import DatasetWriter, EpisodeData
+
+    writer = DatasetWriter(path, env_args={"env_id": demos[0].env_id if demos else ""})
+    for d in demos:
+        n = len(d)
+        first = int(np.argmax(d.labels)) if d.success else -1
+        meta = {"env_id": d.env_id}
+        meta.update({k: v for k, v in d.meta.items() if isinstance(v, str | int | float | bool)})
+        writer.add(
+            EpisodeData(
+                obs={"image.camera": d.frames},
+                actions=np.zeros((n, 1)),
+                rewards=d.labels.astype(np.float64),
+                dones=np.eye(1, n, n - 1, dtype=np.uint8).ravel(),
+                attrs={
+                    "instruction": d.task,
+                    "success": d.success,
+                    # frame i follows step i - 1, so first positive frame f <-> success_step f - 1
+                    "success_step": first - 1 if first > 0 else first,
+                    "meta": json.dumps(meta),
+                },
+                extras={"labels": d.labels.astype(np.uint8)},
+            )
+        )
+    return Path(path)
+
+
+def split_demos(
+    demos: Sequence[LabelledDemo], n_train: int, key: Callable[[LabelledDemo], Any] | None = None
+) -> tuple[list[LabelledDemo], list[LabelledDemo]]:
+    """First ``n_train`` demos (by order or ``key``) for optimisation, the rest held out."""
+    items = sorted(demos, key=key) if key else list(demos)
+    if not 0 < n_train < len(items):
+        raise ConfigError(f"cannot split {len(items)} demos into {n_train} + rest")
+    return items[:n_train], items[n_train:]

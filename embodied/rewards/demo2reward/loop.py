@@ -1,0 +1,193 @@
+"""The Demo2Reward loop: tune a judge's instruction on a few labelled demos, no training.
+
+Start from :data:`DEFAULT_TEMPLATE`; for up to K iterations a proposer writes a new template
+from the current best, its TPR/TNR/FPR/FNR and up to 5 misclassified clips; keep it only if
+J = 0.01 * TPR + TNR strictly improves; restart from several seeds; freeze the best.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embodied.contracts import Judge
+from embodied.errors import ConfigError
+from embodied.rewards.clips import format_instruction
+from embodied.rewards.demo2reward.demos import LabelledDemo
+from embodied.rewards.demo2reward.objective import DemoSet, Evaluation
+from embodied.rewards.demo2reward.proposers import (
+    DEFAULT_TEMPLATE,
+    OfflineProposer,
+    ProposalContext,
+    Proposer,
+)
+
+MIN_DEMOS, MAX_DEMOS = 3, 10
+
+
+@dataclass
+class Demo2RewardConfig:
+    """Settings of :func:`optimize_instruction`.
+
+    Args:
+        template: Starting instruction template (must contain ``{task}``).
+        iterations: Proposals per restart (K).
+        restarts: Restarts, each with its own proposer seed.
+        seed: Base seed.
+        max_misclassified: Misclassified clips shown to the proposer (<= 5).
+        n_context: Earlier frames per sample.
+        stride: Use every ``stride``-th frame of each demo as a sample.
+    """
+
+    template: str = DEFAULT_TEMPLATE
+    iterations: int = 10
+    restarts: int = 3
+    seed: int = 0
+    max_misclassified: int = 5
+    n_context: int = 4
+    stride: int = 1
+
+    def __post_init__(self) -> None:
+        format_instruction(self.template, "check")  # raises on a template without {task}
+        if self.iterations < 1 or self.restarts < 1:
+            raise ConfigError(
+                f"iterations ({self.iterations}) and restarts ({self.restarts}) must be >= 1"
+            )
+        if not 0 <= self.max_misclassified <= 5:
+            raise ConfigError(f"max_misclassified must be in 0..5, got {self.max_misclassified}")
+        if self.stride < 1:
+            raise ConfigError(f"stride must be >= 1, got {self.stride}")
+
+
+@dataclass
+class OptimizationResult:
+    """The frozen instruction and how it was found."""
+
+    template: str
+    best: Evaluation
+    initial: Evaluation
+    history: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable summary."""
+        return {
+            "template": self.template,
+            "best": self.best.to_dict(),
+            "initial": self.initial.to_dict(),
+            "history": self.history,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+def optimize_instruction(
+    judge: Judge,
+    demos: Sequence[LabelledDemo],
+    proposer: Proposer | None = None,
+    config: Demo2RewardConfig | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> OptimizationResult:
+    """Run Demo2Reward on ``demos`` and return the best template.
+
+    Args:
+        judge: The judge whose instruction is tuned (its threshold stays fixed).
+        demos: 3 to 10 labelled demos with both failure and success frames.
+        proposer: Writes candidate templates (default: :class:`OfflineProposer`).
+        config: Loop settings.
+        progress: Called with each history row (CLIs print it).
+
+    Raises:
+        ConfigError: fewer than 3 or more than 10 demos, all-one-class labels, or a
+            template without ``{task}``.
+    """
+    cfg = config or Demo2RewardConfig()
+    proposer = proposer or OfflineProposer()
+    t0 = time.perf_counter()
+    ds = DemoSet(demos, cfg.n_context, cfg.stride, MIN_DEMOS, MAX_DEMOS)
+    tasks = sorted({d.task for d in demos})
+    cache: dict[str, Evaluation] = {}
+
+    def evaluate(template: str, seed: int) -> Evaluation:
+        if template not in cache:
+            cache[template] = ds.evaluate(judge, template, max_wrong=cfg.max_misclassified,
+                                          seed=seed)
+        return cache[template]
+
+    initial = evaluate(cfg.template, cfg.seed)
+    history: list[dict[str, Any]] = [
+        {"restart": -1, "iteration": 0, "accepted": True, **initial.to_dict()}
+    ]
+    if progress:
+        progress(history[-1])
+    best = initial
+    for restart in range(cfg.restarts):
+        rng = np.random.default_rng(cfg.seed * 1000 + restart)
+        current = initial
+        for it in range(1, cfg.iterations + 1):
+            ctx = ProposalContext(current.template, current.rates, current.j,
+                                  current.misclassified, tasks, it, rng, set(cache))
+            candidate = proposer.propose(ctx)
+            format_instruction(candidate, "check")
+            ev = evaluate(candidate, cfg.seed + it)
+            accepted = ev.j > current.j
+            if accepted:
+                current = ev
+            history.append({"restart": restart, "iteration": it, "accepted": accepted,
+                            **ev.to_dict()})
+            if progress:
+                progress(history[-1])
+        if current.j > best.j:
+            best = current
+    return OptimizationResult(best.template, best, initial, history, time.perf_counter() - t0)
+
+
+def save_result(
+    result: OptimizationResult,
+    out: str | os.PathLike[str],
+    judge_info: dict[str, Any],
+    table: list[dict[str, float]],
+    heldout: dict[str, Any] | None = None,
+) -> Path:
+    """Atomically write ``instruction.json`` (template, rates, calibration table, history).
+
+    Args:
+        result: The optimisation result.
+        out: Output folder.
+        judge_info: The judge's description (backend, model, threshold).
+        table: Calibration table of the frozen template on the optimisation demos.
+        heldout: Optional before/after rates on held-out demos.
+    """
+    from embodied.io import write_json
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "instruction.json"
+    write_json(path, {
+        "instruction": result.template,
+        "objective": "J = 0.01 * TPR + TNR (percent)",
+        "judge": judge_info,
+        "calibration_table": table,
+        "heldout": heldout or {},
+        **result.to_dict(),
+    })
+    return path
+
+
+def load_instruction(path: str | os.PathLike[str]) -> str:
+    """The frozen template from an ``instruction.json`` (or the folder holding it)."""
+    import json
+
+    p = Path(path)
+    p = p / "instruction.json" if p.is_dir() else p
+    if not p.exists():
+        raise ConfigError(f"no instruction file at {str(p)!r}",
+                          fix="run `embodied reward optimize --out DIR` first")
+    template = json.loads(p.read_text()).get("instruction", "")
+    format_instruction(template, "check")
+    return str(template)

@@ -1,0 +1,146 @@
+"""Demo2Reward's objective: J(I) = 0.01 * TPR + TNR (percent) of a judge on labelled demos.
+
+Every frame of every demo is a sample (4 earlier frames evenly spaced + the current one); the
+judge decides success at its calibrated threshold; false positives dominate J.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from embodied.contracts import Judge
+from embodied.errors import ConfigError
+from embodied.rewards.calibration import Rates, calibration_table, rates
+from embodied.rewards.clips import format_instruction
+from embodied.rewards.demo2reward.demos import LabelledDemo
+
+TPR_WEIGHT = 0.01
+"""Weight of the TPR in J; the TNR has weight 1."""
+
+
+def objective(r: Rates) -> float:
+    """J = 0.01 * TPR + TNR (both in percent)."""
+    return TPR_WEIGHT * r.tpr + r.tnr
+
+
+@dataclass
+class Misclassified:
+    """A sample the judge got wrong (for the proposer)."""
+
+    demo: int
+    step: int
+    label: bool
+    prob: float
+    task: str
+    clip: np.ndarray | None = None
+
+    def describe(self) -> str:
+        """One line for a text prompt."""
+        kind = "false positive" if not self.label else "false negative"
+        return (f"demo {self.demo} frame {self.step} ({self.task}): {kind}, judge said "
+                f"p={self.prob:.2f}, truth: {'success' if self.label else 'not yet success'}")
+
+
+@dataclass
+class Evaluation:
+    """A template's results on a demo set."""
+
+    template: str
+    rates: Rates
+    j: float
+    probs: np.ndarray = field(repr=False)
+    labels: np.ndarray = field(repr=False)
+    misclassified: list[Misclassified] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Rates, J and the template (no arrays)."""
+        return {"template": self.template, "J": self.j, **self.rates.to_dict()}
+
+
+class DemoSet:
+    """Labelled demos scored sample by sample.
+
+    Args:
+        demos: The demos (3 to 10 for optimisation; any number for evaluation).
+        n_context: Earlier frames per sample.
+        stride: Use every ``stride``-th frame as a sample (1 = every frame).
+        min_demos: Fewest demos accepted.
+        max_demos: Most demos accepted (None: no limit).
+    """
+
+    def __init__(
+        self,
+        demos: Sequence[LabelledDemo],
+        n_context: int = 4,
+        stride: int = 1,
+        min_demos: int = 1,
+        max_demos: int | None = None,
+    ) -> None:
+        if len(demos) < min_demos or (max_demos is not None and len(demos) > max_demos):
+            raise ConfigError(
+                f"got {len(demos)} demos; Demo2Reward takes {min_demos} to {max_demos}",
+                fix="pass between 3 and 10 labelled demonstrations",
+            )
+        if stride < 1:
+            raise ConfigError(f"stride must be >= 1, got {stride}")
+        self.demos = list(demos)
+        self.n_context = n_context
+        self.steps = [list(range(0, len(d), stride)) for d in self.demos]
+        self.labels = np.concatenate([d.labels[s] for d, s in zip(self.demos, self.steps)])
+        if self.labels.all() or not self.labels.any():
+            raise ConfigError(
+                f"demo labels are all {'positive' if self.labels.all() else 'negative'}",
+                fix="use demos that reach success partway (both failure and success frames)",
+            )
+
+    def __len__(self) -> int:
+        return int(self.labels.size)
+
+    def score(self, judge: Judge, template: str) -> np.ndarray:
+        """Judge probabilities of every sample with ``template`` filled per demo's task."""
+        out = []
+        for d, steps in zip(self.demos, self.steps):
+            text = format_instruction(template, d.task)
+            clips = d.clips(self.n_context, steps)
+            batch = getattr(judge, "score_batch", None)
+            if batch is not None:
+                out.append(np.asarray(batch(clips, text), dtype=np.float64))
+            else:
+                out.append(np.array([judge.score(c, text) for c in clips], dtype=np.float64))
+        return np.concatenate(out)
+
+    def evaluate(
+        self, judge: Judge, template: str, threshold: float | None = None, max_wrong: int = 5,
+        seed: int = 0,
+    ) -> Evaluation:
+        """Rates, J and up to ``max_wrong`` misclassified samples (false positives first)."""
+        thr = float(getattr(judge, "threshold", 0.5) if threshold is None else threshold)
+        probs = self.score(judge, template)
+        decisions = probs >= thr
+        r = rates(decisions, self.labels)
+        wrong = np.flatnonzero(decisions != self.labels)
+        rng = np.random.default_rng(seed)
+        fps = [i for i in wrong if not self.labels[i]]
+        fns = [i for i in wrong if self.labels[i]]
+        pick = list(rng.permutation(fps))[:max_wrong]
+        pick += list(rng.permutation(fns))[: max(0, max_wrong - len(pick))]
+        return Evaluation(template, r, objective(r), probs, self.labels,
+                          [self._misclassified(int(i), float(probs[i])) for i in pick])
+
+    def _misclassified(self, flat: int, prob: float) -> Misclassified:
+        for d_idx, steps in enumerate(self.steps):
+            if flat < len(steps):
+                demo = self.demos[d_idx]
+                step = steps[flat]
+                return Misclassified(d_idx, step, bool(demo.labels[step]), prob, demo.task,
+                                     demo.clips(self.n_context, [step])[0])
+            flat -= len(steps)
+        raise IndexError(flat)
+
+    def table(self, judge: Judge, template: str) -> list[dict[str, float]]:
+        """Calibration table (rates per threshold) of ``template`` on these demos."""
+        return calibration_table(self.score(judge, template), self.labels)

@@ -1,0 +1,120 @@
+"""Configuration of ``embodied tune``: the task to run and the server that shows it."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from embodied.errors import ConfigError, require
+
+LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback"})
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+"""File names the page may save/load gains under (no paths, no hidden files)."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an IP address) only accepts connections from this machine."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class ServerConfig:
+    """Where the tuning page is served and who may use it.
+
+    Args:
+        host: Interface to bind; ``127.0.0.1`` (default) serves this machine only.
+        port: TCP port (0 picks a free one).
+        token: Shared secret required on every HTTP request and WebSocket (``?token=`` or
+            ``Authorization: Bearer``). Mandatory when ``host`` is not a loopback address.
+        telemetry_hz: Rate at which telemetry batches are pushed to the page (>= 10 Hz).
+        frame_hz: Rate at which camera frames are pushed (JPEG, base64).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    token: str | None = None
+    telemetry_hz: float = 20.0
+    frame_hz: float = 5.0
+
+    def __post_init__(self) -> None:
+        require(
+            0 <= self.port <= 65535, f"port {self.port} outside [0, 65535]", "use a valid TCP port"
+        )
+        require(
+            10.0 <= self.telemetry_hz <= 100.0,
+            f"telemetry_hz {self.telemetry_hz} outside [10, 100]",
+            "the page needs at least 10 updates per second",
+        )
+        require(0.5 <= self.frame_hz <= 30.0, f"frame_hz {self.frame_hz} outside [0.5, 30]")
+        if self.token is not None and len(self.token) < 8:
+            raise ConfigError(
+                f"token of {len(self.token)} characters is too short",
+                fix="use at least 8 characters, e.g. `python -c 'import secrets; print(secrets.token_urlsafe())'`",
+            )
+        if not is_loopback(self.host) and not self.token:
+            raise ConfigError(
+                f"refusing to bind {self.host!r} without a token: anyone on the network could "
+                "drive the robot",
+                fix="pass --token SECRET (at least 8 characters) or bind --host 127.0.0.1",
+            )
+
+
+@dataclass
+class TuneConfig:
+    """The steering task a person tunes.
+
+    Args:
+        env_id: Env to run (``mujoco:arm_reach`` is the built-in steering task).
+        policy: Policy spec for ``policies.load`` (a Steerable policy).
+        concept: Concept name from ``embodied.concepts`` (e.g. ``ee_speed``, m/s).
+        knob: Policy knob the controller drives (``alpha``).
+        setpoint: Initial setpoint of the concept (its units).
+        controller: Initial controller type: ``off``, ``fixed``, ``pid`` or ``rl``.
+        gains: Initial controller parameters (passed to ``controllers.make``), or a YAML file.
+        seed: Seed of the first episode.
+        pace: Run live episodes at the env's control rate (wall clock) so a person can watch.
+        out_dir: Folder for saved gains YAML files and experiment results.
+        step_hold_s: Step experiment: seconds at the initial setpoint before the step.
+        settle_band: Step experiment: settling band as a fraction of the step size.
+        autotune_budget: Auto-tune: number of step experiments (episodes) it may run.
+    """
+
+    env_id: str = "mujoco:arm_reach"
+    policy: str = "expert"
+    concept: str = "ee_speed"
+    knob: str = "alpha"
+    setpoint: float = 0.15
+    controller: str = "pid"
+    gains: dict[str, float | str] | str | None = None
+    seed: int = 0
+    pace: bool = True
+    out_dir: Path = field(default_factory=lambda: Path("tune-out"))
+    step_hold_s: float = 0.5
+    settle_band: float = 0.05
+    autotune_budget: int = 9
+
+    def __post_init__(self) -> None:
+        self.out_dir = Path(self.out_dir)
+        require(
+            self.controller in ("off", "fixed", "pid", "rl"),
+            f"controller {self.controller!r} is not one of off, fixed, pid, rl",
+            "pick --controller off|fixed|pid|rl",
+        )
+        require(self.seed >= 0, f"seed {self.seed} is negative", "use a seed >= 0")
+        require(self.step_hold_s >= 0, f"step_hold_s {self.step_hold_s} is negative")
+        require(
+            0 < self.settle_band < 1,
+            f"settle_band {self.settle_band} outside (0, 1)",
+            "use e.g. 0.05 for a 5% band",
+        )
+        require(
+            1 <= self.autotune_budget <= 100,
+            f"autotune_budget {self.autotune_budget} outside [1, 100]",
+        )

@@ -1,0 +1,306 @@
+"""The tuning page's ASGI app (Starlette): static page, JSON state, camera frame, WebSocket.
+
+WebSocket protocol (JSON text messages):
+
+* server -> page: ``hello`` (session snapshot, gains files), then at ``telemetry_hz``:
+  ``telemetry`` (new samples), ``state`` (when it changed), ``frame`` (JPEG, base64, at
+  ``frame_hz``) and events (``ack``, ``error``, ``step_result``, ``autotune_candidate``,
+  ``autotune_done``, ``episode_end``, ``saved``, ``loaded``, ``files``, ``info``).
+* page -> server: commands ``{"cmd": ..., ...}`` (see :mod:`embodied.tune.commands`); each is
+  answered by ``ack`` or ``error`` (refused commands never reach the controller).
+
+Access: the server binds 127.0.0.1 by default. With a token, every HTTP request and the
+WebSocket must carry it (``?token=``, ``Authorization: Bearer``, or the cookie the page gets on
+its first authorised load); WebSockets from another origin are refused (cross-site hijacking).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hmac
+import io
+import json
+import logging
+import threading
+import time
+from http.cookies import SimpleCookie
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from embodied.errors import EmbodiedError
+from embodied.tune.commands import MAX_COMMAND_BYTES
+from embodied.tune.configuration_tune import ServerConfig
+from embodied.tune.session import TuneSession
+
+log = logging.getLogger(__name__)
+
+COOKIE = "embodied_tune_token"
+STATIC_DIR = Path(str(resources.files("embodied.tune") / "static"))
+
+
+def _token_from_scope(scope: dict[str, Any]) -> str | None:
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    if query.get("token"):
+        return query["token"][0]
+    headers = {
+        k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+    }
+    auth = headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    cookie = SimpleCookie(headers.get("cookie", ""))
+    return cookie[COOKIE].value if COOKIE in cookie else None
+
+
+def token_ok(scope: dict[str, Any], token: str | None) -> bool:
+    """Whether the request/WebSocket ``scope`` carries ``token`` (always true without one)."""
+    if not token:
+        return True
+    given = _token_from_scope(scope)
+    return given is not None and hmac.compare_digest(given.encode(), token.encode())
+
+
+def origin_ok(scope: dict[str, Any]) -> bool:
+    """A WebSocket's Origin (if sent, as browsers do) must be the page's own host."""
+    headers = {
+        k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+    }
+    origin = headers.get("origin")
+    if origin is None:
+        return True  # non-browser clients (scripts) send none
+    return urlsplit(origin).netloc.lower() == headers.get("host", "").lower()
+
+
+class TokenGate:
+    """ASGI middleware refusing HTTP requests (401) and WebSockets (close 1008) without the token."""
+
+    def __init__(self, app: Any, token: str | None) -> None:
+        self.app, self.token = app, token
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if kind == "http" and not token_ok(scope, self.token):
+            body = b"401: missing or wrong token; open the URL printed by `embodied tune`\n"
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [
+                        (b"content-type", b"text/plain"),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        if kind == "websocket" and not (token_ok(scope, self.token) and origin_ok(scope)):
+            await receive()  # websocket.connect
+            await send(
+                {"type": "websocket.close", "code": 1008, "reason": "missing or wrong token"}
+            )
+            return
+        await self.app(scope, receive, send)
+
+
+def encode_jpeg(frame: Any, quality: int = 80) -> str:
+    """Base64 JPEG of a uint8 (H, W, 3) frame."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(frame).save(buf, format="JPEG", quality=quality)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def create_app(session: TuneSession, config: ServerConfig) -> Any:
+    """Build the Starlette app serving ``session`` (wrapped in the token gate)."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import FileResponse, JSONResponse, Response
+    from starlette.routing import Mount, Route, WebSocketRoute
+    from starlette.staticfiles import StaticFiles
+    from starlette.websockets import WebSocket, WebSocketDisconnect
+
+    async def index(request: Request) -> Response:
+        resp = FileResponse(STATIC_DIR / "index.html", headers={"cache-control": "no-store"})
+        if config.token:
+            resp.set_cookie(COOKIE, config.token, httponly=True, samesite="strict")
+        return resp
+
+    async def state(request: Request) -> Response:
+        return JSONResponse(_jsonable(session.snapshot()))
+
+    async def frame(request: Request) -> Response:
+        _, img = session.latest_frame()
+        if img is None:
+            return Response(status_code=204)
+        data = base64.b64decode(await asyncio.to_thread(encode_jpeg, img))
+        return Response(data, media_type="image/jpeg", headers={"cache-control": "no-store"})
+
+    async def ws_endpoint(ws: WebSocket) -> None:
+        await ws.accept()
+        lock = asyncio.Lock()
+
+        async def send(msg: dict[str, Any]) -> None:
+            async with lock:
+                await ws.send_text(json.dumps(_jsonable(msg), allow_nan=False))
+
+        from embodied.tune import gains_io
+
+        await send(
+            {"type": "hello", "state": session.snapshot(), "files": gains_io.list_files(session)}
+        )
+        sender = asyncio.create_task(_pump(session, config, send))
+        try:
+            while True:
+                text = await ws.receive_text()
+                await send(_handle(session, text))
+        except WebSocketDisconnect:
+            pass
+        finally:
+            sender.cancel()
+
+    routes = [
+        Route("/", index),
+        Route("/api/state", state),
+        Route("/api/frame.jpg", frame),
+        WebSocketRoute("/ws", ws_endpoint),
+        Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
+    ]
+    return TokenGate(Starlette(routes=routes), config.token)
+
+
+def _handle(session: TuneSession, text: str) -> dict[str, Any]:
+    """Validate and submit one command; the reply is an ``ack`` or an ``error``."""
+    if len(text) > MAX_COMMAND_BYTES:
+        return {
+            "type": "error",
+            "message": f"command of {len(text)} bytes exceeds {MAX_COMMAND_BYTES}",
+        }
+    try:
+        message = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return {"type": "error", "message": f"command is not valid JSON ({exc.msg}): {text[:80]!r}"}
+    try:
+        return {"type": "ack", "message": session.submit(message), "cmd": message.get("cmd")}
+    except EmbodiedError as exc:
+        cmd = message.get("cmd") if isinstance(message, dict) else None
+        return {"type": "error", "message": f"refused: {exc}", "cmd": cmd}
+
+
+async def _pump(session: TuneSession, config: ServerConfig, send: Any) -> None:
+    """Push telemetry, state changes, events and frames to one page."""
+    seq = -1
+    event_seq, _ = session.events_since(10**18)  # only events after connecting
+    version = -1
+    frame_seq = 0
+    next_frame = 0.0
+    period = 1.0 / config.telemetry_hz
+    try:
+        while True:
+            samples = session.telemetry_since(seq)
+            if samples:
+                seq = samples[-1]["seq"]
+                await send({"type": "telemetry", "samples": samples})
+            event_seq, events = session.events_since(event_seq)
+            for ev in events:
+                await send(ev)
+            if session.state_version != version:
+                version = session.state_version
+                await send({"type": "state", "state": session.snapshot()})
+            now = time.monotonic()
+            if now >= next_frame:
+                fseq, img = session.latest_frame()
+                if img is not None and fseq != frame_seq:
+                    frame_seq = fseq
+                    next_frame = now + 1.0 / config.frame_hz
+                    jpeg = await asyncio.to_thread(encode_jpeg, img)
+                    await send({"type": "frame", "jpeg": jpeg, "shape": list(img.shape)})
+            await asyncio.sleep(period)
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # the page went away mid-send
+        log.debug("telemetry pump ended", exc_info=True)
+
+
+def _jsonable(x: Any) -> Any:
+    """Replace non-finite floats (not valid JSON) by None, recursively."""
+    if isinstance(x, float):
+        return x if x == x and x not in (float("inf"), float("-inf")) else None
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "item") and callable(x.item):
+        return _jsonable(x.item())
+    return x
+
+
+class TuneServer:
+    """Runs the app with uvicorn, in this thread (:meth:`run`) or a background one (:meth:`start`).
+
+    Args:
+        session: The session to serve (started by :meth:`start` / :meth:`run`).
+        config: Host, port, token (validated: a non-loopback host needs a token).
+    """
+
+    def __init__(self, session: TuneSession, config: ServerConfig) -> None:
+        import uvicorn
+
+        self.session, self.config = session, config
+        self._uv = uvicorn.Server(
+            uvicorn.Config(
+                create_app(session, config),
+                host=config.host,
+                port=config.port,
+                log_level="warning",
+                ws="websockets-sansio",
+                lifespan="off",
+            )
+        )
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        for server in self._uv.servers:
+            for sock in server.sockets:
+                return int(sock.getsockname()[1])
+        return self.config.port
+
+    @property
+    def url(self) -> str:
+        """URL of the page (with the token when one is set)."""
+        host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"
+        url = f"http://{host}:{self.port}/"
+        return url + (f"?token={self.config.token}" if self.config.token else "")
+
+    def start(self, timeout_s: float = 20.0) -> None:
+        """Start the session and serve in a background thread; return once listening."""
+        self.session.start()
+        self._thread = threading.Thread(target=self._uv.run, name="embodied-tune-http", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._uv.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"tuning server did not start on {self.config.host}:{self.config.port}"
+                )
+            time.sleep(0.05)
+
+    def run(self) -> None:
+        """Start the session and serve until Ctrl-C."""
+        self.session.start()
+        try:
+            self._uv.run()
+        finally:
+            self.session.close()
+
+    def stop(self) -> None:
+        """Stop serving and close the session."""
+        self._uv.should_exit = True
+        if self._thread is not None:
+            self._thread.join(10)
+        self.session.close()

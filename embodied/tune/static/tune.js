@@ -1,0 +1,196 @@
+// embodied tune page logic: WebSocket telemetry in, validated commands out.
+"use strict";
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const PARAMS = ["kp", "ki", "kd", "output_min", "output_max", "rate_limit"];
+  const COLORS = { meas: "#5ab0ff", sp: "#ffb347", out: "#c792ea", knob: "#7fdbca", act: "#9ccc65", prog: "#f07178", succ: "#ffd866" };
+  const plots = {
+    concept: new LinePlot($("plot-concept"), { series: [
+      { key: "measurement", label: "measured", color: COLORS.meas },
+      { key: "setpoint", label: "setpoint", color: COLORS.sp, dash: [5, 3], step: true }] }),
+    output: new LinePlot($("plot-output"), { series: [
+      { key: "output", label: "controller output", color: COLORS.out },
+      { key: "knob", label: "knob", color: COLORS.knob, dash: [2, 2] }] }),
+    action: new LinePlot($("plot-action"), { series: [{ key: "action_norm", label: "|action|", color: COLORS.act }] }),
+    progress: new LinePlot($("plot-progress"), { series: [
+      { key: "progress", label: "progress", color: COLORS.prog },
+      { key: "success_f", label: "success", color: COLORS.succ, step: true }], yMin: 0, yMax: 1 }),
+  };
+  const stepPlot = new LinePlot($("plot-step"), { series: [
+    { key: "y", label: "measured", color: COLORS.meas },
+    { key: "setpoint", label: "setpoint", color: COLORS.sp, dash: [5, 3], step: true }] });
+
+  let ws = null, state = null, sampleCount = 0, frameCount = 0, clock = 0, lastEpisode = null, lastT = 0;
+  const dirty = new Set();
+  window.tune = { get state() { return state; }, get samples() { return sampleCount; }, batches: 0, frames: 0, last: null, stepResult: null, autotune: null };
+
+  const fmt = (v, d = 3) => (v === null || v === undefined || Number.isNaN(v) ? "-" : Number(v).toPrecision(d));
+
+  function message(text, kind) {
+    const el = $("message");
+    el.textContent = text; el.className = "message " + kind;
+    const li = document.createElement("li");
+    li.textContent = new Date().toLocaleTimeString() + "  " + text;
+    if (kind === "error") li.className = "error";
+    const log = $("log"); log.prepend(li);
+    while (log.children.length > 30) log.lastChild.remove();
+  }
+
+  function send(obj) {
+    if (!ws || ws.readyState !== WebSocket.OPEN) { message("not connected", "error"); return; }
+    ws.send(JSON.stringify(obj));
+  }
+
+  function connect() {
+    const proto = location.protocol === "https:" ? "wss:" : "ws:";
+    ws = new WebSocket(`${proto}//${location.host}/ws${location.search}`);
+    ws.onopen = () => { setStatus("connected", ""); };
+    ws.onclose = (ev) => {
+      setStatus("offline", "offline");
+      message(`disconnected (${ev.code}${ev.reason ? ": " + ev.reason : ""}); retrying...`, "error");
+      setTimeout(connect, 1500);
+    };
+    ws.onmessage = (ev) => handle(JSON.parse(ev.data));
+  }
+
+  function setStatus(text, cls) { const el = $("status"); el.textContent = text; el.className = "pill " + cls; }
+
+  function handle(m) {
+    switch (m.type) {
+      case "hello": applyState(m.state, true); setFiles(m.files); break;
+      case "state": applyState(m.state, false); break;
+      case "telemetry": m.samples.forEach(addSample); window.tune.batches++; break;
+      case "frame": $("camera").src = "data:image/jpeg;base64," + m.jpeg; frameCount++; window.tune.frames = frameCount;
+        $("frame-count").textContent = `frame ${frameCount} (${m.shape[1]}x${m.shape[0]})`; break;
+      case "ack": message("ok: " + m.message, "info"); break;
+      case "error": message(m.message, "error"); break;
+      case "step_result": showStep(m.result); message(m.message, "info"); break;
+      case "autotune_candidate": addCandidate(m.candidate); message(m.message, "info"); break;
+      case "autotune_done": showAutotune(m.result); message(m.message, "info"); break;
+      case "saved": case "files": setFiles(m.files); if (m.message) message(m.message, "info"); break;
+      case "loaded": dirty.clear(); message(m.message, "info"); break;
+      default: if (m.message) message(m.message, "info");
+    }
+  }
+
+  function addSample(s) {
+    if (s.episode !== lastEpisode) {
+      if (lastEpisode !== null) { clock += 0.5; Object.values(plots).forEach((p) => p.mark(clock)); }
+      lastEpisode = s.episode; lastT = s.t;
+    }
+    clock += Math.max(0, s.t - lastT); lastT = s.t;
+    const row = { ...s, success_f: s.success ? 1 : 0 };
+    Object.values(plots).forEach((p) => p.push(clock, row));
+    sampleCount++;
+    window.tune.last = s;
+  }
+
+  function render() {
+    Object.values(plots).forEach((p) => p.draw());
+    stepPlot.draw();
+    const s = window.tune.last;
+    $("sample-count").textContent = sampleCount;
+    if (s) {
+      $("val-measurement").textContent = fmt(s.measurement);
+      $("val-setpoint").textContent = fmt(s.setpoint);
+      $("val-output").textContent = fmt(s.output);
+      $("val-action").textContent = fmt(s.action_norm);
+      $("val-progress").textContent = fmt(s.progress, 2);
+      $("val-success").textContent = s.success ? "yes" : "no";
+      $("val-mode").textContent = s.mode;
+    }
+    requestAnimationFrame(render);
+  }
+
+  function setInput(id, value) {
+    if (dirty.has(id) || document.activeElement === $(id)) return;
+    $(id).value = value === null || value === undefined ? "" : String(value);
+  }
+
+  function applyState(st, first) {
+    state = st;
+    $("task").textContent = `${st.env_id} · ${st.concept} [${st.units}] → ${st.knob} · "${st.instruction}"`;
+    $("unit").textContent = `(${st.concept}, ${st.units})`;
+    $("knob-name").textContent = st.knob;
+    $("episode").textContent = st.episode; $("seed").textContent = st.seed;
+    setStatus(st.busy ? st.status : st.paused ? "paused" : st.status, st.busy ? "busy" : st.paused ? "paused" : "running");
+    setInput("setpoint", st.setpoint);
+    const pid = st.params.pid || {};
+    PARAMS.forEach((p) => setInput(p, pid[p]));
+    setInput("fixed-value", (st.params.fixed || {}).value);
+    if (!dirty.has("ctrl-type") && document.activeElement !== $("ctrl-type")) $("ctrl-type").value = st.mode;
+    if (first) {
+      const [lo, hi] = st.setpoint_range;
+      setInput("step-from", +(st.setpoint * 0.5).toPrecision(3));
+      setInput("step-to", +Math.min(hi, st.setpoint).toPrecision(3));
+      $("setpoint").title = `allowed: [${lo}, ${hi}] ${st.units}`;
+    }
+    $("apply-proposal").disabled = !st.proposal;
+  }
+
+  function setFiles(files) {
+    const sel = $("load-name"); const keep = sel.value;
+    sel.innerHTML = "";
+    (files || []).forEach((f) => { const o = document.createElement("option"); o.value = f; o.textContent = f; sel.append(o); });
+    if ((files || []).includes(keep)) sel.value = keep;
+  }
+
+  function showStep(r) {
+    window.tune.stepResult = r;
+    $("step-rise").textContent = r.rise_time_s === null ? "n/a" : `${fmt(r.rise_time_s)} s`;
+    $("step-overshoot").textContent = r.overshoot_pct === null ? "n/a" : `${fmt(r.overshoot_pct)} %`;
+    $("step-settling").textContent = r.settling_time_s === null ? "n/a" : `${fmt(r.settling_time_s)} s`;
+    $("step-success").textContent = r.success ? "yes" : "no";
+    stepPlot.setData(r.trace.t, { y: r.trace.y, setpoint: r.trace.setpoint });
+  }
+
+  function addCandidate(c) {
+    const tr = document.createElement("tr");
+    const n = $("at-table").tBodies[0].children.length + 1;
+    [n, fmt(c.kp), fmt(c.ki), fmt(c.score, 4), c.overshoot_pct === null ? "n/a" : fmt(c.overshoot_pct) + " %",
+     c.settling_time_s === null ? "n/a" : fmt(c.settling_time_s) + " s"].forEach((v) => {
+      const td = document.createElement("td"); td.textContent = v; tr.append(td); });
+    $("at-table").tBodies[0].append(tr);
+  }
+
+  function showAutotune(r) {
+    window.tune.autotune = r;
+    $("at-result").textContent = `proposal: Kp=${fmt(r.proposal.kp, 4)} Ki=${fmt(r.proposal.ki, 4)} · score ${fmt(r.score, 4)} (current gains ${fmt(r.baseline_score, 4)})`;
+    const rows = $("at-table").tBodies[0].children;
+    r.candidates.forEach((c, i) => { if (c.kp === r.proposal.kp && c.ki === r.proposal.ki && rows[i]) rows[i].classList.add("best"); });
+    $("apply-proposal").disabled = false;
+  }
+
+  // inputs: remember edits until applied
+  document.querySelectorAll("input, select").forEach((el) => el.addEventListener("input", () => dirty.add(el.id)));
+  const val = (id) => $(id).value;
+  const clean = (...ids) => ids.forEach((id) => dirty.delete(id));
+
+  $("apply-setpoint").onclick = () => { send({ cmd: "setpoint", value: val("setpoint") }); clean("setpoint"); };
+  $("apply-gains").onclick = () => {
+    const params = {};
+    PARAMS.forEach((p) => { if (dirty.has(p)) params[p] = val(p); });
+    if (!Object.keys(params).length) PARAMS.slice(0, 3).forEach((p) => { params[p] = val(p); });
+    send({ cmd: "gains", type: "pid", params }); clean(...PARAMS);
+  };
+  $("apply-fixed").onclick = () => { send({ cmd: "gains", type: "fixed", params: { value: val("fixed-value") } }); clean("fixed-value"); };
+  $("apply-type").onclick = () => {
+    const msg = { cmd: "controller", type: val("ctrl-type") };
+    if (msg.type === "rl" && val("rl-path")) msg.path = val("rl-path");
+    send(msg); clean("ctrl-type");
+  };
+  for (const c of ["pause", "resume", "step", "reset"]) $(c).onclick = () => send({ cmd: c });
+  $("new-seed").onclick = () => send({ cmd: "new_seed" });
+  $("run-step").onclick = () => send({ cmd: "step_test", from: val("step-from"), to: val("step-to") });
+  $("save").onclick = () => send({ cmd: "save", name: val("save-name") });
+  $("load").onclick = () => send({ cmd: "load", name: val("load-name") });
+  $("autotune").onclick = () => {
+    $("at-table").tBodies[0].innerHTML = ""; $("at-result").textContent = "running...";
+    send({ cmd: "autotune", budget: val("at-budget"), from: val("step-from"), to: val("step-to") });
+  };
+  $("stop-job").onclick = () => send({ cmd: "stop_job" });
+  $("apply-proposal").onclick = () => { send({ cmd: "apply_proposal" }); dirty.clear(); };
+
+  connect();
+  requestAnimationFrame(render);
+})();

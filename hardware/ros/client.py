@@ -1,0 +1,428 @@
+"""A rosbridge v2 link built on roslibpy (Twisted transport), safe for a control loop.
+
+roslibpy's limits, and how this module lives with them:
+
+* **One Twisted reactor per process, not restartable.** :func:`ensure_reactor` starts it once,
+  in a daemon thread, without signal handlers (Ctrl-C stays with the main thread); links are
+  closed with ``Ros.close()`` and never ``Ros.terminate()`` (which would stop the reactor for
+  good). Any number of :class:`RosbridgeLink` objects share that reactor.
+* **roslibpy queues while disconnected** (``send_on_ready``): a command published during an
+  outage would be sent, stale, after the reconnect. :meth:`RosbridgeLink.publish` therefore
+  writes only to an open protocol and drops (and counts) anything else - never queued.
+* **roslibpy re-subscribes one second after a reconnect.** This link re-advertises and
+  re-subscribes itself the moment the websocket reopens.
+* **Reconnects** use roslibpy's ``ReconnectingClientFactory`` with our backoff
+  (initial delay, factor, maximum).
+
+Outgoing messages are validated against their type first (:mod:`hardware.ros.messages`), and
+are latest-wins per topic: a burst leaves one pending message per topic, never a growing queue.
+Incoming messages are kept in a bounded deque per topic (default: latest only).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from embodied.errors import ConfigError, SafetyFault
+from hardware.ros import messages
+
+log = logging.getLogger("hardware.ros")
+
+_REACTOR_LOCK = threading.Lock()
+_REACTOR_THREAD: threading.Thread | None = None
+
+
+def ensure_reactor(timeout_s: float = 5.0) -> None:
+    """Start the process-wide Twisted reactor in a daemon thread (once)."""
+    global _REACTOR_THREAD
+    from twisted.internet import reactor
+
+    with _REACTOR_LOCK:
+        if _REACTOR_THREAD is None:
+            _REACTOR_THREAD = threading.Thread(
+                target=reactor.run,  # type: ignore[misc,attr-defined]
+                kwargs={"installSignalHandlers": False},
+                name="twisted-reactor",
+                daemon=True,
+            )
+            _REACTOR_THREAD.start()
+    deadline = time.monotonic() + timeout_s
+    while not reactor.running:  # type: ignore[attr-defined]
+        if time.monotonic() > deadline:
+            raise SafetyFault(
+                "the Twisted reactor did not start",
+                fix="do not stop the reactor (Ros.terminate) in this process",
+            )
+        time.sleep(0.001)
+
+
+@dataclass
+class _Sub:
+    topic: str
+    msg_type: str
+    callback: Callable[[dict[str, Any]], None] | None
+    queue: deque[tuple[float, dict[str, Any]]]
+    throttle_rate_ms: int = 0
+    last_rx_s: float = -1.0
+    received: int = 0
+
+
+@dataclass
+class LinkStats:
+    """Counters of a link (for reports and tests)."""
+
+    published: int = 0
+    """Messages accepted by :meth:`RosbridgeLink.publish` (validated, link open)."""
+    sent: int = 0
+    """Messages written to the websocket."""
+    superseded: int = 0
+    """Messages replaced by a newer one on the same topic before they were written."""
+    dropped_disconnected: int = 0
+    """Messages refused or discarded because the link was down."""
+    rejected_invalid: int = 0
+    """Messages refused by validation."""
+    connects: int = 0
+    disconnects: int = 0
+    server_errors: list[str] = field(default_factory=list)
+
+
+class RosbridgeLink:
+    """One websocket link to a rosbridge v2 server.
+
+    Args:
+        host: Server host (127.0.0.1 for the local test graph).
+        port: Server port.
+        ros_version: 1 or 2 (message layouts for validation).
+        reconnect_initial_s: First reconnect delay (s).
+        reconnect_max_s: Largest reconnect delay (s).
+        reconnect_factor: Delay growth per failed attempt.
+        on_change: Called (from the reactor thread) with True/False when the link opens/closes.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        ros_version: int = 1,
+        reconnect_initial_s: float = 0.1,
+        reconnect_max_s: float = 2.0,
+        reconnect_factor: float = 2.0,
+        on_change: Callable[[bool], None] | None = None,
+    ) -> None:
+        self.host, self.port, self.ros_version = host, int(port), ros_version
+        self.backoff = (reconnect_initial_s, reconnect_max_s, reconnect_factor)
+        self.on_change = on_change
+        self.stats = LinkStats()
+        self.opened_s = -1.0
+        self.closed_s = -1.0
+        self._lock = threading.Lock()
+        self._proto: Any = None
+        self._ros: Any = None
+        self._subs: dict[str, _Sub] = {}
+        self._adverts: dict[str, str] = {}
+        self._pending: dict[str, bytes] = {}
+        self._scheduled: set[str] = set()
+        self._ids = 0
+        self._closing = False
+
+    # ----------------------------------------------------------- lifecycle
+    def open(self, timeout_s: float = 10.0) -> RosbridgeLink:
+        """Connect (waiting up to ``timeout_s``); reconnects happen automatically afterwards.
+
+        Raises:
+            SafetyFault: the server did not answer in time (naming host and port).
+        """
+        import roslibpy
+
+        ensure_reactor()
+        self._closing = False
+        ros = roslibpy.Ros(self.host, self.port, transport="twisted")
+        factory = ros.factory
+        factory.initialDelay, factory.maxDelay, factory.factor = self.backoff
+        factory.jitter = 0.05
+        factory.resetDelay()
+        # A half-open socket (peer hung, no FIN) is closed by websocket pings; a crashed peer
+        # is noticed at once through the TCP close.
+        factory.setProtocolOptions(
+            autoPingInterval=0.5, autoPingTimeout=1.0, openHandshakeTimeout=2.0
+        )
+        factory.on("ready", self._on_ready)
+        factory.on("close", self._on_close)
+        self._ros = ros
+        try:
+            ros.run(timeout=timeout_s)
+        except Exception as exc:
+            self.close()
+            raise SafetyFault(
+                f"no rosbridge server answered at ws://{self.host}:{self.port} "
+                f"within {timeout_s} s ({type(exc).__name__})",
+                fix="start rosbridge_server (or the test graph) and check host/port",
+            ) from exc
+        return self
+
+    def close(self) -> None:
+        """Send what is pending (e.g. the final stop command), then close the websocket and
+        stop reconnecting. The shared reactor keeps running."""
+        from twisted.internet import reactor, threads
+
+        self._closing = True
+        ros = self._ros
+        if ros is None:
+            return
+
+        def finish() -> None:  # reactor thread: pending messages go out before the close frame
+            ros.factory.stopTrying()
+            with self._lock:
+                proto = self._proto
+                pending = list(self._pending.items())
+                self._pending.clear()
+                self._proto = None
+            if proto is not None:
+                for _topic, payload in pending:
+                    proto.sendMessage(payload, isBinary=False)
+                    self.stats.sent += 1
+                proto._manual_disconnect = True
+                proto.sendClose()
+
+        if threading.current_thread() is _REACTOR_THREAD:
+            finish()
+        else:
+            try:
+                threads.blockingCallFromThread(reactor, finish)
+            except Exception as exc:  # reactor gone (interpreter exit): nothing left to send
+                log.warning("closing rosbridge link: %s", exc)
+        self._ros = None
+
+    @property
+    def connected(self) -> bool:
+        """Whether the websocket is open."""
+        return self._proto is not None
+
+    @property
+    def pending_count(self) -> int:
+        """Outgoing messages waiting for the reactor (at most one per advertised topic)."""
+        return len(self._pending)
+
+    def _on_ready(self, proto: Any) -> None:  # reactor thread
+        if self._closing:
+            proto.send_close()
+            return
+        proto._message_handlers["status"] = self._on_status  # rosbridge status/log messages
+        with self._lock:
+            self._proto = proto
+            self.opened_s = time.monotonic()
+            self.stats.connects += 1
+            adverts = dict(self._adverts)
+            subs = list(self._subs.values())
+        for topic, msg_type in adverts.items():
+            self._send_now(proto, self._advertise_msg(topic, msg_type))
+        for sub in subs:
+            self._send_now(proto, self._subscribe_msg(sub))
+        log.info(
+            "rosbridge link up: ws://%s:%d (%d topics)",
+            self.host,
+            self.port,
+            len(adverts) + len(subs),
+        )
+        if self.on_change is not None:
+            self.on_change(True)
+
+    def _on_close(self, _proto: Any) -> None:  # reactor thread
+        with self._lock:
+            was_open = self._proto is not None
+            self._proto = None
+            self.closed_s = time.monotonic()
+            self._pending.clear()
+            if was_open:
+                self.stats.disconnects += 1
+        if was_open:
+            log.warning("rosbridge link down: ws://%s:%d", self.host, self.port)
+            if self.on_change is not None:
+                self.on_change(False)
+
+    def _on_status(self, message: Mapping[str, Any]) -> None:
+        text = f"{message.get('level', '?')}: {message.get('msg', '')}"
+        self.stats.server_errors.append(text)
+        del self.stats.server_errors[:-100]
+        log.warning("rosbridge server status %s", text)
+
+    # ------------------------------------------------------------ messages
+    def _next_id(self, kind: str, name: str) -> str:
+        self._ids += 1
+        return f"{kind}:{name}:{self._ids}"
+
+    def _advertise_msg(self, topic: str, msg_type: str) -> dict[str, Any]:
+        return {
+            "op": "advertise",
+            "id": self._next_id("advertise", topic),
+            "topic": topic,
+            "type": msg_type,
+            "latch": False,
+            "queue_size": 1,
+        }
+
+    def _subscribe_msg(self, sub: _Sub) -> dict[str, Any]:
+        return {
+            "op": "subscribe",
+            "id": self._next_id("subscribe", sub.topic),
+            "topic": sub.topic,
+            "type": sub.msg_type,
+            "compression": "none",
+            "throttle_rate": sub.throttle_rate_ms,
+            "queue_length": 1,
+        }
+
+    @staticmethod
+    def _send_now(proto: Any, message: Mapping[str, Any]) -> None:
+        proto.send_message(json.dumps(message).encode("utf8"))
+
+    def advertise(self, topic: str, msg_type: str) -> None:
+        """Declare ``topic`` as ours (re-advertised after every reconnect)."""
+        messages.schema(msg_type, self.ros_version)  # unknown type -> MessageError now
+        with self._lock:
+            self._adverts[topic] = msg_type
+            proto = self._proto
+        if proto is not None:
+            self._send_now(proto, self._advertise_msg(topic, msg_type))
+
+    def subscribe(
+        self,
+        topic: str,
+        msg_type: str,
+        callback: Callable[[dict[str, Any]], None] | None = None,
+        keep: int = 1,
+        throttle_rate_ms: int = 0,
+    ) -> None:
+        """Receive ``topic``; the last ``keep`` messages are kept (see :meth:`latest`).
+
+        ``callback`` runs on the reactor thread; keep it short.
+        """
+        if keep < 1:
+            raise ConfigError(f"keep={keep} must be >= 1")
+        sub = _Sub(topic, msg_type, callback, deque(maxlen=keep), throttle_rate_ms)
+        with self._lock:
+            if topic in self._subs:
+                raise ConfigError(f"topic {topic!r} is already subscribed on this link")
+            self._subs[topic] = sub
+            proto = self._proto
+        assert self._ros is not None, "open() the link first"
+        self._ros.factory.on(topic, lambda msg, _s=sub: self._on_message(_s, msg))
+        if proto is not None:
+            self._send_now(proto, self._subscribe_msg(sub))
+
+    def _on_message(self, sub: _Sub, msg: dict[str, Any]) -> None:  # reactor thread
+        now = time.monotonic()
+        sub.queue.append((now, msg))
+        sub.last_rx_s = now
+        sub.received += 1
+        if sub.callback is not None:
+            try:
+                sub.callback(msg)
+            except Exception:
+                log.exception("callback for %s failed", sub.topic)
+
+    def latest(self, topic: str) -> tuple[float, dict[str, Any]] | None:
+        """(monotonic receive time s, message) of the newest message on ``topic``, or None."""
+        sub = self._subs[topic]
+        try:
+            return sub.queue[-1]
+        except IndexError:
+            return None
+
+    def last_rx_s(self, topic: str) -> float:
+        """Monotonic time (s) of the last message on ``topic`` (-1 if none)."""
+        return self._subs[topic].last_rx_s
+
+    def publish(self, topic: str, msg: Mapping[str, Any]) -> bool:
+        """Validate and publish ``msg`` on an advertised ``topic``; latest-wins.
+
+        Returns:
+            True if accepted for sending; False when the link is down (nothing is queued).
+
+        Raises:
+            MessageError: ``msg`` does not match the topic's type (nothing is sent).
+        """
+        msg_type = self._adverts.get(topic)
+        if msg_type is None:
+            raise ConfigError(
+                f"publish on {topic!r} before advertise()",
+                fix="call link.advertise(topic, type) once after open()",
+            )
+        try:
+            messages.validate(msg_type, msg, self.ros_version)
+        except messages.MessageError:
+            self.stats.rejected_invalid += 1
+            raise
+        payload = json.dumps(
+            {
+                "op": "publish",
+                "id": self._next_id("publish", topic),
+                "topic": topic,
+                "msg": msg,
+                "latch": False,
+            }
+        ).encode("utf8")
+        from twisted.internet import reactor
+
+        with self._lock:
+            if self._proto is None:
+                self.stats.dropped_disconnected += 1
+                return False
+            if topic in self._pending:
+                self.stats.superseded += 1
+            self._pending[topic] = payload
+            self.stats.published += 1
+            schedule = topic not in self._scheduled
+            self._scheduled.add(topic)
+        if schedule:
+            reactor.callFromThread(self._flush, topic)  # type: ignore[attr-defined]
+        return True
+
+    def _flush(self, topic: str) -> None:  # reactor thread
+        with self._lock:
+            self._scheduled.discard(topic)
+            payload = self._pending.pop(topic, None)
+            proto = self._proto
+        if payload is None:
+            return
+        if proto is None:
+            self.stats.dropped_disconnected += 1
+            return
+        proto.sendMessage(payload, isBinary=False)
+        self.stats.sent += 1
+
+    def call_service(
+        self,
+        service: str,
+        srv_type: str,
+        args: Mapping[str, Any] | None = None,
+        timeout_s: float = 2.0,
+    ) -> dict[str, Any]:
+        """Call a ROS service through the bridge (blocking; not from the reactor thread).
+
+        Raises:
+            SafetyFault: the link is down, the call timed out or the service failed.
+        """
+        import roslibpy
+
+        if self._proto is None or self._ros is None:
+            raise SafetyFault(
+                f"service {service} not called: rosbridge link is down",
+                fix="wait for the reconnect",
+            )
+        srv = roslibpy.Service(self._ros, service, srv_type)
+        try:
+            result = srv.call(roslibpy.ServiceRequest(dict(args or {})), timeout=timeout_s)
+        except Exception as exc:
+            raise SafetyFault(
+                f"service {service} ({srv_type}) failed: {exc}",
+                fix="check that the robot driver offers this service",
+            ) from exc
+        return dict(result)

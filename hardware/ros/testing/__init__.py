@@ -1,0 +1,254 @@
+"""A local ROS 1 test graph: rosmaster, the sim robot node and the rosbridge-v2 endpoint.
+
+Try ``embodied deploy`` without a robot::
+
+    python -m hardware.ros.testing          # prints rosbridge://127.0.0.1:PORT, Ctrl-C stops
+    embodied deploy --robot rosbridge://127.0.0.1:PORT --policy sine --out runs/x
+
+Needs Debian's ``ros-core python3-rospy python3-sensor-msgs python3-trajectory-msgs
+python3-geometry-msgs python3-std-msgs python3-std-srvs python3-websockets`` (the ROS
+processes run under ``/usr/bin/python3``; override with ``ROS_PYTHON``). Every process binds
+127.0.0.1 (``ROS_IP``), uses a free port, runs in its own process group and is stopped by the
+graph that started it, and only by it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from embodied.errors import ConfigError
+from hardware.configuration_robot import DEFAULT_CONFIG, RobotConfig, load_robot_config
+
+HERE = Path(__file__).resolve().parent
+ROS_PYTHON = os.environ.get("ROS_PYTHON", "/usr/bin/python3")
+APT_PACKAGES = (
+    "ros-core python3-rospy python3-sensor-msgs python3-trajectory-msgs "
+    "python3-geometry-msgs python3-std-msgs python3-std-srvs python3-websockets"
+)
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ros_available() -> str | None:
+    """None if the test graph can start here, else why not (with the fix)."""
+    if shutil.which("rosmaster") is None:
+        return f"rosmaster not found (fix: apt-get install -y {APT_PACKAGES})"
+    if not Path(ROS_PYTHON).exists():
+        return f"{ROS_PYTHON} not found (fix: set ROS_PYTHON to a python with rospy)"
+    probe = subprocess.run(
+        [ROS_PYTHON, "-c", "import rospy, websockets, std_srvs.srv, trajectory_msgs.msg"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+        return f"{ROS_PYTHON} lacks ROS modules: {last} (fix: apt-get install -y {APT_PACKAGES})"
+    return None
+
+
+def _wait_port(port: int, proc: subprocess.Popen[Any], what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ConfigError(f"{what} exited with code {proc.returncode} during start-up")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise ConfigError(f"{what} did not listen on 127.0.0.1:{port} within {timeout_s} s")
+
+
+class RosTestGraph:
+    """Starts and stops rosmaster, the sim robot node and the bridge endpoint.
+
+    Args:
+        config: Robot config file the sim node reads (joints, limits, topics).
+        bench: Start the node in bench mode (targets reached at once, state echoed).
+        workdir: Folder for logs and the node's command log (default: a temp folder).
+        node_rate_hz: Joint state rate (Hz) of the node.
+    """
+
+    def __init__(
+        self,
+        config: str | os.PathLike[str] = DEFAULT_CONFIG,
+        bench: bool = False,
+        workdir: str | os.PathLike[str] | None = None,
+        node_rate_hz: float = 100.0,
+    ) -> None:
+        self.config_path = Path(config)
+        self.bench = bench
+        self.node_rate_hz = node_rate_hz
+        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="rosgraph-")
+        self.workdir = Path(workdir) if workdir else Path(self._tmp.name)  # type: ignore[union-attr]
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.command_log = self.workdir / "commands.jsonl"
+        self.master_port = 0
+        self.bridge_port = 0
+        self.procs: dict[str, subprocess.Popen[Any]] = {}
+        self.env = dict(os.environ)
+
+    # ---------------------------------------------------------------- processes
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[Any]:
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process
+        proc = subprocess.Popen(
+            argv,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # own process group: we stop exactly what we started
+        )
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def _kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+    def start(self) -> RosTestGraph:
+        """Start rosmaster, the node and the endpoint; return when all are reachable."""
+        why = ros_available()
+        if why is not None:
+            raise ConfigError(f"cannot start the ROS test graph: {why}")
+        self.master_port = free_port()
+        self.env.update(
+            {
+                "ROS_MASTER_URI": f"http://127.0.0.1:{self.master_port}",
+                "ROS_IP": "127.0.0.1",
+                "ROS_HOME": str(self.workdir / "ros_home"),
+                "ROS_LOG_DIR": str(self.workdir / "ros_log"),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        self.env.pop("ROS_HOSTNAME", None)
+        self.env.pop("PYTHONPATH", None)  # the ROS processes use Debian's python, not our venv
+        try:
+            master = self._spawn("rosmaster", ["rosmaster", "--core", "-p", str(self.master_port)])
+            _wait_port(self.master_port, master, "rosmaster", 30)
+            self.start_node()
+            self.bridge_port = free_port()
+            self.start_endpoint()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def start_node(self) -> None:
+        """(Re)start the sim robot node."""
+        argv = [
+            ROS_PYTHON,
+            str(HERE / "sim_robot_node.py"),
+            "--config",
+            str(self.config_path),
+            "--rate-hz",
+            str(self.node_rate_hz),
+            "--log",
+            str(self.command_log),
+        ]
+        if self.bench:
+            argv.append("--bench")
+        self._spawn("sim_robot", argv)
+
+    def start_endpoint(self, timeout_s: float = 30) -> None:
+        """(Re)start the bridge endpoint on :attr:`bridge_port`; return once it listens."""
+        proc = self._spawn(
+            "bridge",
+            [
+                ROS_PYTHON,
+                str(HERE / "bridge_endpoint.py"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.bridge_port),
+            ],
+        )
+        _wait_port(self.bridge_port, proc, "rosbridge endpoint", timeout_s)
+
+    def kill_endpoint(self) -> None:
+        """SIGKILL the bridge endpoint (a crash, not a clean shutdown)."""
+        self._kill("bridge")
+
+    def kill_node(self) -> None:
+        """SIGKILL the sim robot node."""
+        self._kill("sim_robot")
+
+    def stop(self) -> None:
+        """Stop every process this graph started (SIGTERM to all, then SIGKILL stragglers)."""
+        procs = [(n, self.procs.pop(n)) for n in ("bridge", "sim_robot", "rosmaster")
+                 if n in self.procs]
+        for _name, proc in procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        for _name, proc in procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> RosTestGraph:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- views
+    @property
+    def url(self) -> str:
+        """``rosbridge://127.0.0.1:PORT`` of the endpoint."""
+        return f"rosbridge://127.0.0.1:{self.bridge_port}"
+
+    def robot_config(self) -> RobotConfig:
+        """The robot config pointing at this graph's endpoint."""
+        return load_robot_config(self.config_path).with_url(self.url)
+
+    def commands(self) -> list[dict[str, Any]]:
+        """Entries of the node's command log (``t`` is wall time, s)."""
+        import json
+
+        if not self.command_log.exists():
+            return []
+        lines = self.command_log.read_text().splitlines()
+        return [json.loads(x) for x in lines if x.strip()]
+
+
+def main() -> None:
+    """``python -m hardware.ros.testing [config.yaml]``: run the graph until Ctrl-C."""
+    config = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_CONFIG
+    with RosTestGraph(config, workdir=tempfile.mkdtemp(prefix="rosgraph-")) as graph:
+        print(
+            f"ROS test graph up: {graph.url}  (logs in {graph.workdir}; Ctrl-C stops)", flush=True
+        )
+        with contextlib.suppress(KeyboardInterrupt):
+            while all(p.poll() is None for p in graph.procs.values()):
+                time.sleep(0.5)

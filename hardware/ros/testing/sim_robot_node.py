@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""A rospy sim-robot node (ROS 1) standing in for a real arm driver.
+
+Runs under the system ``/usr/bin/python3`` (Debian's ``python3-rospy``), pure Python: no numpy,
+no ``embodied`` imports. Behaviour:
+
+* publishes ``sensor_msgs/JointState`` on the state topic at ``--rate-hz`` (100 Hz);
+* takes joint position targets as ``trajectory_msgs/JointTrajectory`` (first point, joints by
+  name) or ``std_msgs/Float64MultiArray`` (joint order) on the command topic, and moves each
+  joint towards its target at up to its velocity limit, within its position limits;
+* stale commands (older than ``command_timeout_ms``): holds position, velocity zero;
+* ``std_msgs/Bool`` e-stop topic (true latches a stop), ``std_srvs/Trigger`` enable service
+  (clears it);
+* ``--log FILE`` appends one JSON line per received command / e-stop / enable (wall time),
+  so tests observe exactly what reached the ROS side;
+* ``--bench``: targets are reached at once and a state is published right after each
+  command, so the round trip command -> matching state can be timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import threading
+import time
+
+import rospy
+import yaml
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Bool, Float64MultiArray, UInt64
+from std_srvs.srv import Trigger, TriggerResponse
+from trajectory_msgs.msg import JointTrajectory
+
+
+class SimRobotNode:
+    """Integrates joint position commands and publishes joint states."""
+
+    def __init__(self, cfg: dict, rate_hz: float, log_path: str | None, bench: bool) -> None:
+        joints = cfg["joints"]
+        self.names = [j["name"] for j in joints]
+        self.lower = [float(j["lower_rad"]) for j in joints]
+        self.upper = [float(j["upper_rad"]) for j in joints]
+        self.vmax = [float(j.get("max_velocity_rad_s", 1.0)) for j in joints]
+        home = cfg.get("home_rad") or [
+            (lo + hi) / 2 for lo, hi in zip(self.lower, self.upper, strict=False)
+        ]
+        self.q = [float(x) for x in home]
+        self.qd = [0.0] * len(self.q)
+        self.target: list[float] | None = None
+        self.t_cmd = -1e9
+        self.timeout_s = float(cfg.get("command_timeout_ms", 200.0)) / 1e3
+        self.rate_hz = rate_hz
+        self.bench = bench
+        self.estopped = False
+        self.received = 0
+        self.rejected = 0
+        self.lock = threading.Lock()
+        self.log = open(log_path, "a", buffering=1) if log_path else None  # noqa: SIM115
+        ros = cfg.get("ros", {})
+        state = ros.get("state", {"topic": "/joint_states"})
+        command = ros.get(
+            "command", {"topic": "/arm/command", "type": "trajectory_msgs/JointTrajectory"}
+        )
+        self.pub = rospy.Publisher(state["topic"], JointState, queue_size=1, tcp_nodelay=True)
+        self.count_pub = rospy.Publisher("/sim_robot/commands_received", UInt64, queue_size=1)
+        if command["type"] == "std_msgs/Float64MultiArray":
+            rospy.Subscriber(
+                command["topic"], Float64MultiArray, self.on_array, queue_size=1, tcp_nodelay=True
+            )
+        else:
+            rospy.Subscriber(
+                command["topic"],
+                JointTrajectory,
+                self.on_trajectory,
+                queue_size=1,
+                tcp_nodelay=True,
+            )
+        estop = ros.get("estop")
+        if estop and estop.get("type") == "std_msgs/Bool":
+            rospy.Subscriber(estop["topic"], Bool, self.on_estop, queue_size=10)
+        elif estop:
+            rospy.Service(estop["topic"], Trigger, self.on_estop_service)
+        enable = ros.get("enable")
+        if enable:
+            rospy.Service(enable["topic"], Trigger, self.on_enable)
+
+    def record(self, kind: str, **data: object) -> None:
+        if self.log is not None:
+            self.log.write(json.dumps({"t": time.time(), "kind": kind, **data}) + "\n")
+
+    # ---------------------------------------------------------------- commands
+    def apply(self, positions: list[float], source: str) -> None:
+        bad = len(positions) != len(self.q) or not all(math.isfinite(p) for p in positions)
+        with self.lock:
+            if bad:
+                self.rejected += 1
+                self.record("rejected", source=source, positions=list(positions))
+                return
+            self.received += 1
+            if self.estopped:
+                self.record("ignored_estop", positions=list(positions))
+                return
+            self.target = list(positions)
+            self.t_cmd = time.monotonic()
+            self.record("command", positions=list(positions))
+            if self.bench:
+                self.q = [
+                    min(max(p, lo), hi)
+                    for p, lo, hi in zip(positions, self.lower, self.upper, strict=False)
+                ]
+        if self.bench:
+            self.publish()
+
+    def on_trajectory(self, msg: JointTrajectory) -> None:
+        if not msg.points:
+            self.apply([], "trajectory")
+            return
+        index = {n: i for i, n in enumerate(msg.joint_names)}
+        if any(n not in index for n in self.names):
+            self.apply([], "trajectory")
+            return
+        pts = msg.points[0].positions
+        self.apply([pts[index[n]] for n in self.names], "trajectory")
+
+    def on_array(self, msg: Float64MultiArray) -> None:
+        self.apply(list(msg.data), "array")
+
+    def on_estop(self, msg: Bool) -> None:
+        if msg.data:
+            with self.lock:
+                self.estopped = True
+                self.target = None
+                self.record("estop")
+
+    def on_estop_service(self, _req: object) -> TriggerResponse:
+        self.on_estop(Bool(data=True))
+        return TriggerResponse(success=True, message="e-stop latched")
+
+    def on_enable(self, _req: object) -> TriggerResponse:
+        with self.lock:
+            self.estopped = False
+            self.record("enable")
+        return TriggerResponse(success=True, message="enabled")
+
+    # ---------------------------------------------------------------- loop
+    def step(self, dt: float) -> None:
+        with self.lock:
+            fresh = (
+                self.target is not None
+                and not self.estopped
+                and time.monotonic() - self.t_cmd <= self.timeout_s
+            )
+            for i in range(len(self.q)):
+                if fresh and self.target is not None:
+                    err = self.target[i] - self.q[i]
+                    move = max(-self.vmax[i] * dt, min(self.vmax[i] * dt, err))
+                    q = min(max(self.q[i] + move, self.lower[i]), self.upper[i])
+                    self.qd[i] = (q - self.q[i]) / dt
+                    self.q[i] = q
+                else:
+                    self.qd[i] = 0.0  # stale command: hold position, zero velocity
+
+    def publish(self) -> None:
+        msg = JointState()
+        msg.header.stamp = rospy.Time.now()
+        with self.lock:
+            msg.name = list(self.names)
+            msg.position = list(self.q)
+            msg.velocity = list(self.qd)
+        self.pub.publish(msg)
+
+    def spin(self) -> None:
+        period = 1.0 / self.rate_hz
+        next_t = time.monotonic()
+        last_count = 0.0
+        while not rospy.is_shutdown():
+            self.step(period)
+            self.publish()
+            now = time.monotonic()
+            if now - last_count > 0.1:
+                self.count_pub.publish(UInt64(data=self.received))
+                last_count = now
+            next_t += period
+            delay = next_t - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            else:
+                next_t = time.monotonic()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="robot config YAML")
+    parser.add_argument("--rate-hz", type=float, default=100.0)
+    parser.add_argument("--log", default=None, help="JSONL file of received commands")
+    parser.add_argument("--bench", action="store_true", help="reach targets at once, echo state")
+    args = parser.parse_args(argv)
+    with open(args.config) as f:
+        cfg = yaml.safe_load(f)
+    rospy.init_node("sim_robot", anonymous=False, disable_signals=False)
+    node = SimRobotNode(cfg, args.rate_hz, args.log, args.bench)
+    print("READY sim_robot", flush=True)
+    node.spin()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

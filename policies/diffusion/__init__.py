@@ -1,0 +1,49 @@
+"""Parameterized Diffusion Policy (PDP): a diffusion policy steered by a behaviour latent z.
+
+Following "From Noise to Control: Parameterized Diffusion Policies" (Zhang et al., 2026):
+
+* :mod:`~policies.diffusion.configuration_pdp` - configs (validated, JSON round-trip);
+* :mod:`~policies.diffusion.modeling_manifold` - trajectory VAE + soft-DTW geometric loss;
+* :mod:`~policies.diffusion.modeling_denoiser` - residual MLP / 1D U-Net with FiLM(z);
+* :mod:`~policies.diffusion.modeling_pdp` - normaliser, DDPM training, DDIM sampling;
+* :mod:`~policies.diffusion.policy_pdp` - the :class:`~embodied.contracts.Policy` with knob z;
+* :mod:`~policies.diffusion.training` - ``embodied train pdp`` (checkpoints, resume, TB);
+* :mod:`~policies.diffusion.adaptation` - z from one demo, z from a constraint (CEM);
+* :mod:`~policies.diffusion.experiment` - the multimodal-task evaluation and quick demo.
+
+Importing this package registers the checkpoint loader ``policy_type == "pdp"`` and the
+policy name ``pdp`` (``policies.load("pdp", path=DIR)``); torch/diffusers load lazily.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from embodied.contracts import Env, Policy
+from embodied.errors import ConfigError
+from policies import CHECKPOINT_LOADERS, POLICIES
+
+
+def _load_checkpoint(path: str | os.PathLike[str], **kwargs: Any) -> Policy:
+    """Load a PDP checkpoint folder (config.json policy_type "pdp")."""
+    from policies.diffusion.policy_pdp import PDPPolicy
+
+    return PDPPolicy.from_pretrained(path, **kwargs)
+
+
+def _make_pdp(env: Env | None = None, path: str | None = None, **kwargs: Any) -> Policy:
+    """Parameterized diffusion policy loaded from a checkpoint (path=DIR or hub id)."""
+    if path is None:
+        raise ConfigError(
+            "policy 'pdp' needs path=<checkpoint folder>",
+            fix="train one with `embodied train pdp --data DIR --out CKPT` and pass path=CKPT",
+        )
+    policy = _load_checkpoint(path, **kwargs)
+    if env is not None:
+        policy.check_compatible(env)
+    return policy
+
+
+CHECKPOINT_LOADERS.register("pdp", _load_checkpoint)
+POLICIES.register("pdp", _make_pdp)

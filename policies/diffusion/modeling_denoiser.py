@@ -1,0 +1,219 @@
+"""Noise-prediction denoisers conditioned on observations and on the behaviour latent z.
+
+z enters every layer through FiLM, ``x * (1 + scale(z)) + shift(z)``, with the FiLM
+projection zero-initialised so an untrained PDP starts as a plain diffusion policy.
+Two architectures share one signature ``forward(x, t, obs, z) -> eps``:
+
+* :class:`ResidualMLPDenoiser` - the paper's residual MLP over the flattened chunk (default;
+  fast at batch 1).
+* :class:`ConditionalUnet1D` - a temporal 1D-conv U-Net (Chi et al. 2023) with the same
+  z-FiLM in every residual block.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from policies.diffusion.configuration_pdp import PDPConfig
+
+
+def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sinusoidal embedding (B, dim) of diffusion steps ``t`` (B,)."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float32) / half)
+    args = t.float()[:, None] * freqs[None, :]
+    return torch.cat((torch.sin(args), torch.cos(args)), dim=-1)
+
+
+class ZFiLM(nn.Module):
+    """FiLM by z: ``h * (1 + scale(z)) + shift(z)``, zero-initialised (identity at init).
+
+    Args:
+        z_dim: Latent size; 0 makes the layer the identity with no parameters.
+        channels: Feature size modulated.
+    """
+
+    def __init__(self, z_dim: int, channels: int) -> None:
+        super().__init__()
+        self.proj: nn.Linear | None = None
+        if z_dim > 0:
+            self.proj = nn.Linear(z_dim, 2 * channels)
+            nn.init.zeros_(self.proj.weight)
+            nn.init.zeros_(self.proj.bias)
+
+    def forward(self, h: torch.Tensor, z: torch.Tensor | None) -> torch.Tensor:
+        """Modulate ``h`` (B, C) or (B, C, T) by ``z`` (B, z_dim)."""
+        if self.proj is None or z is None:
+            return h
+        scale, shift = self.proj(z).chunk(2, dim=-1)
+        if h.ndim == 3:
+            scale, shift = scale[..., None], shift[..., None]
+        return h * (1.0 + scale) + shift
+
+
+class CondFiLM(nn.Module):
+    """FiLM by the observation/timestep embedding (standard diffusion-policy conditioning)."""
+
+    def __init__(self, cond_dim: int, channels: int) -> None:
+        super().__init__()
+        self.proj = nn.Sequential(nn.Mish(), nn.Linear(cond_dim, 2 * channels))
+
+    def forward(self, h: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        """Modulate ``h`` (B, C) or (B, C, T) by ``cond`` (B, cond_dim)."""
+        scale, shift = self.proj(cond).chunk(2, dim=-1)
+        if h.ndim == 3:
+            scale, shift = scale[..., None], shift[..., None]
+        return h * (1.0 + scale) + shift
+
+
+class _CondEncoder(nn.Module):
+    """Embeds (observation history, diffusion step) into one conditioning vector."""
+
+    def __init__(self, config: PDPConfig, out_dim: int) -> None:
+        super().__init__()
+        self.t_dim = config.time_embed_dim
+        self.time_mlp = nn.Sequential(
+            nn.Linear(self.t_dim, 2 * self.t_dim), nn.Mish(), nn.Linear(2 * self.t_dim, self.t_dim)
+        )
+        self.obs_mlp = nn.Sequential(
+            nn.Linear(config.obs_cond_dim, out_dim), nn.Mish(), nn.Linear(out_dim, out_dim)
+        )
+        self.out = nn.Linear(out_dim + self.t_dim, out_dim)
+
+    def forward(self, t: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        temb = self.time_mlp(timestep_embedding(t, self.t_dim))
+        return self.out(torch.cat((self.obs_mlp(obs), temb), dim=-1))
+
+
+class _ResBlock(nn.Module):
+    def __init__(self, width: int, cond_dim: int, z_dim: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.fc1 = nn.Linear(width, width)
+        self.cond_film = CondFiLM(cond_dim, width)
+        self.z_film = ZFiLM(z_dim, width)
+        self.act = nn.Mish()
+        self.fc2 = nn.Linear(width, width)
+
+    def forward(self, h: torch.Tensor, cond: torch.Tensor, z: torch.Tensor | None) -> torch.Tensor:
+        y = self.fc1(self.norm(h))
+        y = self.z_film(self.cond_film(y, cond), z)
+        return h + self.fc2(self.act(y))
+
+
+class ResidualMLPDenoiser(nn.Module):
+    """Residual MLP over the flattened action chunk, FiLM(z) in every layer."""
+
+    def __init__(self, config: PDPConfig) -> None:
+        super().__init__()
+        w = config.hidden_dim
+        self.cond = _CondEncoder(config, config.cond_dim)
+        self.inp = nn.Linear(config.chunk_dim, w)
+        self.in_film = ZFiLM(config.z_dim, w)
+        self.blocks = nn.ModuleList(
+            _ResBlock(w, config.cond_dim, config.z_dim) for _ in range(config.n_blocks)
+        )
+        self.out_norm = nn.LayerNorm(w)
+        self.out_film = ZFiLM(config.z_dim, w)
+        self.out = nn.Linear(w, config.chunk_dim)
+        self.horizon, self.action_dim = config.horizon, config.action_dim
+
+    def forward(
+        self, x: torch.Tensor, t: torch.Tensor, obs: torch.Tensor, z: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Predict noise.
+
+        Args:
+            x: (B, horizon, action_dim) noisy normalised actions.
+            t: (B,) diffusion steps.
+            obs: (B, n_obs_steps * state_dim) normalised observation history.
+            z: (B, z_dim) behaviour latent, or None for the plain policy.
+
+        Returns:
+            (B, horizon, action_dim) predicted noise.
+        """
+        cond = self.cond(t, obs)
+        h = self.in_film(self.inp(x.flatten(1)), z)
+        for block in self.blocks:
+            h = block(h, cond, z)
+        h = self.out_film(self.out_norm(h), z)
+        return self.out(h).view(-1, self.horizon, self.action_dim)
+
+
+class _Conv1dBlock(nn.Sequential):
+    def __init__(self, cin: int, cout: int, kernel: int) -> None:
+        groups = 8 if cout % 8 == 0 else 1
+        super().__init__(
+            nn.Conv1d(cin, cout, kernel, padding=kernel // 2), nn.GroupNorm(groups, cout), nn.Mish()
+        )
+
+
+class _CondResBlock1D(nn.Module):
+    def __init__(self, cin: int, cout: int, cond_dim: int, z_dim: int, kernel: int) -> None:
+        super().__init__()
+        self.block1 = _Conv1dBlock(cin, cout, kernel)
+        self.block2 = _Conv1dBlock(cout, cout, kernel)
+        self.cond_film = CondFiLM(cond_dim, cout)
+        self.z_film = ZFiLM(z_dim, cout)
+        self.skip = nn.Conv1d(cin, cout, 1) if cin != cout else nn.Identity()
+
+    def forward(self, x: torch.Tensor, cond: torch.Tensor, z: torch.Tensor | None) -> torch.Tensor:
+        h = self.z_film(self.cond_film(self.block1(x), cond), z)
+        return self.block2(h) + self.skip(x)
+
+
+class ConditionalUnet1D(nn.Module):
+    """Temporal 1D-conv U-Net over (B, action_dim, horizon) with FiLM(cond) and FiLM(z)."""
+
+    def __init__(self, config: PDPConfig) -> None:
+        super().__init__()
+        chans = config.unet_channels
+        cond_dim = chans[-1]
+        k, zd = config.kernel_size, config.z_dim
+        self.cond = _CondEncoder(config, cond_dim)
+        self.down = nn.ModuleList()
+        cin = config.action_dim
+        for i, c in enumerate(chans):
+            last = i == len(chans) - 1
+            self.down.append(nn.ModuleList([
+                _CondResBlock1D(cin, c, cond_dim, zd, k),
+                nn.Conv1d(c, c, 3, stride=2, padding=1) if not last else nn.Identity(),
+            ]))
+            cin = c
+        self.mid = _CondResBlock1D(chans[-1], chans[-1], cond_dim, zd, k)
+        self.up = nn.ModuleList()
+        for i in reversed(range(len(chans) - 1)):
+            self.up.append(nn.ModuleList([
+                nn.ConvTranspose1d(chans[i + 1], chans[i + 1], 4, stride=2, padding=1),
+                _CondResBlock1D(chans[i + 1] + chans[i], chans[i], cond_dim, zd, k),
+            ]))
+        self.final = nn.Sequential(_Conv1dBlock(chans[0], chans[0], k),
+                                   nn.Conv1d(chans[0], config.action_dim, 1))
+
+    def forward(
+        self, x: torch.Tensor, t: torch.Tensor, obs: torch.Tensor, z: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Same contract as :meth:`ResidualMLPDenoiser.forward`."""
+        cond = self.cond(t, obs)
+        h = x.transpose(1, 2)
+        skips = []
+        for block, down in self.down:  # type: ignore[misc]
+            h = block(h, cond, z)
+            skips.append(h)
+            h = down(h)
+        h = self.mid(h, cond, z)
+        skips.pop()
+        for upsample, block in self.up:  # type: ignore[misc]
+            h = upsample(h)
+            h = block(torch.cat((h, skips.pop()), dim=1), cond, z)
+        return self.final(h).transpose(1, 2)
+
+
+DENOISER_CLASSES: dict[str, type[nn.Module]] = {
+    "mlp": ResidualMLPDenoiser,
+    "unet": ConditionalUnet1D,
+}
+"""``PDPConfig.denoiser`` -> class."""

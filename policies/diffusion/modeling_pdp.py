@@ -1,0 +1,230 @@
+"""The PDP network: normaliser + z-conditioned denoiser + DDPM/DDIM schedules (+ manifold).
+
+Training uses diffusers' :class:`~diffusers.DDPMScheduler` (cosine schedule) to noise
+actions; sampling runs DDIM (eta = 0) with its coefficients precomputed from diffusers'
+:class:`~diffusers.DDIMScheduler` into buffers, so the sampling loop is a few fused tensor
+ops per step with no scheduler objects or Python dicts in the way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from diffusers import DDIMScheduler, DDPMScheduler
+from torch import nn
+
+from embodied.errors import CheckpointError, ConfigError
+from policies.diffusion.configuration_pdp import PDPConfig
+from policies.diffusion.modeling_denoiser import DENOISER_CLASSES
+from policies.diffusion.modeling_manifold import TrajectoryVAE
+
+STAT_KEYS = ("state_min", "state_max", "action_min", "action_max", "z_mean", "z_std")
+"""Normalisation statistics stored inside every checkpoint (``normalizer.<key>``)."""
+
+
+class Normalizer(nn.Module):
+    """Min-max normalisation of states/actions to [-1, 1] and standardisation of z.
+
+    Statistics are buffers initialised to NaN: using a normaliser whose statistics were
+    never set (or failed to load) raises instead of passing values through.
+    """
+
+    def __init__(self, state_dim: int, action_dim: int, z_dim: int) -> None:
+        super().__init__()
+        nan = float("nan")
+        self.register_buffer("state_min", torch.full((state_dim,), nan))
+        self.register_buffer("state_max", torch.full((state_dim,), nan))
+        self.register_buffer("action_min", torch.full((action_dim,), nan))
+        self.register_buffer("action_max", torch.full((action_dim,), nan))
+        self.register_buffer("z_mean", torch.zeros(max(z_dim, 1)))
+        self.register_buffer("z_std", torch.ones(max(z_dim, 1)))
+
+    def set_stats(self, **stats: np.ndarray | torch.Tensor) -> None:
+        """Set statistics by name (see :data:`STAT_KEYS`), checking their shapes."""
+        for key, value in stats.items():
+            if key not in STAT_KEYS:
+                raise ConfigError(f"unknown normaliser statistic {key!r}; known: {STAT_KEYS}")
+            buf = getattr(self, key)
+            t = torch.as_tensor(np.asarray(value, dtype=np.float32))
+            if t.shape != buf.shape:
+                raise ConfigError(
+                    f"statistic {key!r} has shape {tuple(t.shape)}, expected {tuple(buf.shape)}",
+                    fix="compute statistics on data with the policy's state/action dims",
+                )
+            buf.copy_(t)
+
+    def check(self) -> None:
+        """Raise if any statistic is unset (NaN) or degenerate."""
+        for key in STAT_KEYS:
+            buf = getattr(self, key)
+            if not torch.isfinite(buf).all():
+                raise CheckpointError(
+                    f"normaliser statistic {key!r} is not set (contains NaN/inf)",
+                    fix="train with `embodied train pdp` or load a checkpoint holding the stats",
+                )
+        if (self.z_std <= 0).any():
+            raise CheckpointError(f"normaliser z_std {self.z_std.tolist()} must be > 0")
+
+    @staticmethod
+    def _scale(lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        half = ((hi - lo) / 2.0).clamp_min(1e-6)
+        return (hi + lo) / 2.0, half
+
+    def norm_state(self, s: torch.Tensor) -> torch.Tensor:
+        """States -> [-1, 1]."""
+        mid, half = self._scale(self.state_min, self.state_max)
+        return (s - mid) / half
+
+    def norm_action(self, a: torch.Tensor) -> torch.Tensor:
+        """Actions -> [-1, 1]."""
+        mid, half = self._scale(self.action_min, self.action_max)
+        return (a - mid) / half
+
+    def unnorm_action(self, a: torch.Tensor) -> torch.Tensor:
+        """[-1, 1] -> actions."""
+        mid, half = self._scale(self.action_min, self.action_max)
+        return a * half + mid
+
+    def latent_to_knob(self, z: torch.Tensor) -> torch.Tensor:
+        """Raw encoder latent -> knob space (standardised)."""
+        return (z - self.z_mean) / self.z_std
+
+    def knob_to_latent(self, k: torch.Tensor) -> torch.Tensor:
+        """Knob space -> raw encoder latent (what the denoiser was trained with)."""
+        return k * self.z_std + self.z_mean
+
+
+class PDPModel(nn.Module):
+    """Denoiser, normaliser, schedules and (for PDP) the behaviour manifold.
+
+    The denoiser is conditioned on the *knob-space* z (standardised latent), so knob value,
+    adaptation variable and conditioning input are the same numbers.
+
+    Args:
+        config: Policy configuration.
+    """
+
+    def __init__(self, config: PDPConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.normalizer = Normalizer(config.state_dim, config.action_dim, config.z_dim)
+        self.denoiser = DENOISER_CLASSES[config.denoiser](config)
+        self.manifold: TrajectoryVAE | None = None
+        if config.uses_z:
+            self.manifold = TrajectoryVAE(config.manifold, config.state_dim, config.action_dim)
+        self.train_scheduler = DDPMScheduler(
+            num_train_timesteps=config.num_train_timesteps,
+            beta_schedule=config.beta_schedule,
+            clip_sample=config.clip_sample,
+            prediction_type="epsilon",
+        )
+        self.register_buffer(
+            "alphas_cumprod", self.train_scheduler.alphas_cumprod.clone().float(), persistent=False
+        )
+        self._precompute_ddim()
+
+    def _precompute_ddim(self) -> None:
+        """DDIM (eta=0) coefficients per sampling step, taken from diffusers' DDIMScheduler."""
+        cfg = self.config
+        ddim = DDIMScheduler(
+            num_train_timesteps=cfg.num_train_timesteps,
+            beta_schedule=cfg.beta_schedule,
+            clip_sample=cfg.clip_sample,
+            set_alpha_to_one=True,
+            prediction_type="epsilon",
+        )
+        ddim.set_timesteps(cfg.num_inference_steps)
+        self.ddim_scheduler = ddim
+        ts = ddim.timesteps.long()
+        acp = ddim.alphas_cumprod.double()
+        step = cfg.num_train_timesteps // cfg.num_inference_steps
+        a_t = acp[ts]
+        prev = ts - step
+        a_prev = torch.where(prev >= 0, acp[prev.clamp_min(0)], ddim.final_alpha_cumprod.double())
+        # x0 = (x - sqrt(1-a_t) eps) / sqrt(a_t);  x_prev = sqrt(a_prev) x0 + sqrt(1-a_prev) eps
+        coefs = torch.stack((
+            1.0 / a_t.sqrt(), (1.0 - a_t).sqrt() / a_t.sqrt(), a_prev.sqrt(), (1.0 - a_prev).sqrt()
+        ), dim=1).float()
+        self.register_buffer("ddim_timesteps", ts, persistent=False)
+        self.register_buffer("ddim_coefs", coefs, persistent=False)
+
+    # ---- conditioning helpers -------------------------------------------------------------
+    def _z(self, z: torch.Tensor | None, batch: int) -> torch.Tensor | None:
+        if not self.config.uses_z:
+            return None
+        if z is None:
+            return torch.zeros(batch, self.config.z_dim)
+        if z.ndim == 1:
+            z = z[None].expand(batch, -1)
+        if z.shape != (batch, self.config.z_dim):
+            raise ConfigError(
+                f"z has shape {tuple(z.shape)}, expected ({batch}, {self.config.z_dim})"
+            )
+        return z
+
+    # ---- training -------------------------------------------------------------------------
+    def compute_loss(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        z: torch.Tensor | None,
+        generator: torch.Generator | None = None,
+        timesteps: torch.Tensor | None = None,
+        noise: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Denoising (epsilon-prediction) MSE.
+
+        Args:
+            obs: (B, n_obs_steps * state_dim) normalised observation history.
+            actions: (B, horizon, action_dim) normalised action chunks.
+            z: (B, z_dim) knob-space latents (None for the plain policy).
+            generator: Generator for noise and timesteps.
+            timesteps: Optional fixed diffusion steps (B,).
+            noise: Optional fixed noise like ``actions``.
+        """
+        b = actions.shape[0]
+        if noise is None:
+            noise = torch.randn(actions.shape, generator=generator)
+        if timesteps is None:
+            timesteps = torch.randint(
+                0, self.config.num_train_timesteps, (b,), generator=generator
+            )
+        noisy = self.train_scheduler.add_noise(actions, noise, timesteps)
+        pred = self.denoiser(noisy, timesteps, obs, self._z(z, b))
+        return torch.mean((pred - noise) ** 2)
+
+    # ---- sampling -------------------------------------------------------------------------
+    def sample(
+        self,
+        obs: torch.Tensor,
+        z: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        noise: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """DDIM-sample normalised action chunks.
+
+        Args:
+            obs: (B, n_obs_steps * state_dim) normalised observation history.
+            z: (B, z_dim) or (z_dim,) knob-space latent (PDP); ignored by the plain policy.
+            generator: Noise generator.
+            noise: Optional initial noise (B, horizon, action_dim).
+
+        Returns:
+            (B, horizon, action_dim) normalised actions.
+        """
+        cfg = self.config
+        b = obs.shape[0]
+        x = noise if noise is not None else torch.randn(
+            (b, cfg.horizon, cfg.action_dim), generator=generator
+        )
+        zz = self._z(z, b)
+        clip = cfg.clip_sample
+        for i in range(cfg.num_inference_steps):
+            t = self.ddim_timesteps[i].expand(b)
+            eps = self.denoiser(x, t, obs, zz)
+            c = self.ddim_coefs[i]
+            x0 = x * c[0] - eps * c[1]
+            if clip:
+                x0 = x0.clamp(-1.0, 1.0)
+            x = x0 * c[2] + eps * c[3]
+        return x

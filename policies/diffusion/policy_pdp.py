@@ -1,0 +1,208 @@
+"""The PDP as an ``embodied`` policy: Policy + Steerable (knob ``z``), save/load.
+
+A checkpoint folder holds ``config.json`` (``"policy_type": "pdp"`` + the config),
+``model.safetensors`` (EMA weights of the denoiser, the manifold, and the normalisation
+statistics as ``normalizer.*``). No pickle anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from embodied.contracts import Env, Knob, KnobMixin, Policy
+from embodied.errors import CheckpointError, CompatibilityError
+from embodied.io import atomic_path, write_json
+from embodied.specs import Observation
+from policies.diffusion.configuration_pdp import PDPConfig
+from policies.diffusion.modeling_pdp import STAT_KEYS, PDPModel
+
+POLICY_TYPE = "pdp"
+FORMAT_VERSION = 1
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+
+
+class PDPPolicy(KnobMixin, Policy):
+    """Parameterized Diffusion Policy with knob ``z`` (standardised behaviour latent).
+
+    ``z`` is clipped to ``[-z_bound, z_bound]`` per element by the knob bounds; the prior
+    N(0, I) of the manifold maps onto the knob's centre. The plain diffusion-policy
+    baseline (``z_dim == 0``) has no knobs.
+
+    Args:
+        model: The network (EMA weights for inference).
+        noise_seed: Seed of the sampling noise, re-applied at every :meth:`reset`.
+    """
+
+    def __init__(self, model: PDPModel, noise_seed: int = 0) -> None:
+        super().__init__()
+        model.normalizer.check()
+        self.model = model.eval()
+        self.config: PDPConfig = model.config
+        cfg = self.config
+        self.action_dim = cfg.action_dim
+        self.n_action_steps = cfg.n_action_steps
+        self._knobs: dict[str, Knob] = {}
+        if cfg.uses_z:
+            b = float(cfg.z_bound)
+            self._knobs["z"] = Knob(
+                "z", (-b,) * cfg.z_dim, (b,) * cfg.z_dim, (0.0,) * cfg.z_dim,
+                description="behaviour latent (standardised; prior N(0, I))",
+            )
+        self._history: deque[np.ndarray] = deque(maxlen=cfg.n_obs_steps)
+        self.noise_seed = int(noise_seed)
+        self._generator = torch.Generator().manual_seed(self.noise_seed)
+        self._z_cache: tuple[bytes, torch.Tensor] | None = None
+
+    # ---- Policy contract ------------------------------------------------------------------
+    def reset(self) -> None:
+        """Clear queue and observation history; re-seed the sampling noise."""
+        super().reset()
+        self._history.clear()
+        self._generator.manual_seed(self.noise_seed)
+
+    def select_action(self, obs: Observation) -> np.ndarray:
+        """Record ``obs`` in the history, then pop (or plan) the next action."""
+        self._push(obs)
+        return super().select_action(obs)
+
+    def _push(self, obs: Observation) -> None:
+        state = np.asarray(obs["state"], dtype=np.float32).reshape(-1)
+        if state.shape[0] != self.config.state_dim:
+            raise CompatibilityError(
+                f"observation 'state' has {state.shape[0]} dims, PDP expects "
+                f"{self.config.state_dim} ({list(self.config.state_names)})",
+                fix="run the policy on the env it was trained on",
+            )
+        if not self._history:
+            for _ in range(self.config.n_obs_steps - 1):
+                self._history.append(state)
+        self._history.append(state)
+
+    def _z_tensor(self) -> torch.Tensor | None:
+        if not self.config.uses_z:
+            return None
+        value = self.get_knob("z")
+        key = value.tobytes()
+        if self._z_cache is None or self._z_cache[0] != key:
+            self._z_cache = (key, torch.as_tensor(value, dtype=torch.float32)[None])
+        return self._z_cache[1]
+
+    def predict_action_chunk(self, obs: Observation) -> np.ndarray:
+        """Sample a (horizon, action_dim) chunk for the current history (and knob z)."""
+        if not self._history:
+            self._push(obs)
+        hist = torch.from_numpy(np.concatenate(self._history))[None]
+        with torch.inference_mode():
+            model = self.model
+            obs_n = model.normalizer.norm_state(hist.view(1, -1, self.config.state_dim))
+            chunk = model.sample(obs_n.view(1, -1), self._z_tensor(), generator=self._generator)
+            actions = model.normalizer.unnorm_action(chunk)[0]
+        return actions.numpy().astype(np.float64)
+
+    def check_compatible(self, env: Env) -> None:
+        """Also refuse envs whose state size differs from the training data."""
+        super().check_compatible(env)
+        if env.observation_spec.state.dim != self.config.state_dim:
+            raise CompatibilityError(
+                f"PDP was trained on {self.config.state_dim}-dim states but env "
+                f"{env.env_id!r} has {env.observation_spec.state.dim} "
+                f"({env.observation_spec.state.names})",
+                fix="train the policy on data from this env",
+            )
+
+    # ---- persistence ----------------------------------------------------------------------
+    def save_pretrained(self, path: str | os.PathLike[str]) -> Path:
+        """Write ``config.json`` and ``model.safetensors`` (atomically) into ``path``."""
+        return save_model(self.model, path)
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | os.PathLike[str], noise_seed: int = 0, **_: Any
+    ) -> PDPPolicy:
+        """Load from a local folder or a Hugging Face hub id (``owner/name``)."""
+        return cls(load_model(path), noise_seed=noise_seed)
+
+
+def save_model(model: PDPModel, path: str | os.PathLike[str]) -> Path:
+    """Save ``model`` as a PDP checkpoint folder; returns the folder."""
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    model.normalizer.check()
+    state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+    with atomic_path(out / WEIGHTS_NAME) as tmp:
+        save_file(state, str(tmp), metadata={"policy_type": POLICY_TYPE})
+    write_json(out / CONFIG_NAME, {
+        "policy_type": POLICY_TYPE, "format_version": FORMAT_VERSION, **model.config.to_dict()
+    })
+    return out
+
+
+def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
+    """A local checkpoint folder, downloading ``owner/name`` hub ids if needed."""
+    p = Path(path)
+    if p.is_dir():
+        return p
+    spec = str(path)
+    if spec.count("/") == 1 and not p.exists() and not spec.startswith((".", "/")):
+        try:
+            from huggingface_hub import snapshot_download
+
+            return Path(snapshot_download(spec, allow_patterns=[CONFIG_NAME, WEIGHTS_NAME]))
+        except Exception as exc:  # network, auth, offline mode
+            raise CheckpointError(
+                f"cannot fetch PDP checkpoint {spec!r} from the hub: {exc}",
+                fix="pass a local folder written by `embodied train pdp`",
+            ) from exc
+    raise CheckpointError(
+        f"PDP checkpoint folder {spec!r} does not exist",
+        fix="pass a folder written by `embodied train pdp --out DIR`",
+    )
+
+
+def load_model(path: str | os.PathLike[str]) -> PDPModel:
+    """Load a :class:`PDPModel` from a checkpoint folder, checking every key and statistic."""
+    folder = resolve_checkpoint(path)
+    cfg_file, w_file = folder / CONFIG_NAME, folder / WEIGHTS_NAME
+    for f in (cfg_file, w_file):
+        if not f.exists():
+            raise CheckpointError(f"PDP checkpoint {str(folder)!r} lacks {f.name}",
+                                  fix="re-save it with save_pretrained / `embodied train pdp`")
+    data = json.loads(cfg_file.read_text())
+    if data.get("policy_type") != POLICY_TYPE:
+        raise CheckpointError(f"{cfg_file} has policy_type {data.get('policy_type')!r}, not "
+                              f"{POLICY_TYPE!r}", fix="load it with its own policy type")
+    model = PDPModel(PDPConfig.from_dict(data))
+    state = load_file(str(w_file))
+    expected = model.state_dict()
+    missing_stats = [f"normalizer.{k}" for k in STAT_KEYS if f"normalizer.{k}" not in state]
+    if missing_stats:
+        raise CheckpointError(
+            f"{w_file} lacks normalisation statistics {missing_stats}",
+            fix="the checkpoint is incomplete; re-train or re-save it with its statistics",
+        )
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{w_file} does not match config: missing {missing[:5]}, unexpected {unexpected[:5]}",
+            fix="config.json and model.safetensors come from different models; re-save both",
+        )
+    for key, value in state.items():
+        if value.shape != expected[key].shape:
+            raise CheckpointError(
+                f"{w_file}: {key!r} has shape {tuple(value.shape)}, config implies "
+                f"{tuple(expected[key].shape)}",
+                fix="config.json and model.safetensors come from different models",
+            )
+    model.load_state_dict(state)
+    model.normalizer.check()
+    return model.eval()

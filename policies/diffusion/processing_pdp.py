@@ -1,0 +1,154 @@
+"""Data processing for PDP: demos -> statistics, training windows and end-effector paths."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from embodied.errors import DatasetError
+
+
+@dataclass
+class Demos:
+    """Whole demos as arrays (what the manifold and the policy train on).
+
+    Attributes:
+        states: Per demo, (T_i, state_dim) float64 states.
+        actions: Per demo, (T_i, action_dim) float64 actions.
+        labels: Per demo, a label such as the route class ("" when unknown).
+        env_args: Env description from the dataset (env_id, specs).
+    """
+
+    states: list[np.ndarray]
+    actions: list[np.ndarray]
+    labels: list[str] = field(default_factory=list)
+    env_args: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.states) != len(self.actions):
+            raise DatasetError(
+                f"{len(self.states)} state sequences but {len(self.actions)} action sequences",
+                fix="give one (states, actions) pair per demo",
+            )
+        if not self.states:
+            raise DatasetError("no demos", fix="collect expert demos first (`embodied collect`)")
+        if not self.labels:
+            self.labels = [""] * len(self.states)
+        sd, ad = self.states[0].shape[1], self.actions[0].shape[1]
+        for i, (s, a) in enumerate(zip(self.states, self.actions)):
+            if s.ndim != 2 or a.ndim != 2 or s.shape[0] != a.shape[0] or s.shape[0] < 2:
+                raise DatasetError(
+                    f"demo {i} has states {s.shape} and actions {a.shape}",
+                    fix="every demo needs >= 2 steps with one state per action",
+                )
+            if s.shape[1] != sd or a.shape[1] != ad:
+                raise DatasetError(
+                    f"demo {i} has state/action dims {s.shape[1]}/{a.shape[1]}, "
+                    f"demo 0 has {sd}/{ad}",
+                    fix="train on demos of one env",
+                )
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    @property
+    def state_dim(self) -> int:
+        """State size."""
+        return int(self.states[0].shape[1])
+
+    @property
+    def action_dim(self) -> int:
+        """Action size."""
+        return int(self.actions[0].shape[1])
+
+    def stats(self) -> dict[str, np.ndarray]:
+        """Min/max of states and actions over all demos."""
+        s = np.concatenate(self.states)
+        a = np.concatenate(self.actions)
+        return {
+            "state_min": s.min(0), "state_max": s.max(0),
+            "action_min": a.min(0), "action_max": a.max(0),
+        }
+
+    def subset(self, idx: Sequence[int]) -> Demos:
+        """The demos at ``idx``."""
+        return Demos([self.states[i] for i in idx], [self.actions[i] for i in idx],
+                     [self.labels[i] for i in idx], dict(self.env_args))
+
+
+def load_demos(
+    path: str | os.PathLike[str],
+    label_key: str = "route",
+    successful_only: bool = True,
+) -> Demos:
+    """Read demos from a dataset folder/file written by ``embodied collect``.
+
+    Args:
+        path: Dataset folder of shards or one robomimic HDF5 file.
+        label_key: Demo attribute (or ``meta`` entry) holding the behaviour label.
+        successful_only: Skip demos whose ``success`` attribute is False.
+    """
+    from embodied.datasets import Dataset
+
+    ds = Dataset(path, obs_keys=["state"])
+    states, actions, labels = [], [], []
+    for ep in ds:
+        if "state" not in ep.obs:
+            raise DatasetError(
+                f"{ep.source} has no 'state' observation (keys: {sorted(ep.obs)})",
+                fix="PDP trains on low-dimensional state; collect with state observations",
+            )
+        if successful_only and ep.attrs.get("success") is not None and not ep.attrs["success"]:
+            continue
+        states.append(np.asarray(ep.obs["state"], dtype=np.float64))
+        actions.append(np.asarray(ep.actions, dtype=np.float64))
+        meta = ep.attrs.get("meta") if isinstance(ep.attrs.get("meta"), dict) else {}
+        label = ep.attrs.get(label_key, meta.get(label_key, ""))  # type: ignore[union-attr]
+        labels.append(str(label.decode() if isinstance(label, bytes) else label))
+    if not states:
+        raise DatasetError(f"dataset {str(path)!r} has no successful demos",
+                           fix="collect successful expert demos")
+    return Demos(states, actions, labels, dict(ds.env_args))
+
+
+def obs_window(states: np.ndarray, t: int, n_obs_steps: int) -> np.ndarray:
+    """The last ``n_obs_steps`` states up to step ``t``, padding the start with state 0."""
+    idx = np.clip(np.arange(t - n_obs_steps + 1, t + 1), 0, None)
+    return states[idx]
+
+
+def make_windows(
+    demos: Demos, n_obs_steps: int, horizon: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Training windows: observation history, action chunk starting now, demo index.
+
+    Chunks running past a demo's end are padded with its last action.
+
+    Returns:
+        obs (N, n_obs_steps, state_dim), chunks (N, horizon, action_dim), demo_idx (N,).
+    """
+    obs, chunks, idx = [], [], []
+    for d, (s, a) in enumerate(zip(demos.states, demos.actions)):
+        n = s.shape[0]
+        for t in range(n):
+            obs.append(obs_window(s, t, n_obs_steps))
+            cidx = np.clip(np.arange(t, t + horizon), None, n - 1)
+            chunks.append(a[cidx])
+            idx.append(d)
+    return np.stack(obs), np.stack(chunks), np.asarray(idx)
+
+
+def ee_paths(demos: Demos, path_dims: Sequence[int], n_points: int) -> np.ndarray:
+    """End-effector paths (N, n_points, len(path_dims)), resampled and scaled to ~[-1, 1]."""
+    from policies.diffusion.modeling_manifold import resample
+
+    dims = list(path_dims)
+    paths = np.stack([resample(s[:, dims], n_points) for s in demos.states])
+    lo = paths.reshape(-1, len(dims)).min(0)
+    hi = paths.reshape(-1, len(dims)).max(0)
+    half = np.maximum((hi - lo).max() / 2.0, 1e-6)  # one scale for all dims keeps geometry
+    return (paths - (hi + lo) / 2.0) / half

@@ -1,0 +1,337 @@
+"""Training PDP: manifold (trajectory VAE), then the z-conditioned diffusion policy.
+
+``train_pdp`` writes into one output folder:
+
+* ``config.json`` + ``model.safetensors`` - the current EMA policy (always loadable);
+* ``train_state.json`` + ``train_state_<step>.safetensors`` - raw weights, EMA weights,
+  AdamW moments, RNG state and the demo latents; the JSON (written last, atomically) names
+  the tensor file, so a kill at any moment leaves the previous complete checkpoint;
+* ``tb/`` - TensorBoard scalars.
+
+``resume=True`` continues from the last checkpoint: at most ``checkpoint_every`` steps are
+redone after a kill.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from embodied.errors import CheckpointError, ConfigError
+from embodied.io import atomic_path, write_json
+from policies.diffusion.configuration_pdp import PDPConfig
+from policies.diffusion.modeling_manifold import (
+    cosine_lr,
+    demo_tensors,
+    soft_dtw_divergence_matrix,
+)
+from policies.diffusion.modeling_pdp import PDPModel
+from policies.diffusion.policy_pdp import save_model
+from policies.diffusion.processing_pdp import Demos, ee_paths, load_demos, make_windows
+
+STATE_JSON = "train_state.json"
+Logger = Callable[[str, float, int], None]
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train_pdp` produced.
+
+    Attributes:
+        out_dir: The checkpoint folder (loadable with ``policies.load``).
+        steps: Diffusion steps done in total.
+        final_loss: Mean denoising loss over the last 50 steps.
+        demo_latents: (N, z_dim) knob-space latents of the training demos (empty for DP).
+        labels: Per-demo labels (route classes).
+        seconds: Wall time of this call.
+    """
+
+    out_dir: Path
+    steps: int
+    final_loss: float
+    demo_latents: np.ndarray
+    labels: list[str]
+    seconds: float
+
+
+def train_manifold(
+    model: PDPModel, demos: Demos, generator: torch.Generator, log: Logger | None = None,
+    on_step: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """Train ``model.manifold`` on whole demos; return encoder means (N, z_dim), raw space."""
+    assert model.manifold is not None
+    mcfg = model.config.manifold
+    stats = demos.stats()
+    scale = np.maximum((stats["state_max"] - stats["state_min"]) / 2.0, 1e-6)
+    s, a = demo_tensors(demos.states, demos.actions, scale, stats["action_min"],
+                        stats["action_max"], mcfg.seq_len)
+    paths = ee_paths(demos, model.config.path_dims or (0, 1), mcfg.path_points)
+    dist = torch.as_tensor(soft_dtw_divergence_matrix(paths, mcfg.sdtw_gamma), dtype=torch.float32)
+    vae = model.manifold
+    vae.train()
+    opt = torch.optim.Adam(vae.parameters(), lr=mcfg.lr)
+    n = len(demos)
+    bs = min(mcfg.batch_size, n)
+    for step in range(mcfg.steps):
+        idx = torch.randperm(n, generator=generator)[:bs]
+        for g in opt.param_groups:
+            g["lr"] = mcfg.lr * cosine_lr(step, mcfg.steps, 20)
+        loss, parts = vae.loss(s[idx], a[idx], dist[idx][:, idx], generator)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        opt.step()
+        if log is not None and step % 10 == 0:
+            for k, v in parts.items():
+                log(f"manifold/{k}", v, step)
+        if on_step is not None:
+            on_step(step)
+    vae.eval()
+    with torch.no_grad():
+        mu, _ = vae.encode(s, a)
+    return mu.numpy().astype(np.float64)
+
+
+def _optim_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    sd = opt.state_dict()
+    tensors = {
+        f"optim.{pid}.{k}": (v if torch.is_tensor(v) else torch.tensor(v)).contiguous()
+        for pid, st in sd["state"].items() for k, v in st.items()
+    }
+    return tensors, {"param_groups": sd["param_groups"]}
+
+
+def _restore_optim(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
+                   meta: dict[str, Any]) -> None:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, v in tensors.items():
+        if key.startswith("optim."):
+            _, pid, name = key.split(".", 2)
+            state.setdefault(int(pid), {})[name] = v
+    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+def _save_state(out: Path, step: int, model: PDPModel, ema: PDPModel,
+                opt: torch.optim.Optimizer, gen: torch.Generator, latents: np.ndarray,
+                extra: dict[str, Any]) -> None:
+    """Write one resumable checkpoint; the JSON pointer goes last."""
+    tensors = {f"model.{k}": v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    tensors.update({f"ema.{k}": v.detach().clone().contiguous()
+                    for k, v in ema.state_dict().items()})
+    opt_t, opt_meta = _optim_tensors(opt)
+    tensors.update(opt_t)
+    tensors["rng.generator"] = gen.get_state()
+    tensors["demo_latents"] = torch.as_tensor(latents, dtype=torch.float32).reshape(
+        len(latents), -1).contiguous()
+    name = f"train_state_{step:07d}.safetensors"
+    with atomic_path(out / name) as tmp:
+        save_file(tensors, str(tmp))
+    save_model(ema, out)
+    write_json(out / STATE_JSON, {
+        "step": step, "tensors": name, "optimizer": opt_meta,
+        "config": model.config.to_dict(), **extra,
+    })
+    for old in out.glob("train_state_*.safetensors"):
+        if old.name != name:
+            old.unlink(missing_ok=True)
+
+
+def _ema_update(ema: PDPModel, model: PDPModel, decay: float) -> None:
+    with torch.no_grad():
+        for e, p in zip(ema.denoiser.parameters(), model.denoiser.parameters()):
+            e.lerp_(p, 1.0 - decay)
+
+
+def train_pdp(
+    data: str | os.PathLike[str] | Demos,
+    out_dir: str | os.PathLike[str],
+    config: PDPConfig | None = None,
+    *,
+    overrides: dict[str, Any] | None = None,
+    resume: bool = False,
+    checkpoint_every: int = 500,
+    progress: bool = True,
+    tensorboard: bool = True,
+    budget_s: float | None = None,
+    stop_after: int | None = None,
+) -> TrainResult:
+    """Train a PDP (or, with ``z_dim=0``, the plain diffusion policy) on expert demos.
+
+    Args:
+        data: Dataset folder/file (``embodied collect``) or in-memory :class:`Demos`.
+        out_dir: Output folder (checkpoint, train state, TensorBoard logs).
+        config: Base config; dims, names and env id are derived from the data.
+        overrides: Config fields to override (e.g. ``{"steps": 2000, "z_dim": 0}``).
+        resume: Continue from ``out_dir/train_state.json``.
+        checkpoint_every: Steps between resumable checkpoints.
+        progress: Show a rich progress bar.
+        tensorboard: Write TensorBoard scalars to ``out_dir/tb``.
+        budget_s: Stop (and checkpoint) once this much wall time is spent.
+        stop_after: Stop (and checkpoint) after this many steps in this call (tests).
+
+    Returns:
+        A :class:`TrainResult`.
+    """
+    t0 = time.perf_counter()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    demos = data if isinstance(data, Demos) else load_demos(data)
+    if checkpoint_every < 1:
+        raise ConfigError(f"checkpoint_every={checkpoint_every} must be >= 1", fix="use e.g. 500")
+
+    state_meta: dict[str, Any] | None = None
+    if resume:
+        if not (out / STATE_JSON).exists():
+            raise CheckpointError(f"nothing to resume: {out / STATE_JSON} does not exist",
+                                  fix="drop --resume to start a new run")
+        state_meta = json.loads((out / STATE_JSON).read_text())
+        cfg = PDPConfig.from_dict(state_meta["config"])
+        if overrides:
+            cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items()
+                                             if k in ("steps",)})
+    else:
+        base = config or PDPConfig()
+        spec = demos.env_args
+        names = spec.get("observation", {}).get("state", {}).get("names", ())
+        anames = spec.get("action", {}).get("names", ())
+        derived: dict[str, Any] = {
+            "state_dim": demos.state_dim, "action_dim": demos.action_dim,
+            "state_names": tuple(names) if len(names) == demos.state_dim else (),
+            "action_names": tuple(anames) if len(anames) == demos.action_dim else (),
+            "env_id": str(spec.get("env_id", base.env_id)),
+        }
+        kw = {**base.to_dict(), **derived}
+        for key, value in (overrides or {}).items():
+            if key.startswith("manifold."):  # e.g. {"manifold.steps": 300}
+                kw["manifold"][key.split(".", 1)[1]] = value
+            else:
+                kw[key] = value
+        cfg = PDPConfig.from_dict(kw)
+
+    torch.manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    model = PDPModel(cfg)
+    ema = PDPModel(cfg)
+    model.normalizer.set_stats(**demos.stats())
+    opt = torch.optim.AdamW(model.denoiser.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    writer = None
+    if tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(out / "tb"))
+
+    def log(tag: str, value: float, step: int) -> None:
+        if writer is not None:
+            writer.add_scalar(tag, value, step)
+
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                   disable=not progress, transient=False)
+    start_step = 0
+    with bar:
+        if state_meta is not None:
+            tensors = load_file(str(out / state_meta["tensors"]))
+            model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+            ema.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("ema.")})
+            _restore_optim(opt, tensors, state_meta["optimizer"])
+            gen.set_state(tensors["rng.generator"])
+            latents_raw = tensors["demo_latents"].double().numpy()
+            start_step = int(state_meta["step"])
+        elif cfg.uses_z:
+            task = bar.add_task("manifold", total=cfg.manifold.steps, info="")
+            latents_raw = train_manifold(model, demos, gen, log,
+                                         on_step=lambda s: bar.update(task, completed=s + 1))
+            if cfg.manifold.standardize_z:
+                std = np.maximum(latents_raw.std(0), 1e-3)
+                model.normalizer.set_stats(z_mean=latents_raw.mean(0), z_std=std)
+            ema.load_state_dict(model.state_dict())
+        else:
+            latents_raw = np.zeros((len(demos), 0))
+            ema.load_state_dict(model.state_dict())
+        model.normalizer.check()
+
+        # training windows, normalised once
+        obs_np, chunks_np, idx_np = make_windows(demos, cfg.n_obs_steps, cfg.horizon)
+        with torch.no_grad():
+            obs_t = model.normalizer.norm_state(torch.as_tensor(obs_np, dtype=torch.float32))
+            obs_t = obs_t.reshape(len(obs_np), -1)
+            act_t = model.normalizer.norm_action(torch.as_tensor(chunks_np, dtype=torch.float32))
+            if cfg.uses_z:
+                zk = model.normalizer.latent_to_knob(torch.as_tensor(latents_raw, dtype=torch.float32))
+                z_t: torch.Tensor | None = zk.clamp(-cfg.z_bound, cfg.z_bound)[torch.as_tensor(idx_np)]
+            else:
+                z_t = None
+        latents_knob = (model.normalizer.latent_to_knob(
+            torch.as_tensor(latents_raw, dtype=torch.float32)).numpy() if cfg.uses_z
+            else np.zeros((len(demos), 0)))
+        extra = {"labels": demos.labels, "n_windows": len(obs_np)}
+        if state_meta is None:
+            _save_state(out, 0, model, ema, opt, gen, latents_raw, extra)
+
+        task = bar.add_task("policy", total=cfg.steps, completed=start_step, info="")
+        losses: list[float] = []
+        step = start_step
+        n_win = len(obs_np)
+        model.train()
+        while step < cfg.steps:
+            if stop_after is not None and step - start_step >= stop_after:
+                break
+            if budget_s is not None and time.perf_counter() - t0 > budget_s:
+                break
+            lr = cfg.lr * cosine_lr(step, cfg.steps, cfg.warmup_steps)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            b = torch.randint(0, n_win, (min(cfg.batch_size, n_win),), generator=gen)
+            loss = model.compute_loss(obs_t[b], act_t[b], None if z_t is None else z_t[b], gen)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.denoiser.parameters(), cfg.grad_clip)
+            opt.step()
+            _ema_update(ema, model, cfg.ema_decay)
+            step += 1
+            losses.append(loss.item())
+            if step % 10 == 0:
+                log("train/loss", losses[-1], step)
+                log("train/lr", lr, step)
+                bar.update(task, completed=step, info=f"loss {np.mean(losses[-50:]):.4f}")
+            if step % checkpoint_every == 0 or step == cfg.steps:
+                _save_state(out, step, model, ema, opt, gen, latents_raw, extra)
+        if step % checkpoint_every != 0 and step != cfg.steps:
+            _save_state(out, step, model, ema, opt, gen, latents_raw, extra)
+        bar.update(task, completed=step)
+    if writer is not None:
+        writer.flush()
+        writer.close()
+    final = float(np.mean(losses[-50:])) if losses else math.nan
+    return TrainResult(out, step, final, latents_knob, list(demos.labels),
+                       time.perf_counter() - t0)
+
+
+def load_train_latents(out_dir: str | os.PathLike[str]) -> tuple[np.ndarray, list[str]]:
+    """Knob-space demo latents and labels stored with a training run (for plots)."""
+    out = Path(out_dir)
+    if not (out / STATE_JSON).exists():
+        raise CheckpointError(f"{out} has no {STATE_JSON}",
+                              fix="pass the --out folder of `embodied train pdp`")
+    meta = json.loads((out / STATE_JSON).read_text())
+    tensors = load_file(str(out / meta["tensors"]))
+    raw = tensors["demo_latents"]
+    mean, std = tensors.get("ema.normalizer.z_mean"), tensors.get("ema.normalizer.z_std")
+    if raw.shape[1] == 0 or mean is None or std is None:
+        return raw.numpy(), list(meta.get("labels", []))
+    return ((raw - mean) / std).numpy(), list(meta.get("labels", []))

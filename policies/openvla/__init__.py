@@ -1,0 +1,31 @@
+"""Native OpenVLA (fused DINOv2 + SigLIP -> MLP projector -> Llama-2) and activation steering.
+
+Registers policy ``openvla`` (``policies.load("openvla", env=env, path=..., unnorm_key=...)``)
+and the checkpoint loader for ``config.json`` ``policy_type: openvla``. Heavy modules are
+imported on use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from embodied.contracts import Policy
+from policies import CHECKPOINT_LOADERS, POLICIES
+
+
+def _factory(env: Any = None, **kwargs: Any) -> Policy:
+    """OpenVLA from a folder or hub id (path=..., unnorm_key=..., steering=direction path)."""
+    from policies.openvla.policy_openvla import build_policy
+
+    return build_policy(env=env, **kwargs)
+
+
+def _loader(path: Any, **kwargs: Any) -> Policy:
+    """OpenVLA checkpoint folder written by `embodied train vla`."""
+    from policies.openvla.policy_openvla import build_policy
+
+    return build_policy(path=path, **kwargs)
+
+
+POLICIES.register("openvla", _factory, help="OpenVLA VLA (path=folder or hub id; steerable alpha)")
+CHECKPOINT_LOADERS.register("openvla", _loader, help="OpenVLA checkpoint (policy_type openvla)")

@@ -1,0 +1,325 @@
+"""Activation steering of the OpenVLA language model.
+
+* :class:`SteeringDirection` - a residual-stream direction at one decoder layer, from the
+  difference of means between two contrast sets (e.g. fast vs slow demo steps).
+* :class:`NeuronCluster` - the fixed-alpha baseline that overwrites selected MLP neurons
+  (the inputs of ``down_proj``) with ``alpha * value``.
+* :class:`SteeringHook` - adds ``alpha * direction`` to the output of the chosen decoder
+  layer at every position: the whole prefill and every cached decode step, so every
+  generated token is steered. ``alpha`` is read at each call, so a controller can change
+  it between control steps; ``alpha == 0`` skips the addition (bitwise-identical outputs).
+
+Both artefacts save to ``<name>.safetensors`` + ``<name>.json`` (metadata).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from embodied.errors import CheckpointError, ConfigError
+from embodied.io import atomic_path, write_json
+from policies.openvla.modeling_openvla import OpenVLAModel
+
+
+def _paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
+    p = Path(path)
+    stem = p.with_suffix("") if p.suffix in (".safetensors", ".json") else p
+    return stem.with_suffix(".safetensors"), stem.with_suffix(".json")
+
+
+@dataclass
+class SteeringDirection:
+    """A residual-stream steering direction.
+
+    Attributes:
+        vector: (hidden,) float32; ``alpha = 1`` shifts activations by the full mean difference.
+        layer: Decoder layer index whose output is steered.
+        concept: Concept name (e.g. ``"ee_speed"``).
+        meta: Extraction metadata (contrast sets, counts, norms, model name).
+    """
+
+    vector: torch.Tensor
+    layer: int
+    concept: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write ``<path>.safetensors`` and ``<path>.json``; returns the safetensors path."""
+        from safetensors.torch import save_file
+
+        st, js = _paths(path)
+        with atomic_path(st) as tmp:
+            save_file({"direction": self.vector.detach().float().cpu().contiguous()}, str(tmp))
+        write_json(js, {"kind": "direction", "layer": self.layer, "concept": self.concept,
+                        "hidden_size": int(self.vector.numel()), "meta": self.meta})
+        return st
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> SteeringDirection:
+        """Inverse of :meth:`save`."""
+        from safetensors.torch import load_file
+
+        st, js = _paths(path)
+        if not st.exists() or not js.exists():
+            raise CheckpointError(
+                f"steering direction needs {st.name} and {js.name} in {st.parent}",
+                fix="create it with `embodied steer extract`",
+            )
+        meta = json.loads(js.read_text())
+        if meta.get("kind") != "direction":
+            raise CheckpointError(f"{js} holds a {meta.get('kind')!r}, not a direction")
+        return cls(load_file(str(st))["direction"], int(meta["layer"]), meta.get("concept", ""),
+                   meta.get("meta", {}))
+
+
+@dataclass
+class NeuronCluster:
+    """Selected MLP neurons of one layer and the activation they are overwritten with.
+
+    Attributes:
+        layer: Decoder layer index.
+        neurons: Indices into the MLP intermediate (``down_proj`` input) dimension.
+        values: Activation per neuron at ``alpha = 1``.
+        concept: Concept name.
+        meta: Selection metadata.
+    """
+
+    layer: int
+    neurons: torch.Tensor
+    values: torch.Tensor
+    concept: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write ``<path>.safetensors`` and ``<path>.json``."""
+        from safetensors.torch import save_file
+
+        st, js = _paths(path)
+        with atomic_path(st) as tmp:
+            save_file({"neurons": self.neurons.long().cpu().contiguous(),
+                       "values": self.values.float().cpu().contiguous()}, str(tmp))
+        write_json(js, {"kind": "neurons", "layer": self.layer, "concept": self.concept,
+                        "meta": self.meta})
+        return st
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> NeuronCluster:
+        """Inverse of :meth:`save`."""
+        from safetensors.torch import load_file
+
+        st, js = _paths(path)
+        if not st.exists() or not js.exists():
+            raise CheckpointError(f"neuron cluster needs {st.name} and {js.name} in {st.parent}")
+        meta = json.loads(js.read_text())
+        if meta.get("kind") != "neurons":
+            raise CheckpointError(f"{js} holds a {meta.get('kind')!r}, not a neuron cluster")
+        t = load_file(str(st))
+        return cls(int(meta["layer"]), t["neurons"], t["values"], meta.get("concept", ""),
+                   meta.get("meta", {}))
+
+
+def load_intervention(path: str | os.PathLike[str]) -> SteeringDirection | NeuronCluster:
+    """Load a saved direction or neuron cluster by its JSON ``kind``."""
+    _, js = _paths(path)
+    if not js.exists():
+        raise CheckpointError(f"no {js}", fix="pass the path written by `embodied steer extract`")
+    kind = json.loads(js.read_text()).get("kind")
+    return SteeringDirection.load(path) if kind == "direction" else NeuronCluster.load(path)
+
+
+class SteeringHook:
+    """Forward hook adding ``alpha * direction`` (or overwriting neurons) while attached.
+
+    Args:
+        model: The OpenVLA model.
+        intervention: A :class:`SteeringDirection` or :class:`NeuronCluster`.
+        alpha: Initial strength; change it any time with :attr:`alpha`.
+    """
+
+    def __init__(
+        self, model: OpenVLAModel, intervention: SteeringDirection | NeuronCluster, alpha: float = 0.0
+    ) -> None:
+        n_layers = len(model.decoder_layers)
+        if not 0 <= intervention.layer < n_layers:
+            raise ConfigError(
+                f"steering layer {intervention.layer} outside the model's 0..{n_layers - 1}",
+                fix="extract the direction from this model",
+            )
+        self.model = model
+        self.intervention = intervention
+        self.alpha = float(alpha)
+        self.calls = 0
+        self._handle: Any = None
+        dev, dt = model.device, model.dtype
+        if isinstance(intervention, SteeringDirection):
+            if intervention.vector.numel() != model.config.llm_dim:
+                raise ConfigError(
+                    f"direction has {intervention.vector.numel()} dims, model hidden size is "
+                    f"{model.config.llm_dim}",
+                    fix="extract the direction from this model",
+                )
+            self._vec = intervention.vector.to(device=dev, dtype=dt).reshape(-1)
+        else:
+            self._idx = intervention.neurons.to(dev).long()
+            self._val = intervention.values.to(device=dev, dtype=dt)
+
+    @property
+    def attached(self) -> bool:
+        """Whether the hook is registered."""
+        return self._handle is not None
+
+    def attach(self) -> SteeringHook:
+        """Register the hook (idempotent)."""
+        if self._handle is None:
+            layer = self.model.decoder_layers[self.intervention.layer]
+            if isinstance(self.intervention, SteeringDirection):
+                self._handle = layer.register_forward_hook(self._add)
+            else:
+                self._handle = layer.mlp.down_proj.register_forward_pre_hook(self._overwrite)
+        return self
+
+    def remove(self) -> None:
+        """Unregister the hook; the model is exactly as before."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    def __enter__(self) -> SteeringHook:
+        return self.attach()
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def _add(self, module: nn.Module, args: Any, output: Any) -> Any:
+        self.calls += 1
+        if self.alpha == 0.0:
+            return None
+        if isinstance(output, tuple):
+            return (output[0] + self.alpha * self._vec, *output[1:])
+        return output + self.alpha * self._vec
+
+    def _overwrite(self, module: nn.Module, args: Any) -> Any:
+        self.calls += 1
+        if self.alpha == 0.0:
+            return None
+        x = args[0].clone()
+        x[..., self._idx] = self.alpha * self._val
+        return (x, *args[1:])
+
+
+# ---------------------------------------------------------------------------------------------
+# extraction
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def collect_activations(
+    model: OpenVLAModel,
+    pixel_values: torch.Tensor,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    layer: int,
+    n_last: int,
+    site: str = "residual",
+    batch_size: int = 32,
+) -> torch.Tensor:
+    """Mean activation over the last ``n_last`` positions of each row at decoder ``layer``.
+
+    Args:
+        model: The model.
+        pixel_values: (N, 6, H, W).
+        input_ids: (N, T) left-padded prompts (+ teacher-forced action tokens).
+        attention_mask: (N, T).
+        layer: Decoder layer index.
+        n_last: Positions averaged (e.g. those that generate the action tokens).
+        site: ``"residual"`` (layer output) or ``"mlp"`` (``down_proj`` input).
+        batch_size: Rows per forward pass.
+
+    Returns:
+        (N, hidden) or (N, intermediate) float32 activations.
+    """
+    target = model.decoder_layers[layer]
+    store: list[torch.Tensor] = []
+
+    def grab(t: torch.Tensor) -> None:
+        store.append(t[:, -n_last:].float().mean(1).cpu())
+
+    if site == "residual":
+        handle = target.register_forward_hook(
+            lambda m, a, o: grab(o[0] if isinstance(o, tuple) else o)
+        )
+    elif site == "mlp":
+        handle = target.mlp.down_proj.register_forward_pre_hook(lambda m, a: grab(a[0]))
+    else:
+        raise ConfigError(f"unknown activation site {site!r}; use 'residual' or 'mlp'")
+    try:
+        for i in range(0, len(input_ids), batch_size):
+            sl = slice(i, i + batch_size)
+            emb, mask, pos, _ = model.embed(
+                pixel_values[sl].to(model.device), input_ids[sl].to(model.device),
+                attention_mask[sl].to(model.device),
+            )
+            model.language_model.model(inputs_embeds=emb, attention_mask=mask, position_ids=pos,
+                                       use_cache=False)
+    finally:
+        handle.remove()
+    return torch.cat(store, 0)
+
+
+def mean_difference(
+    positive: torch.Tensor, negative: torch.Tensor, layer: int, concept: str = "",
+    meta: dict[str, Any] | None = None,
+) -> SteeringDirection:
+    """Difference-of-means direction ``mean(positive) - mean(negative)`` with its statistics."""
+    if len(positive) == 0 or len(negative) == 0:
+        raise ConfigError(
+            f"contrast sets must be non-empty (got {len(positive)} positive, {len(negative)} negative)",
+            fix="collect demos at both ends of the concept (e.g. fast and slow)",
+        )
+    mu_p, mu_n = positive.mean(0), negative.mean(0)
+    vec = mu_p - mu_n
+    proj_p = (positive @ vec).numpy()
+    proj_n = (negative @ vec).numpy()
+    pooled = float(np.sqrt(0.5 * (proj_p.var() + proj_n.var())) + 1e-12)
+    info = {
+        "n_positive": len(positive), "n_negative": len(negative),
+        "norm": float(vec.norm()), "mean_activation_norm": float(torch.cat([positive, negative]).norm(dim=1).mean()),
+        "separation_d": float((proj_p.mean() - proj_n.mean()) / pooled),
+        **(meta or {}),
+    }
+    return SteeringDirection(vec.float(), layer, concept, info)
+
+
+def select_neurons(
+    positive: torch.Tensor, negative: torch.Tensor, layer: int, k: int = 16, concept: str = "",
+    meta: dict[str, Any] | None = None,
+) -> NeuronCluster:
+    """The ``k`` MLP neurons whose mean activation differs most (in pooled std units).
+
+    Their overwrite value at ``alpha = 1`` is the positive set's mean activation.
+    """
+    mu_p, mu_n = positive.mean(0), negative.mean(0)
+    sd = torch.sqrt(0.5 * (positive.var(0) + negative.var(0))) + 1e-6
+    score = (mu_p - mu_n) / sd
+    idx = torch.argsort(score.abs(), descending=True)[:k]
+    return NeuronCluster(layer, idx, mu_p[idx].float(), concept,
+                         {"k": k, "scores": score[idx].tolist(), **(meta or {})})
+
+
+def steer_layers_default(model: OpenVLAModel) -> int:
+    """A middle decoder layer (where concept directions are usually most linear)."""
+    return len(model.decoder_layers) // 2
+
+
+def as_tensor_list(x: Sequence[np.ndarray]) -> torch.Tensor:
+    """Stack arrays into a float tensor."""
+    return torch.as_tensor(np.stack(x), dtype=torch.float32)

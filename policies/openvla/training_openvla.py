@@ -1,0 +1,198 @@
+"""Behaviour cloning of OpenVLA models: image + instruction -> action tokens.
+
+The loss is OpenVLA's: next-token cross-entropy on the action tokens only (prompt and image
+positions are ignored). Actions are normalised to [-1, 1] with the dataset's q01/q99
+(masked dims, e.g. the gripper, pass through) and binned onto the last 256 vocabulary ids.
+:func:`build_tiny_vla` creates a CPU-sized model of the same classes with a tokenizer built
+from the training instructions.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from embodied.errors import ConfigError
+from policies.openvla.configuration_openvla import OpenVLAConfig
+from policies.openvla.modeling_openvla import IGNORE_INDEX, OpenVLAModel
+from policies.openvla.processing_openvla import (
+    OpenVLAProcessor,
+    action_stats,
+    build_tiny_tokenizer,
+    compute_norm_stats,
+    normalize,
+    tokenizer_words,
+)
+
+
+@dataclass
+class Demos:
+    """Flat demonstration steps.
+
+    Attributes:
+        images: uint8 (N, H, W, 3) camera frames.
+        instructions: N instructions (as the model will see them).
+        actions: (N, action_dim) actions in env units.
+        episode: (N,) episode index of each step.
+        concept: (N,) concept value per step (e.g. commanded speed, m/s) for contrast sets.
+        meta: Free-form description (env id, speeds).
+    """
+
+    images: np.ndarray
+    instructions: list[str]
+    actions: np.ndarray
+    episode: np.ndarray
+    concept: np.ndarray
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.images)
+        lens = {len(self.instructions), len(self.actions), len(self.episode), len(self.concept)}
+        if lens != {n} or n == 0:
+            raise ConfigError(f"demo arrays must share a non-zero length, got {n} and {sorted(lens)}")
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def subset(self, idx: np.ndarray) -> Demos:
+        """The steps at ``idx``."""
+        return Demos(self.images[idx], [self.instructions[i] for i in idx], self.actions[idx],
+                     self.episode[idx], self.concept[idx], dict(self.meta))
+
+
+@dataclass
+class BCSettings:
+    """Behaviour-cloning hyperparameters.
+
+    Args:
+        steps: Optimiser steps.
+        batch_size: Samples per step.
+        lr: Peak AdamW learning rate (cosine decay after a 5 % warm-up).
+        weight_decay: AdamW weight decay.
+        grad_clip: Gradient-norm clip.
+        seed: Sampling seed.
+        log_every: Steps between progress callbacks.
+    """
+
+    steps: int = 1500
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    seed: int = 0
+    log_every: int = 100
+
+    def __post_init__(self) -> None:
+        if self.steps <= 0 or self.batch_size <= 0 or self.lr <= 0 or self.log_every <= 0:
+            raise ConfigError(f"BC settings must be positive: {self}")
+
+
+def build_tiny_vla(
+    instructions: Sequence[str],
+    actions: np.ndarray,
+    unnorm_key: str,
+    mask: Sequence[bool] | None = None,
+    seed: int = 0,
+    **config_overrides: Any,
+) -> tuple[OpenVLAModel, OpenVLAProcessor]:
+    """A tiny random-init OpenVLA whose tokenizer knows the instruction words.
+
+    Args:
+        instructions: Training instructions (their words get token ids).
+        actions: (N, D) training actions for the q01/q99 statistics.
+        unnorm_key: Name of the dataset statistics entry.
+        mask: Which action dims are normalised (False = passed through, e.g. the gripper).
+        seed: Initialisation seed.
+        **config_overrides: Passed to :meth:`OpenVLAConfig.tiny`.
+    """
+    tokenizer = build_tiny_tokenizer(tokenizer_words(instructions))
+    stats = {unnorm_key: compute_norm_stats(actions, mask)}
+    cfg = OpenVLAConfig.tiny(vocab_size=len(tokenizer) - 1 + 64, norm_stats=stats, **config_overrides)
+    torch.manual_seed(seed)
+    return OpenVLAModel(cfg), OpenVLAProcessor(cfg, tokenizer)
+
+
+def make_batch(
+    processor: OpenVLAProcessor,
+    demos: Demos,
+    idx: np.ndarray,
+    unnorm_key: str | None = None,
+) -> dict[str, torch.Tensor]:
+    """Teacher-forcing batch: prompt + action tokens, labels on the action tokens only."""
+    stats = action_stats(processor.config, unnorm_key)
+    tokens = processor.actions.encode(normalize(demos.actions[idx], stats))
+    ids, mask = processor.encode_prompts([demos.instructions[i] for i in idx], tokens.tolist())
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    d = tokens.shape[1]
+    labels[:, -d:] = ids[:, -d:]
+    return {
+        "pixel_values": processor.images(demos.images[idx]),
+        "input_ids": ids,
+        "attention_mask": mask,
+        "labels": labels,
+    }
+
+
+def action_token_accuracy(model: OpenVLAModel, batch: dict[str, torch.Tensor]) -> float:
+    """Fraction of action tokens predicted exactly (teacher forcing)."""
+    with torch.no_grad():
+        out = model(**batch)
+    pred = out["logits"][:, :-1].argmax(-1)
+    target = out["labels"][:, 1:]
+    keep = target != IGNORE_INDEX
+    return float((pred[keep] == target[keep]).float().mean())
+
+
+def train_bc(
+    model: OpenVLAModel,
+    processor: OpenVLAProcessor,
+    demos: Demos,
+    settings: BCSettings | None = None,
+    unnorm_key: str | None = None,
+    progress: Callable[[int, dict[str, float]], None] | None = None,
+) -> list[dict[str, float]]:
+    """Train ``model`` in place; returns the logged history (step, loss, token accuracy, s)."""
+    s = settings or BCSettings()
+    rng = np.random.default_rng(s.seed)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=s.weight_decay)
+    warm = max(1, s.steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, s.steps - warm)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    history: list[dict[str, float]] = []
+    t0 = time.perf_counter()
+    running, count = 0.0, 0
+    for step in range(s.steps):
+        idx = rng.integers(0, len(demos), size=min(s.batch_size, len(demos)))
+        batch = make_batch(processor, demos, idx, unnorm_key)
+        loss = model(**batch)["loss"]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
+        opt.step()
+        sched.step()
+        running += float(loss)
+        count += 1
+        if (step + 1) % s.log_every == 0 or step + 1 == s.steps:
+            model.eval()
+            acc = action_token_accuracy(model, batch)
+            model.train()
+            row = {"step": step + 1, "loss": running / count, "token_acc": acc,
+                   "seconds": time.perf_counter() - t0}
+            running, count = 0.0, 0
+            history.append(row)
+            if progress is not None:
+                progress(step + 1, row)
+    model.eval()
+    return history

@@ -1,0 +1,104 @@
+"""The LIBERO benchmark behind the ``embodied`` env contract (family ``libero``).
+
+Env ids: ``libero:<suite>`` (task 0), ``libero:<suite>:<index>``, ``libero:<suite>:<task name>``
+with suites ``libero_spatial``, ``libero_object``, ``libero_goal``, ``libero_10``,
+``libero_90``. Needs the ``libero`` extra (``pip install --no-deps libero==0.1.1`` plus
+``pip install .[libero]``) and LIBERO's assets (``$EMBODIED_LIBERO_ASSETS`` / ``assets_dir=``,
+or the Hugging Face hub)::
+
+    env = sim.make("libero:libero_spatial:0", cameras=("agentview",), assets_dir=...)
+    obs, info = env.reset(options={"init_state": 3})
+
+The evaluation protocol is :class:`LiberoProtocol`; demos load with :func:`load_demos`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Any
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+
+if importlib.util.find_spec("libero") is None or importlib.util.find_spec("robosuite") is None:
+    raise ImportError(
+        "libero extra not installed (pip install --no-deps libero==0.1.1 && pip install .[libero])"
+    )
+
+from embodied.contracts import Env  # noqa: E402
+from sim import ENVS, EnvFamily  # noqa: E402
+from sim.libero.configuration_libero import (  # noqa: E402
+    DEFAULT_MAX_STEPS,
+    GRIPPER_CONVENTIONS,
+    SUITES,
+    LiberoProtocol,
+)
+from sim.libero.demos import LIBERO_OBS_KEY_MAP, load_demos  # noqa: E402
+from sim.libero.resources import ASSETS_ENV_VAR, ensure_config, resolve_assets  # noqa: E402
+from sim.libero.tasks import LiberoTask, all_tasks, expand, resolve_task, suite_tasks  # noqa: E402
+
+
+def make(task: str, **kwargs: Any) -> Env:
+    """Build ``LiberoEnv(task, **kwargs)``; ``task`` is ``suite[:index or name]``."""
+    from sim.libero.env import LiberoEnv
+
+    return LiberoEnv(task, **kwargs)
+
+
+def tasks() -> dict[str, str]:
+    """``suite`` and ``suite:<index>`` -> description, for every suite."""
+    out: dict[str, str] = {}
+    for suite, items in all_tasks().items():
+        out[suite] = f"LIBERO suite, {len(items)} tasks (alone: task 0)"
+        for t in items:
+            out[t.env_task] = t.language
+    return out
+
+
+@dataclass(frozen=True)
+class LiberoFamily(EnvFamily):
+    """The ``libero`` env family, with the hooks the evaluation harness uses."""
+
+    def expand(self, task: str) -> list[str]:
+        """Task ids a ``suite[:task]`` names: all tasks of a bare suite, else the one task."""
+        return [t.env_task for t in expand(task)]
+
+    def group(self, task: str) -> str:
+        """The suite a task belongs to (results are averaged per group)."""
+        return f"libero:{resolve_task(task).suite}"
+
+    def num_init_states(self, task: str) -> int:
+        """Number of LIBERO's fixed init states of ``task`` (episode i uses i % N)."""
+        from sim.libero.resources import load_init_states
+
+        return len(load_init_states(resolve_task(task).init_states_file()))
+
+    def default_episodes(self, task: str) -> int:
+        """Episodes per task of the standard protocol (50)."""
+        return LiberoProtocol().trials_per_task
+
+
+FAMILY = LiberoFamily("libero", make, tasks)
+ENVS.register("libero", lambda: FAMILY, help="LIBERO benchmark (robosuite), 5 suites, 130 tasks")
+
+__all__ = [
+    "ASSETS_ENV_VAR",
+    "DEFAULT_MAX_STEPS",
+    "FAMILY",
+    "GRIPPER_CONVENTIONS",
+    "LIBERO_OBS_KEY_MAP",
+    "SUITES",
+    "LiberoFamily",
+    "LiberoProtocol",
+    "LiberoTask",
+    "ensure_config",
+    "expand",
+    "load_demos",
+    "make",
+    "resolve_assets",
+    "resolve_task",
+    "suite_tasks",
+    "tasks",
+]

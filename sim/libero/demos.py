@@ -1,0 +1,116 @@
+"""LIBERO's official demonstrations (robomimic HDF5) through :class:`embodied.datasets.Dataset`.
+
+A LIBERO demo file (``<suite>/<task>_demo.hdf5``) holds ``data/demo_N`` groups with
+``obs/{agentview_rgb, eye_in_hand_rgb, ee_pos, ee_ori, ee_states, gripper_states,
+joint_states}``, ``actions`` (T, 7; gripper -1 open / +1 close), ``rewards``, ``dones`` and
+``states``; ``data.attrs["problem_info"]`` (JSON) carries the language instruction.
+
+:func:`load_demos` renames the keys to ours (:data:`LIBERO_OBS_KEY_MAP`) and adds the
+``state`` vector the env observes (ee_pos + ee_ori + gripper_states, see
+:data:`sim.libero.env.STATE_SPEC`), so a policy trained on the demos runs on the env.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import h5py
+import numpy as np
+
+from embodied.datasets import Dataset, EpisodeData
+from embodied.errors import DatasetError
+from sim.libero.processing_libero import gripper_from_libero
+
+LIBERO_OBS_KEY_MAP: Mapping[str, str] = {
+    "agentview_rgb": "image.agentview",
+    "eye_in_hand_rgb": "image.eye_in_hand",
+    "ee_pos": "ee_pos",
+    "ee_ori": "ee_ori",
+    "ee_states": "ee_states",
+    "gripper_states": "gripper_states",
+    "joint_states": "joint_states",
+}
+"""LIBERO demo obs key -> our observation key (cameras become ``image.<camera>``)."""
+
+STATE_PARTS = ("ee_pos", "ee_ori", "gripper_states")
+"""Demo keys concatenated (in this order) into the 8-dim ``state`` vector."""
+
+
+class LiberoDemos(Dataset):
+    """LIBERO demo file(s) as a :class:`Dataset` with our key names and a ``state`` vector.
+
+    Args:
+        path: One LIBERO ``*_demo.hdf5`` file (or a folder of our shards in that layout).
+        obs_keys: Keys to load after renaming (default: all); ``state`` is built when its
+            parts are loaded.
+        gripper_convention: Convert actions' gripper dim to ``openvla`` (1 open, 0 closed)
+            or keep LIBERO's ``libero`` (-1 open, +1 close).
+
+    Raises:
+        DatasetError: missing file, wrong layout, or a demo lacking the state parts.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        obs_keys: Sequence[str] | None = None,
+        gripper_convention: str = "libero",
+    ) -> None:
+        self.want_state = obs_keys is None or "state" in obs_keys
+        load_keys = None
+        if obs_keys is not None:
+            load_keys = [k for k in obs_keys if k != "state"]
+            if self.want_state:
+                load_keys += [k for k in STATE_PARTS if k not in load_keys]
+        super().__init__(path, obs_keys=load_keys, obs_key_map=LIBERO_OBS_KEY_MAP)
+        gripper_from_libero(0.0, gripper_convention)  # validates the name
+        self.gripper_convention = gripper_convention
+        self.requested = None if obs_keys is None else list(obs_keys)
+        self.instruction = self._read_instruction()
+
+    def _read_instruction(self) -> str:
+        file = self.path if self.path.is_file() else None
+        if file is None:
+            return ""
+        with h5py.File(file, "r") as h:
+            raw = h["data"].attrs.get("problem_info")
+        if raw is None:
+            return ""
+        info = json.loads(raw if isinstance(raw, str) else bytes(raw).decode())
+        return str(info.get("language_instruction", "")).strip()
+
+    def __getitem__(self, i: int) -> EpisodeData:  # type: ignore[override]
+        ep = super().__getitem__(i)
+        obs = dict(ep.obs)
+        if self.want_state:
+            missing = [k for k in STATE_PARTS if k not in obs]
+            if missing:
+                raise DatasetError(
+                    f"{ep.source} lacks {missing} needed for the state vector; has {sorted(obs)}",
+                    fix="load with obs_keys excluding 'state', or use LIBERO's official demo files",
+                )
+            obs["state"] = np.concatenate(
+                [np.asarray(obs[k], dtype=np.float32).reshape(len(ep), -1) for k in STATE_PARTS],
+                axis=1,
+            )
+        if self.requested is not None:
+            obs = {k: v for k, v in obs.items() if k in self.requested}
+        actions = np.asarray(ep.actions, dtype=np.float64)
+        if self.gripper_convention != "libero":
+            actions = actions.copy()
+            actions[:, 6] = [gripper_from_libero(g, self.gripper_convention) for g in actions[:, 6]]
+        attrs = dict(ep.attrs)
+        attrs.setdefault("instruction", self.instruction)
+        return replace(ep, obs=obs, actions=actions, attrs=attrs)
+
+
+def load_demos(
+    path: str | os.PathLike[str],
+    obs_keys: Sequence[str] | None = None,
+    gripper_convention: str = "libero",
+) -> LiberoDemos:
+    """Open a LIBERO demo file as a dataset (see :class:`LiberoDemos`)."""
+    return LiberoDemos(path, obs_keys=obs_keys, gripper_convention=gripper_convention)

@@ -1,0 +1,290 @@
+"""``mujoco:arm_reach``: a table-top arm reaches the cube named in the instruction.
+
+A 4-DoF arm (base yaw, shoulder/elbow/wrist pitch) with a two-finger gripper stands at the
+back of a table holding four coloured cubes (red, green, blue, yellow) at random positions.
+The instruction names one (``"reach the red cube"``); success is the fingertip within
+``SUCCESS_RADIUS_M`` of the point just above that cube's top face, computed from sim state.
+
+Actions are Cartesian fingertip velocities (m/s, world frame) plus a gripper command in
+[-1 (open), 1 (closed)]. The task maps them to joint velocities with closed-form inverse
+kinematics, holding the hand vertical (pointing down) with the redundant DoF.
+Cameras: ``front`` (default, 128x128), ``top`` and ``wrist``. ``info`` carries
+caption-friendly state: target colour, distances, the closest cube, the fingertip height.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import mujoco
+import numpy as np
+
+from embodied.errors import ConfigError, UnknownNameError
+from embodied.specs import VectorSpec
+from sim.mujoco.task import Task
+
+if TYPE_CHECKING:
+    from embodied.contracts import Policy
+    from sim.mujoco.env import MujocoEnv
+
+COLORS: tuple[str, ...] = ("red", "green", "blue", "yellow")
+"""Cube colours; each episode's instruction names one."""
+
+CUBE_HALF_M = 0.02
+TARGET_ABOVE_TOP_M = 0.008
+SUCCESS_RADIUS_M = 0.025
+HOVER_HEIGHT_M = 0.08
+MAX_EE_SPEED_MPS = 0.3
+MAX_JOINT_SPEED_RADPS = 2.5
+CUBE_X_M = (0.22, 0.42)
+CUBE_Y_M = (-0.18, 0.18)
+CUBE_MIN_SEPARATION_M = 0.09
+HOME_QPOS = np.array([0.0, 0.3, 1.6, np.pi - 1.9])
+ARM_JOINTS = ("yaw", "shoulder", "elbow", "wrist")
+FINGER_OPEN_M, FINGER_CLOSED_M = 0.005, -0.025
+SHOULDER_Z_M = 0.15  # shoulder joint height above the table
+LINK_M = 0.28  # upper arm and forearm length
+HAND_M = 0.113  # wrist joint to fingertip site
+YAW_RANGE = (-1.7, 1.7)
+
+
+def _ik(x: float, y: float, z: float) -> list[float]:
+    """Joint angles (rad) putting the fingertip at (x, y, z) m with the hand pointing down.
+
+    Unreachable points are projected onto the workspace boundary (the two-link cosine is
+    clipped), so the result is always a valid pose.
+    """
+    yaw = min(max(math.atan2(y, x), YAW_RANGE[0]), YAW_RANGE[1])
+    r = math.hypot(x, y)
+    dz = z + HAND_M - SHOULDER_Z_M
+    c2 = (r * r + dz * dz - 2 * LINK_M * LINK_M) / (2 * LINK_M * LINK_M)
+    elbow = math.acos(min(1.0, max(-1.0, c2)))
+    shoulder = math.atan2(r, dz) - math.atan2(math.sin(elbow), 1.0 + math.cos(elbow))
+    return [yaw, shoulder, elbow, math.pi - shoulder - elbow]
+
+
+class ArmReachTask(Task):
+    """Reach the named coloured cube with a 4-DoF arm.
+
+    Args:
+        target: Colour to reach in every episode, or None for a random colour per episode
+            (a reset option ``target`` overrides both).
+        privileged_state: Append the target's position relative to the fingertip (m) to the
+            state vector (for state-only policies; vision policies read the camera instead).
+    """
+
+    name = "arm_reach"
+    description = "4-DoF table-top arm reaches the cube named in the instruction (camera)"
+    model_file = "arm_reach.xml"
+    control_rate_hz = 20.0
+    max_episode_steps = 300
+    cameras = ("front", "top", "wrist")
+    default_image_size = (128, 128)
+    default_camera_on = True
+    action_spec = VectorSpec(
+        names=("vx", "vy", "vz", "gripper"),
+        low=(-MAX_EE_SPEED_MPS,) * 3 + (-1.0,),
+        high=(MAX_EE_SPEED_MPS,) * 3 + (1.0,),
+        units=("m/s", "m/s", "m/s", "1"),
+    )
+    hover_height_m = HOVER_HEIGHT_M
+
+    def __init__(self, target: str | None = None, privileged_state: bool = False) -> None:
+        if target is not None and target not in COLORS:
+            raise UnknownNameError(
+                f"unknown arm_reach target {target!r}; colours: {list(COLORS)}",
+                fix="pass target=None (random) or one of the colours",
+            )
+        self.fixed_target = target
+        self.privileged_state = bool(privileged_state)
+        names = [f"q_{j}" for j in ARM_JOINTS] + [f"qd_{j}" for j in ARM_JOINTS]
+        units = ["rad"] * 4 + ["rad/s"] * 4
+        names += ["ee_x", "ee_y", "ee_z", "ee_vx", "ee_vy", "ee_vz", "gripper"]
+        units += ["m", "m", "m", "m/s", "m/s", "m/s", "m"]
+        if self.privileged_state:
+            names += ["target_dx", "target_dy", "target_dz"]
+            units += ["m", "m", "m"]
+        inf = float("inf")
+        self.state_spec = VectorSpec(
+            tuple(names), (-inf,) * len(names), (inf,) * len(names), tuple(units)
+        )
+        self.target = COLORS[0]
+        self.cube_pos = np.zeros((len(COLORS), 3))
+        self.ee_pos = np.zeros(3)
+        self.ee_vel = np.zeros(3)
+        self._ee_xyz = (0.0, 0.0, 0.0)
+        self._target_xyz = (0.0, 0.0, 0.0)
+        self._cube_xyz: list[tuple[float, float, float]] = []
+
+    def options(self) -> dict[str, Any]:
+        """Construction options."""
+        return {"target": self.fixed_target, "privileged_state": self.privileged_state}
+
+    def bind(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
+        """Cache joint/dof/site/mocap ids and allocate the Jacobian buffers."""
+        jid = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, j) for j in ARM_JOINTS]
+        self._qadr = np.array([model.jnt_qposadr[j] for j in jid])
+        self._dadr = np.array([model.jnt_dofadr[j] for j in jid])
+        self._q0, self._d0 = int(self._qadr[0]), int(self._dadr[0])
+        if not (np.diff(self._qadr) == 1).all() or not (np.diff(self._dadr) == 1).all():
+            raise ConfigError("arm joints must be consecutive in qpos/qvel")
+        fl = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, "finger_l")
+        self._finger_q = int(model.jnt_qposadr[fl])
+        self._site = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, "ee")
+        self._mocap = [
+            int(model.body_mocapid[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, f"cube_{c}")])
+            for c in COLORS
+        ]
+        self._jacp = np.zeros((3, model.nv))
+        self._dt = 1.0 / self.control_rate_hz
+        self._state_dim = self.state_spec.dim
+
+    def initialize_episode(
+        self,
+        model: mujoco.MjModel,
+        data: mujoco.MjData,
+        rng: np.random.Generator,
+        options: Mapping[str, Any],
+    ) -> None:
+        """Arm at home, cubes at random separated positions, target colour chosen.
+
+        Options:
+            target: Colour to reach this episode.
+            cubes: Mapping colour -> (x, y) in m to place cubes explicitly.
+        """
+        unknown = set(options) - {"target", "cubes", "scene"}
+        if unknown:
+            raise ConfigError(
+                f"unknown arm_reach reset options {sorted(unknown)}", fix="use 'target' or 'cubes'"
+            )
+        if options.get("scene", "default") != "default":
+            raise UnknownNameError(
+                f"arm_reach has no scene {options['scene']!r}; scenes: ['default']"
+            )
+        data.qpos[self._q0 : self._q0 + 4] = HOME_QPOS
+        data.ctrl[4:6] = FINGER_OPEN_M
+        data.qpos[self._finger_q : self._finger_q + 2] = FINGER_OPEN_M
+        placed: list[np.ndarray] = []
+        for _ in range(len(COLORS)):
+            for _attempt in range(1000):
+                xy = np.array([rng.uniform(*CUBE_X_M), rng.uniform(*CUBE_Y_M)])
+                if all(np.linalg.norm(xy - p) >= CUBE_MIN_SEPARATION_M for p in placed):
+                    break
+            placed.append(xy)
+        for color, xy in dict(options.get("cubes", {})).items():
+            if color not in COLORS:
+                raise UnknownNameError(f"unknown cube colour {color!r}; colours: {list(COLORS)}")
+            placed[COLORS.index(color)] = np.asarray(xy, dtype=np.float64).reshape(2)
+        target = options.get("target", self.fixed_target)
+        if target is None:
+            target = COLORS[int(rng.integers(len(COLORS)))]
+        if target not in COLORS:
+            raise UnknownNameError(
+                f"unknown arm_reach target {target!r}; colours: {list(COLORS)}",
+                fix="pass one of the colours",
+            )
+        self.target = str(target)
+        self._target_idx = COLORS.index(self.target)
+        for i, xy in enumerate(placed):
+            self.cube_pos[i] = (xy[0], xy[1], CUBE_HALF_M)
+            data.mocap_pos[self._mocap[i]] = self.cube_pos[i]
+        self._target_point = self.cube_pos[self._target_idx] + (
+            0.0,
+            0.0,
+            CUBE_HALF_M + TARGET_ABOVE_TOP_M,
+        )
+        tx, ty, tz = self._target_point.tolist()
+        self._target_xyz = (tx, ty, tz)
+        self._cube_xyz = [(p[0], p[1], p[2]) for p in self.cube_pos.tolist()]
+
+    def instruction(self) -> str:
+        """``"reach the <colour> cube"``."""
+        return f"reach the {self.target} cube"
+
+    def target_point(self, data: mujoco.MjData | None = None) -> np.ndarray:
+        """The point the fingertip must reach (m): just above the target cube's top face."""
+        return self._target_point.copy()
+
+    def ee_position(self, data: mujoco.MjData) -> np.ndarray:
+        """Fingertip position (m) as of the last evaluation."""
+        return self.ee_pos.copy()
+
+    def before_step(self, model: mujoco.MjModel, data: mujoco.MjData, action: np.ndarray) -> None:
+        """Fingertip velocity (m/s) -> joint velocities through closed-form inverse kinematics.
+
+        The fingertip target one control period ahead, ``ee + v * dt``, is solved for the
+        hand-vertical pose (yaw, a two-link problem for shoulder/elbow, the wrist keeping the
+        hand pointing down); the joint velocity command is ``(q_target - q) / dt``, scaled
+        down uniformly when a joint would exceed ``MAX_JOINT_SPEED_RADPS``.
+        """
+        vx, vy, vz, grip = action.tolist()
+        ex, ey, ez = self._ee_xyz
+        dt = self._dt
+        q = data.qpos[self._q0 : self._q0 + 4].tolist()
+        qt = _ik(ex + vx * dt, ey + vy * dt, ez + vz * dt)
+        qd = [(qt[i] - q[i]) / dt for i in range(4)]
+        peak = max(abs(v) for v in qd)
+        if peak > MAX_JOINT_SPEED_RADPS:
+            scale = MAX_JOINT_SPEED_RADPS / peak
+            qd = [v * scale for v in qd]
+        finger = FINGER_OPEN_M + (FINGER_CLOSED_M - FINGER_OPEN_M) * 0.5 * (grip + 1.0)
+        qd.append(finger)
+        qd.append(finger)
+        data.ctrl = qd
+
+    def observe(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
+        """Joint positions/velocities, fingertip position/velocity, finger opening."""
+        s = np.empty(self._state_dim, dtype=np.float32)
+        s[0:4] = data.qpos[self._q0 : self._q0 + 4]
+        s[4:8] = data.qvel[self._d0 : self._d0 + 4]
+        s[8:11] = self.ee_pos
+        s[11:14] = self.ee_vel
+        s[14] = data.qpos[self._finger_q]
+        if self.privileged_state:
+            s[15:18] = self._target_point - self.ee_pos
+        return s
+
+    def evaluate(
+        self, model: mujoco.MjModel, data: mujoco.MjData, info: dict[str, Any]
+    ) -> tuple[float, bool]:
+        """Fingertip position/velocity (Jacobian), success and caption state into ``info``."""
+        mujoco.mj_kinematics(model, data)
+        mujoco.mj_comPos(model, data)
+        mujoco.mj_jacSite(model, data, self._jacp, None, self._site)
+        ee = data.site_xpos[self._site].copy()
+        self.ee_pos = ee
+        self.ee_vel = self._jacp @ data.qvel
+        ex, ey, ez = self._ee_xyz = tuple(ee.tolist())
+        best, best_d2 = 0, math.inf
+        for i, (cx, cy, cz) in enumerate(self._cube_xyz):
+            d2 = (cx - ex) ** 2 + (cy - ey) ** 2 + (cz - ez) ** 2
+            if d2 < best_d2:
+                best, best_d2 = i, d2
+        tx, ty, tz = self._target_xyz
+        target_dist = math.sqrt((tx - ex) ** 2 + (ty - ey) ** 2 + (tz - ez) ** 2)
+        success = target_dist < SUCCESS_RADIUS_M
+        info["success"] = success
+        info["ee_pos"] = ee
+        info["ee_vel"] = self.ee_vel
+        info["target"] = self.target
+        info["target_dist"] = target_dist
+        info["closest"] = COLORS[best]
+        info["closest_dist"] = math.sqrt(best_d2)
+        info["ee_height"] = ez
+        return (1.0 if success else 0.0), False
+
+    def caption_state(self) -> dict[str, Any]:
+        """Cube positions by colour (m) and the target, for captions of rendered frames."""
+        return {
+            "target": self.target,
+            "cubes": {c: self.cube_pos[i].tolist() for i, c in enumerate(COLORS)},
+            "ee_pos": self.ee_pos.tolist(),
+        }
+
+    def expert(self, env: MujocoEnv, **kwargs: Any) -> Policy:
+        """:class:`~sim.mujoco.experts.ArmReachExpert` (kwargs: speed, speed_range, seed)."""
+        from sim.mujoco.experts import ArmReachExpert
+
+        return ArmReachExpert(env, **kwargs)

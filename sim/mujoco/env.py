@@ -1,0 +1,237 @@
+"""The gymnasium wrapper of a MuJoCo :class:`~sim.mujoco.task.Task`.
+
+:class:`MujocoEnv` owns the compiled model and data, seeding, physics substeps and camera
+rendering; the task owns everything task-specific. One control step is::
+
+    validate + clip action -> task.before_step -> mj_step x substeps -> task.observe
+    -> task.evaluate (success, ee_pos, ee_vel, diagnostics) -> [render cameras]
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+
+from embodied.contracts import Env, Policy
+from embodied.errors import ConfigError
+from embodied.specs import ImageSpec, Observation, ObservationSpec, image_key
+from sim.mujoco.rendering import CameraRenderer
+from sim.mujoco.task import Task
+
+CameraArg = bool | str | Sequence[str] | None
+
+
+class MujocoEnv(Env):
+    """A deterministic MuJoCo env following the :class:`embodied.contracts.Env` contract.
+
+    Args:
+        task: The task logic (model file, specs, success, expert).
+        camera: Cameras to render into observations: ``True`` for the task's default camera,
+            a camera name or a list of names, ``False`` for none, ``None`` for the task default.
+        image_size: Image size in pixels, ``int`` (square) or ``(height, width)``.
+        max_episode_steps: Episode horizon in control steps (default: the task's).
+        terminate_on_success: End the episode (``terminated=True``) when the task succeeds.
+        scene: Default reset option ``scene`` (tasks with shifted scenes), overridable per
+            reset with ``reset(options={"scene": ...})``.
+        render_mode: Only ``"rgb_array"`` is supported.
+
+    Raises:
+        ConfigError: unknown camera, bad image size or horizon.
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        *,
+        camera: CameraArg = None,
+        image_size: int | Sequence[int] | None = None,
+        max_episode_steps: int | None = None,
+        terminate_on_success: bool = True,
+        scene: str | None = None,
+        render_mode: str | None = "rgb_array",
+    ) -> None:
+        self.task = task
+        self.model = mujoco.MjModel.from_xml_path(str(task.model_xml_path()))
+        self.data = mujoco.MjData(self.model)
+        self.env_id = f"mujoco:{task.name}"
+        self.control_rate_hz = float(task.control_rate_hz)
+        self.max_episode_steps = int(max_episode_steps or task.max_episode_steps)
+        if self.max_episode_steps <= 0:
+            raise ConfigError(f"max_episode_steps must be positive, got {max_episode_steps}")
+        if render_mode not in (None, "rgb_array"):
+            raise ConfigError(
+                f"render_mode {render_mode!r} is not supported", fix="use render_mode='rgb_array'"
+            )
+        self.render_mode = render_mode
+        self.terminate_on_success = bool(terminate_on_success)
+        self._default_options: dict[str, Any] = {} if scene is None else {"scene": scene}
+        timestep = float(self.model.opt.timestep)
+        self.substeps = max(1, round(1.0 / (self.control_rate_hz * timestep)))
+        self.physics_timestep = timestep
+
+        self.camera_names = self._resolve_cameras(camera)
+        size = image_size if image_size is not None else task.default_image_size
+        h, w = (int(size), int(size)) if isinstance(size, int | np.integer) else map(int, size)
+        if not (8 <= h <= 1024 and 8 <= w <= 1024):
+            raise ConfigError(
+                f"image_size {size!r} outside 8..1024 pixels", fix="pass e.g. image_size=64"
+            )
+        self.image_size = (h, w)
+        self._renderer = CameraRenderer(self.model, h, w)
+        self._image_keys = [image_key(c) for c in self.camera_names]
+
+        self.action_spec = task.action_spec
+        self.observation_spec = ObservationSpec(
+            state=task.state_spec, cameras={c: ImageSpec(h, w) for c in self.camera_names}
+        )
+        self.action_space = gym.spaces.Box(
+            task.action_spec.low_array.astype(np.float32),
+            task.action_spec.high_array.astype(np.float32),
+            dtype=np.float32,
+        )
+        spaces: dict[str, gym.Space[Any]] = {
+            "state": gym.spaces.Box(-np.inf, np.inf, (task.state_spec.dim,), np.float32)
+        }
+        for key in self._image_keys:
+            spaces[key] = gym.spaces.Box(0, 255, (h, w, 3), np.uint8)
+        spaces["instruction"] = gym.spaces.Text(
+            max_length=256, min_length=0, charset=string.printable
+        )
+        self.observation_space = gym.spaces.Dict(spaces)
+
+        self._act_shape = (task.action_spec.dim,)
+        self._act_low = task.action_spec.low_array
+        self._act_high = task.action_spec.high_array
+        self._act = np.zeros(task.action_spec.dim)
+        self._t = 0
+        self.episode_seed = 0
+        self.episode_count = 0
+        task.bind(self.model, self.data)
+        self.instruction = task.instruction()
+
+    # -- construction helpers -------------------------------------------------------------
+    def _resolve_cameras(self, camera: CameraArg) -> list[str]:
+        cams = self.task.cameras
+        if camera is None:
+            camera = self.task.default_camera_on
+        if camera is False:
+            return []
+        if camera is True:
+            if not cams:
+                raise ConfigError(f"task {self.task.name!r} has no camera")
+            return [cams[0]]
+        names = [camera] if isinstance(camera, str) else list(camera)
+        bad = [c for c in names if c not in cams]
+        if bad:
+            raise ConfigError(
+                f"task {self.task.name!r} has no camera(s) {bad}; cameras: {list(cams)}",
+                fix=f"pass camera=True or one of {list(cams)}",
+            )
+        return names
+
+    # -- gymnasium API --------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
+        """Start an episode; identical ``seed`` and ``options`` give identical episodes.
+
+        Args:
+            seed: Seeds the episode RNG (initial state, targets, expert randomness).
+            options: Task reset options, e.g. ``{"scene": "block_left"}`` for reach_around.
+        """
+        super().reset(seed=seed)
+        opts = {**self._default_options, **(options or {})}
+        mujoco.mj_resetData(self.model, self.data)
+        self.task.initialize_episode(self.model, self.data, self.np_random, opts)
+        mujoco.mj_forward(self.model, self.data)
+        self.episode_seed = int(self.np_random.integers(0, 2**31 - 1))
+        self.instruction = self.task.instruction()
+        self.episode_count += 1
+        self._t = 0
+        info: dict[str, Any] = {}
+        self.task.evaluate(self.model, self.data, info)
+        return self._observation(), info
+
+    def step(self, action: Any) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+        """Apply ``action`` for one control period (``substeps`` physics steps).
+
+        Raises:
+            ActionError: wrong shape or non-finite entries (naming the dims).
+        """
+        act = np.asarray(action, dtype=np.float64)
+        if act.shape != self._act_shape or not math.isfinite(act.dot(act)):
+            self.action_spec.validate(act)  # raises ActionError naming the problem
+        np.minimum(np.maximum(act, self._act_low, out=self._act), self._act_high, out=self._act)
+        model, data = self.model, self.data
+        self.task.before_step(model, data, self._act)
+        mujoco.mj_step(model, data, self.substeps)
+        self._t += 1
+        info: dict[str, Any] = {}
+        reward, terminated = self.task.evaluate(model, data, info)
+        if self.terminate_on_success and info["success"]:
+            terminated = True
+        truncated = self._t >= self.max_episode_steps
+        return self._observation(), reward, terminated, truncated, info
+
+    def _observation(self) -> Observation:
+        obs: Observation = {
+            "state": self.task.observe(self.model, self.data),
+            "instruction": self.instruction,
+        }
+        if self._image_keys:
+            mujoco.mj_kinematics(self.model, self.data)
+            for cam, key in zip(self.camera_names, self._image_keys, strict=True):
+                obs[key] = self._renderer.render(self.data, cam)
+        return obs
+
+    def render(self, camera: str | None = None) -> np.ndarray:  # type: ignore[override]
+        """Render ``camera`` (default: the first enabled or the task's first camera)."""
+        cam = camera or (self.camera_names[0] if self.camera_names else None)
+        if cam is None:
+            if not self.task.cameras:
+                raise ConfigError(f"task {self.task.name!r} has no camera to render")
+            cam = self.task.cameras[0]
+        mujoco.mj_kinematics(self.model, self.data)
+        return self._renderer.render(self.data, cam)
+
+    def close(self) -> None:
+        """Release the GL context (the env can still step; rendering recreates it)."""
+        self._renderer.close()
+        self._renderer = CameraRenderer(self.model, *self.image_size)
+
+    # -- privileged access ----------------------------------------------------------------
+    @property
+    def elapsed_steps(self) -> int:
+        """Control steps since reset."""
+        return self._t
+
+    def expert(self, **kwargs: Any) -> Policy:
+        """The task's scripted expert bound to this env (reads privileged sim state).
+
+        Raises:
+            ConfigError: an option the task's expert does not take (the message names it).
+        """
+        try:
+            return self.task.expert(self, **kwargs)
+        except TypeError as exc:
+            raise ConfigError(
+                f"{self.env_id} expert got unexpected options {sorted(kwargs)}: {exc}",
+                fix="reach_around takes route/speed/speed_range/avoid_blocked/seed; "
+                "arm_reach takes speed/speed_range/seed",
+            ) from exc
+
+    def describe(self) -> dict[str, Any]:
+        """JSON description including physics timestep (s) and substeps per control step."""
+        out = super().describe()
+        out.update(
+            physics_timestep_s=self.physics_timestep,
+            substeps=self.substeps,
+            task_options=self.task.options(),
+        )
+        return out

@@ -1,0 +1,109 @@
+"""Headless offscreen rendering with ``mujoco.Renderer`` and a clear error when GL is missing."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import weakref
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from embodied.errors import RenderError
+
+GL_FIX = (
+    "render headless with MUJOCO_GL=egl (apt-get install -y libegl1 libegl-mesa0 "
+    "libgl1-mesa-dri) or MUJOCO_GL=osmesa (apt-get install -y libosmesa6), set before "
+    "Python starts; or build the env with camera=False"
+)
+
+
+class CameraRenderer:
+    """Renders named cameras of one model into uint8 (H, W, 3) arrays.
+
+    The GL context is created on first use, so envs without cameras never touch GL. Contexts
+    are released by :meth:`close`, or at interpreter exit (before GL libraries unload).
+
+    Args:
+        model: The compiled model.
+        height: Image height in pixels.
+        width: Image width in pixels.
+    """
+
+    def __init__(self, model: mujoco.MjModel, height: int, width: int) -> None:
+        self.model = model
+        self.height = int(height)
+        self.width = int(width)
+        self._holder: dict[str, Any] = {}
+        self._cam_ids: dict[str, int] = {}
+        self._finalizer = weakref.finalize(self, _close_holder, self._holder)
+
+    def _renderer(self) -> mujoco.Renderer:
+        renderer = self._holder.get("renderer")
+        if renderer is None:
+            backend = os.environ.get("MUJOCO_GL", "(unset)")
+            try:
+                renderer = mujoco.Renderer(self.model, self.height, self.width)
+            except Exception as exc:
+                raise RenderError(
+                    f"cannot create an offscreen GL context (MUJOCO_GL={backend}): "
+                    f"{type(exc).__name__}: {exc}",
+                    fix=GL_FIX,
+                ) from exc
+            self._holder["renderer"] = renderer
+            _LIVE.add(self)
+            _register_exit_hook()
+        return renderer
+
+    def camera_id(self, camera: str) -> int:
+        """Model id of ``camera``."""
+        cid = self._cam_ids.get(camera)
+        if cid is None:
+            cid = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+            if cid < 0:
+                names = [self.model.camera(i).name for i in range(self.model.ncam)]
+                raise RenderError(
+                    f"model has no camera {camera!r}; cameras: {names}",
+                    fix="pick one of the model's cameras",
+                )
+            self._cam_ids[camera] = cid
+        return cid
+
+    def render(self, data: mujoco.MjData, camera: str) -> np.ndarray:
+        """Render ``camera`` for the current ``data`` (kinematics must be up to date)."""
+        renderer = self._renderer()
+        renderer.update_scene(data, camera=self.camera_id(camera))
+        return renderer.render()
+
+    def close(self) -> None:
+        """Release the GL context."""
+        self._finalizer()
+
+
+_LIVE: weakref.WeakSet[CameraRenderer] = weakref.WeakSet()
+_HOOK: list[bool] = []
+
+
+def _register_exit_hook() -> None:
+    """Close live GL contexts at exit, before ``mujoco.egl`` terminates the EGL display.
+
+    atexit runs hooks last-in first-out; registering after the first context exists puts
+    this hook ahead of the GL backend's own teardown.
+    """
+    if not _HOOK:
+        _HOOK.append(True)
+        atexit.register(_close_all)
+
+
+def _close_all() -> None:
+    for r in list(_LIVE):
+        r.close()
+
+
+def _close_holder(holder: dict[str, Any]) -> None:
+    renderer = holder.pop("renderer", None)
+    if renderer is not None:
+        with contextlib.suppress(Exception):
+            renderer.close()

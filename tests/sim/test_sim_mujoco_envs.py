@@ -1,0 +1,189 @@
+"""MuJoCo envs: contract, determinism, bad input, rendering (real physics, real GL)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import policies
+import sim
+from embodied.contracts import Policy
+from embodied.errors import ActionError, ConfigError, RenderError, UnknownNameError
+from embodied.loop import rollout
+from sim.mujoco import MujocoEnv
+
+TASKS = ("reach_around", "arm_reach")
+
+
+def _expert_episode(task: str, seed: int, **make_kw: object) -> tuple[np.ndarray, np.ndarray]:
+    env = sim.make(f"mujoco:{task}", **make_kw)
+    ep = rollout(env, policies.load("expert", env=env), seed=seed)
+    env.close()
+    return ep.observations["state"], ep.actions
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_same_seed_gives_identical_episodes(task: str) -> None:
+    s1, a1 = _expert_episode(task, seed=7, camera=False)
+    s2, a2 = _expert_episode(task, seed=7, camera=False)
+    s3, _ = _expert_episode(task, seed=8, camera=False)
+    assert s1.shape == s2.shape and np.array_equal(s1, s2) and np.array_equal(a1, a2)
+    assert s1.shape != s3.shape or not np.array_equal(s1, s3)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_reset_same_seed_on_one_env_repeats_scene_and_images(task: str) -> None:
+    env = sim.make(f"mujoco:{task}", camera=True, image_size=48)
+    o1, _i1 = env.reset(seed=3)
+    for _ in range(3):
+        env.step(env.action_spec.high_array * 0.5)
+    o2, _i2 = env.reset(seed=3)
+    assert np.array_equal(o1["state"], o2["state"])
+    cam = env.observation_spec.image_keys[0]
+    assert np.array_equal(o1[cam], o2[cam])
+    assert o1["instruction"] == o2["instruction"]
+    o3, _ = env.reset(seed=4)  # another scene (arm_reach: same arm pose, other cubes)
+    assert not np.array_equal(o1[cam], o3[cam])
+    env.close()
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_observations_and_info_follow_the_contract(task: str) -> None:
+    env = sim.make(f"mujoco:{task}", camera=True, image_size=(40, 56))
+    assert isinstance(env, MujocoEnv) and env.env_id == f"mujoco:{task}"
+    obs, info = env.reset(seed=0)
+    env.observation_spec.validate(obs)
+    assert env.observation_space.contains({k: v for k, v in obs.items()})
+    for _ in range(5):
+        obs, _reward, _terminated, _truncated, info = env.step(env.action_space.sample() * 0)
+    env.observation_spec.validate(obs)
+    img = obs[env.observation_spec.image_keys[0]]
+    assert img.shape == (40, 56, 3) and img.dtype == np.uint8 and img.std() > 5  # not blank
+    assert isinstance(info["success"], bool)
+    assert np.shape(info["ee_pos"]) == (3,) and np.shape(info["ee_vel"]) == (3,)
+    assert obs["state"].dtype == np.float32
+    assert env.control_rate_hz == 20.0 and env.dt == pytest.approx(0.05)
+    assert env.substeps * env.physics_timestep == pytest.approx(env.dt)
+    desc = env.describe()
+    assert desc["action"]["units"][0] == "m/s"
+    env.close()
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_passes_gymnasium_env_checker(task: str) -> None:
+    from gymnasium.utils.env_checker import check_env
+
+    env = sim.make(f"mujoco:{task}", camera=True, image_size=24)
+    check_env(env, skip_render_check=True)  # includes gymnasium's own determinism checks
+    env.close()
+
+
+def test_reach_around_state_fields_match_physics() -> None:
+    env = sim.make("mujoco:reach_around")
+    obs, info = env.reset(seed=1, options={"start": (0.05, -0.3), "goal": (-0.1, 0.3)})
+    names = env.observation_spec.state.names
+    s = dict(zip(names, obs["state"].tolist(), strict=True))
+    assert s["pos_x"] == pytest.approx(0.05) and s["goal_y"] == pytest.approx(0.3)
+    assert s["goal_dx"] == pytest.approx(-0.15, abs=1e-6)
+    for _ in range(10):
+        obs, *_rest, info = env.step(np.array([0.3, 0.0]))
+    s = dict(zip(names, obs["state"].tolist(), strict=True))
+    assert s["vel_x"] == pytest.approx(0.3, abs=0.03)  # velocity actuator tracks m/s command
+    assert info["ee_pos"][0] == pytest.approx(s["pos_x"], abs=1e-6)
+    assert info["ee_pos"][2] == pytest.approx(0.025)
+
+
+def test_arm_reach_tracks_cartesian_velocity_and_reports_caption_state() -> None:
+    env = sim.make("mujoco:arm_reach", camera=False, target="blue")
+    obs, info = env.reset(seed=2)
+    assert obs["instruction"] == "reach the blue cube" and info["target"] == "blue"
+    assert info["closest"] in ("red", "green", "blue", "yellow")
+    start = info["ee_pos"].copy()
+    for _ in range(10):
+        obs, *_rest, info = env.step(np.array([0.0, 0.1, 0.0, -1.0]))
+    moved = info["ee_pos"] - start
+    assert moved[1] == pytest.approx(0.05, abs=0.01)  # 0.1 m/s for 0.5 s
+    assert abs(moved[0]) < 0.01 and abs(moved[2]) < 0.01
+    assert info["ee_vel"][1] == pytest.approx(0.1, abs=0.02)
+    fingers = obs["state"][env.observation_spec.state.index("gripper")]
+    for _ in range(10):
+        obs, *_rest, info = env.step(np.array([0.0, 0.0, 0.0, 1.0]))  # close the gripper
+    closed = obs["state"][env.observation_spec.state.index("gripper")]
+    assert fingers == pytest.approx(0.005, abs=1e-3) and closed < -0.015
+    obs, info = env.reset(seed=2, options={"target": "red"})
+    assert obs["instruction"] == "reach the red cube"
+    assert set(env.unwrapped.task.caption_state()["cubes"]) == {"red", "green", "blue", "yellow"}
+
+
+def test_unknown_names_list_what_exists() -> None:
+    with pytest.raises(UnknownNameError, match="arm_reach.*reach_around"):
+        sim.make("mujoco:reach_arround")
+    env = sim.make("mujoco:reach_around")
+    with pytest.raises(UnknownNameError, match="block_left"):
+        env.reset(options={"scene": "blocked"})
+    with pytest.raises(ConfigError, match="unknown reach_around reset options"):
+        env.reset(options={"sceen": "block_left"})
+    with pytest.raises(UnknownNameError, match="left"):
+        env.unwrapped.expert(route="up")
+    with pytest.raises(ConfigError, match="speed"):
+        env.unwrapped.expert(speed=3.0)
+    with pytest.raises(UnknownNameError, match="colours"):
+        sim.make("mujoco:arm_reach", target="purple")
+    with pytest.raises(ConfigError, match="camera"):
+        sim.make("mujoco:arm_reach", camera="side")
+    with pytest.raises(ConfigError, match="image_size"):
+        sim.make("mujoco:arm_reach", image_size=0)
+
+
+class _BadPolicy(Policy):
+    def __init__(self, action: np.ndarray) -> None:
+        super().__init__()
+        self.action = action
+        self.action_dim = 2
+
+    def predict_action_chunk(self, obs: dict) -> np.ndarray:
+        return self.action[None, :]
+
+
+def test_bad_actions_raise_action_error_naming_the_dims() -> None:
+    env = sim.make("mujoco:reach_around")
+    with pytest.raises(ActionError, match="vy"):
+        rollout(env, _BadPolicy(np.array([0.1, np.nan])), seed=0)
+    env.reset(seed=0)
+    with pytest.raises(ActionError, match="shape"):
+        env.step(np.zeros(3))
+    with pytest.raises(ActionError, match="vx"):
+        env.step(np.array([np.inf, 0.0]))
+    # out-of-bound but finite actions are clipped to the bounds (m/s)
+    env.step(np.array([5.0, 0.0]))
+    assert env.data.ctrl[0] == pytest.approx(0.5)
+
+
+def test_missing_gl_raises_render_error_naming_the_fix() -> None:
+    code = (
+        "import sim\n"
+        "from embodied.errors import RenderError\n"
+        "env = sim.make('mujoco:reach_around', camera=True)\n"
+        "try:\n"
+        "    env.reset(seed=0)\n"
+        "except RenderError as e:\n"
+        "    print('RENDER_ERROR', e)\n"
+    )
+    envvars = {**os.environ, "MUJOCO_GL": "glfw", "PYOPENGL_PLATFORM": "glfw", "DISPLAY": ""}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=envvars, timeout=120
+    )
+    assert "RENDER_ERROR" in out.stdout, out.stderr[-2000:]
+    assert "MUJOCO_GL=egl" in out.stdout and "libegl1" in out.stdout
+    assert issubclass(RenderError, RuntimeError)
+
+
+def test_registered_in_env_registry() -> None:
+    ids = sim.list_env_ids()
+    assert "mujoco:reach_around" in ids and "mujoco:arm_reach" in ids
+    with pytest.raises(UnknownNameError):
+        sim.make("mujoco")

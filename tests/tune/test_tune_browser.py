@@ -1,0 +1,239 @@
+"""The tuning page in a real browser (Debian chromium via Playwright) on the built-in arm task.
+
+One server (real MuJoCo ``mujoco:arm_reach``, scripted expert with speed knob ``alpha``,
+real PID) and one page are shared by the tests of this module, which run in order like a
+person's session: watch, tune, experiment, save/load, make mistakes, auto-tune.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+TIMEOUT_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from embodied.tune import ServerConfig, TuneConfig, TuneSession
+    from embodied.tune.server import TuneServer
+    from embodied.tune.task import build_task
+
+    cfg = TuneConfig(out_dir=tmp_path_factory.mktemp("tune-out"), setpoint=0.15)
+    srv = TuneServer(TuneSession(build_task(cfg), cfg), ServerConfig(port=0))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def page(server: Any) -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (see .ci/run)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    profile = tempfile.mkdtemp(prefix="tune-chromium-")
+    with sync_api.sync_playwright() as pw:
+        ctx = pw.chromium.launch_persistent_context(
+            profile,
+            executable_path=CHROMIUM,
+            headless=True,
+            args=ARGS,
+            viewport={"width": 1400, "height": 1100},
+        )
+        pg = ctx.new_page()
+        pg.set_default_timeout(TIMEOUT_MS)
+        console_errors: list[str] = []
+        pg.on("pageerror", lambda exc: console_errors.append(str(exc)))
+        pg.goto(server.url)
+        pg.wait_for_function("window.tune && window.tune.samples > 0")
+        yield pg
+        assert not console_errors, f"JavaScript errors on the page: {console_errors}"
+        ctx.close()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def _fill(page: Any, selector: str, value: str) -> None:
+    page.fill(selector, value)
+    page.dispatch_event(selector, "input")
+
+
+def _last(page: Any) -> dict[str, Any]:
+    return page.evaluate("window.tune.last")
+
+
+def _message(page: Any) -> tuple[str, str]:
+    return page.inner_text("#message"), page.get_attribute("#message", "class") or ""
+
+
+def test_page_streams_telemetry_plots_and_camera(page: Any, server: Any) -> None:
+    n0 = page.evaluate("window.tune.samples")
+    page.wait_for_function(f"window.tune.samples >= {n0 + 20}")  # 20 new control steps
+    assert int(page.inner_text("#sample-count")) >= n0 + 20
+    page.wait_for_function("window.tune.frames >= 2")
+    assert page.get_attribute("#camera", "src").startswith("data:image/jpeg;base64,")
+    assert "arm_reach" in page.inner_text("#task")
+    assert server.config.telemetry_hz >= 10
+    # every plot has drawn lines (pixels other than the background)
+    for canvas in ("plot-concept", "plot-output", "plot-action", "plot-progress"):
+        drawn = page.evaluate(
+            """(id) => { const c = document.getElementById(id); const d = c.getContext('2d')
+                 .getImageData(0, 0, c.width, c.height).data; let n = 0;
+                 for (let i = 0; i < d.length; i += 4) if (d[i] > 60 || d[i+1] > 60 || d[i+2] > 60) n++;
+                 return n; }""",
+            canvas,
+        )
+        assert drawn > 200, f"{canvas} shows no data"
+    s = _last(page)
+    assert s["mode"] == "pid" and s["setpoint"] == pytest.approx(0.15)
+
+
+def test_changing_kp_and_setpoint_steers_the_rollout(page: Any, server: Any) -> None:
+    session = server.session
+    _fill(page, "#kp", "0.5")
+    _fill(page, "#ki", "60")
+    page.click("#apply-gains")
+    page.wait_for_function("document.getElementById('message').textContent.startsWith('ok: gains')")
+    page.wait_for_function("window.tune.state.params.pid.kp === 0.5")
+    assert session.live.params["pid"]["kp"] == 0.5
+    pid = session.live.controller("pid")
+    page.wait_for_function("window.tune.last.setpoint !== null")
+    assert pid.config.kp == 0.5 and pid.config.ki == 60.0  # type: ignore[attr-defined]
+
+    _fill(page, "#setpoint", "0.25")
+    page.click("#apply-setpoint")
+    # the arm speeds up to the new setpoint: alpha = log3(0.25 / 0.1) ~ 0.83
+    page.wait_for_function(
+        "window.tune.last.setpoint === 0.25 && Math.abs(window.tune.last.measurement - 0.25) < 0.02 "
+        "&& window.tune.last.output > 0.6"
+    )
+    s = _last(page)
+    assert s["measurement"] == pytest.approx(0.25, abs=0.02)
+    assert s["output"] > 0.6  # the controller raised alpha from ~0.37 (0.15 m/s)
+
+
+def test_step_response_experiment_reports_figures(page: Any, server: Any) -> None:
+    _fill(page, "#step-from", "0.08")
+    _fill(page, "#step-to", "0.15")
+    page.click("#run-step")
+    page.wait_for_function("window.tune.stepResult !== null")
+    result = page.evaluate("window.tune.stepResult")
+    rise, overshoot, settling = (
+        page.inner_text(f"#step-{k}") for k in ("rise", "overshoot", "settling")
+    )
+    assert rise.endswith(" s") and overshoot.endswith(" %") and settling.endswith(" s")
+    assert float(rise.split()[0]) == pytest.approx(result["rise_time_s"], rel=1e-2)
+    assert 0 < result["rise_time_s"] < 1.0 and result["overshoot_pct"] >= 0
+    assert math.isfinite(result["settling_time_s"]) and result["success"] is True
+    assert result["params"]["kp"] == 0.5 and result["from"] == 0.08 and result["to"] == 0.15
+    # the page shows what the server measured and wrote
+    import json
+
+    saved = json.loads((server.session.config.out_dir / "last_step_test.json").read_text())
+    assert saved["rise_time_s"] == pytest.approx(result["rise_time_s"])
+
+
+def test_save_and_load_gains(page: Any, server: Any) -> None:
+    import controllers
+
+    out_dir = server.session.config.out_dir
+    _fill(page, "#save-name", "my_gains")
+    page.click("#save")
+    page.wait_for_function(
+        "document.getElementById('message').textContent.includes('saved my_gains.yaml')"
+    )
+    saved = controllers.load(out_dir / "my_gains.yaml")  # what `embodied eval/deploy` read
+    assert saved.config.kp == 0.5 and saved.config.ki == 60.0  # type: ignore[attr-defined]
+    assert controllers.read_meta(out_dir / "my_gains.yaml")["setpoint"] == 0.25
+
+    _fill(page, "#kp", "3")
+    page.click("#apply-gains")
+    page.wait_for_function("window.tune.state.params.pid.kp === 3")
+    page.wait_for_function(
+        "[...document.querySelectorAll('#load-name option')].some(o => o.value === 'my_gains.yaml')"
+    )
+    page.select_option("#load-name", "my_gains.yaml")
+    page.click("#load")
+    page.wait_for_function("window.tune.state.params.pid.kp === 0.5")
+    assert page.input_value("#kp") == "0.5"
+    assert server.session.live.controller("pid").config.kp == 0.5  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expect"),
+    [
+        ("#kp", "-1", "kp must be >= 0"),
+        ("#kp", "abc", "must be a number"),
+        ("#ki", "nan", "finite"),
+    ],
+)
+def test_bad_gains_are_refused_with_a_visible_message(
+    page: Any, server: Any, field: str, value: str, expect: str
+) -> None:
+    pid = server.session.live.controller("pid")
+    before = dict(server.session.live.params["pid"]), pid.config
+    _fill(page, field, value)
+    page.click("#apply-gains")
+    page.wait_for_function(
+        f"document.getElementById('message').classList.contains('error') && "
+        f"document.getElementById('message').textContent.includes({expect!r})"
+    )
+    text, cls = _message(page)
+    assert "refused" in text and "error" in cls and page.is_visible("#message")
+    assert (dict(server.session.live.params["pid"]), pid.config) == before  # never reached it
+    _fill(page, field, str(before[0][field[1:]]))
+
+
+def test_out_of_range_setpoint_is_refused(page: Any, server: Any) -> None:
+    _fill(page, "#setpoint", "5")
+    page.click("#apply-setpoint")
+    page.wait_for_function(
+        "document.getElementById('message').textContent.includes('setpoint 5 outside')"
+    )
+    assert server.session.setpoint == 0.25
+    _fill(page, "#setpoint", "0.15")
+    page.click("#apply-setpoint")
+    page.wait_for_function("window.tune.last.setpoint === 0.15")
+
+
+def test_autotune_proposes_gains_and_screenshot(
+    page: Any, server: Any, artifacts_dir: Path
+) -> None:
+    _fill(page, "#kp", "1")
+    _fill(page, "#ki", "20")
+    page.click("#apply-gains")
+    page.wait_for_function("window.tune.state.params.pid.ki === 20")
+    _fill(page, "#at-budget", "5")
+    page.click("#autotune")
+    page.wait_for_function("window.tune.autotune !== null", timeout=90_000)
+    res = page.evaluate("window.tune.autotune")
+    assert len(res["candidates"]) == 5
+    assert res["score"] <= res["baseline_score"]
+    assert page.locator("#at-table tbody tr").count() == 5
+    assert "proposal: Kp=" in page.inner_text("#at-result")
+    page.click("#apply-proposal")
+    page.wait_for_function(f"window.tune.state.params.pid.ki === {res['proposal']['ki']}")
+    # a fresh step test with the proposal, so the screenshot shows tuned figures
+    page.click("#run-step")
+    page.wait_for_function(f"window.tune.stepResult.params.ki === {res['proposal']['ki']}")
+    page.wait_for_timeout(1500)  # let the live plots refill
+    shot = artifacts_dir / "tune_page.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000

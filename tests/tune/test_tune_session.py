@@ -1,0 +1,166 @@
+"""The tuning session on the built-in arm task: bumpless changes, pause/step, files, RL, CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import controllers
+from embodied.errors import ConfigError
+from embodied.tune import TuneConfig, TuneSession, experiments
+from embodied.tune.live_controller import LiveController
+from embodied.tune.session import default_builder
+from embodied.tune.task import build_task
+
+
+def _session(tmp_path: Path, **kw: object) -> TuneSession:
+    cfg = TuneConfig(out_dir=tmp_path, **kw)  # type: ignore[arg-type]
+    return TuneSession(build_task(cfg, camera=False), cfg)
+
+
+def test_gain_changes_and_mode_switches_are_bumpless() -> None:
+    params = {
+        "pid": {"kp": 1.0, "ki": 20.0, "output_min": -1.0, "output_max": 1.0},
+        "fixed": {"value": 0.5},
+    }
+    live = LiveController(default_builder, params, neutral=0.0, mode="fixed", clamp=(-1.0, 1.0))
+    dt = 0.05
+    assert live.update(0.1, 0.15, dt) == 0.5
+    live.set_mode("pid")  # takes over from the fixed 0.5
+    assert live.update(0.1, 0.15, dt) == pytest.approx(
+        0.5 + 1.0 * 0.05 + 20.0 * 0.05 * dt, abs=1e-9
+    )
+    outs = [live.update(0.12, 0.15, dt) for _ in range(5)]
+    before = outs[-1]
+    live.set_params("pid", {"kp": 4.0})  # same error: output continues, no jump of 3 * 0.03
+    after = live.update(0.12, 0.15, dt)
+    assert abs(after - before) < 0.05  # the integral step only (20 * 0.03 * 0.05 = 0.03)
+    assert live.controller("pid").config.kp == 4.0  # type: ignore[attr-defined]
+    # without bumpless transfer the same change jumps by (4 - 1) * 0.03 = 0.09 on top
+    raw = controllers.make("pid", kp=1.0, ki=20.0, output_min=-1.0, output_max=1.0)
+    raw.reset(output=0.5)
+    for _ in range(6):
+        raw.update(0.12, 0.15, dt)
+    b = raw.update(0.12, 0.15, dt)
+    raw.set_gains(bumpless=False, kp=4.0)  # type: ignore[attr-defined]
+    assert raw.update(0.12, 0.15, dt) - b > 0.1
+    live.set_mode("off")
+    assert live.update(0.0, 0.15, dt) == 0.0
+
+
+def test_live_session_pause_step_resume_and_telemetry(tmp_path: Path) -> None:
+    session = _session(tmp_path)
+    session.start()
+    try:
+        _wait(lambda: len(session.telemetry_since(-1)) >= 5)
+        session.submit({"cmd": "pause"})
+        _wait(lambda: session.paused)
+        time.sleep(0.3)
+        n = len(session.telemetry_since(-1))
+        time.sleep(0.4)
+        assert len(session.telemetry_since(-1)) == n  # paused: no control steps
+        session.submit({"cmd": "step"})
+        _wait(lambda: len(session.telemetry_since(-1)) == n + 1)
+        time.sleep(0.3)
+        assert len(session.telemetry_since(-1)) == n + 1  # exactly one step
+        session.submit({"cmd": "new_seed", "seed": 5})
+        session.submit({"cmd": "resume"})
+        _wait(lambda: session.seed == 5 and len(session.telemetry_since(-1)) > n + 5)
+        s = session.telemetry_since(-1)[-1]
+        assert s["mode"] == "pid" and s["setpoint"] == 0.15 and 0 <= s["progress"] <= 1
+    finally:
+        session.close()
+
+
+def test_save_and_load_gains_round_trip(tmp_path: Path) -> None:
+    session = _session(tmp_path)
+    session.submit({"cmd": "gains", "params": {"kp": 0.7, "ki": 55}})
+    session.submit({"cmd": "setpoint", "value": 0.2})
+    session.submit({"cmd": "save", "name": "tuned"})
+    ctrl = controllers.load(tmp_path / "tuned.yaml")  # the file `embodied eval/deploy` take
+    assert (ctrl.config.kp, ctrl.config.ki) == (0.7, 55.0)  # type: ignore[attr-defined]
+    session.submit({"cmd": "gains", "params": {"kp": 3}})
+    session.submit({"cmd": "setpoint", "value": 0.1})
+    session.submit({"cmd": "controller", "type": "off"})
+    session.submit({"cmd": "load", "name": "tuned"})
+    assert session.live.mode == "pid" and session.live.params["pid"]["kp"] == 0.7
+    assert session.live.controller("pid").config.ki == 55.0  # type: ignore[attr-defined]
+    assert session.setpoint == 0.2
+    with pytest.raises(ConfigError, match="not allowed"):
+        session.submit({"cmd": "load", "name": "../tuned"})
+    session.submit({"cmd": "load", "name": "absent"})
+    _, events = session.events_since(0)
+    assert events[-1]["type"] == "error" and "no gains file 'absent.yaml'" in events[-1]["message"]
+    session.submit({"cmd": "controller", "type": "off"})
+    session.submit({"cmd": "save", "name": "nothing"})
+    assert "nothing to save" in session.events_since(0)[1][-1]["message"]
+    assert not (tmp_path / "nothing.yaml").exists()
+
+
+def test_rl_controller_drives_the_arm_from_the_page_command(tmp_path: Path) -> None:
+    from controllers.rl import MLPActor, RLController, RLControllerConfig
+
+    # an RL-format actor with hand-set weights: delta alpha = 0.2 tanh(2 e / 0.1 m/s)
+    state = {
+        "hidden.0.weight": np.array([[2.0, 0, 0, 0, 0]], np.float32),
+        "hidden.0.bias": np.zeros(1, np.float32),
+        "out.weight": np.array([[1.0]], np.float32),
+        "out.bias": np.zeros(1, np.float32),
+    }
+    rl = RLController(RLControllerConfig(hidden_sizes=(1,)), MLPActor(state))
+    controllers.save(rl, tmp_path / "rl_speed.yaml")
+    session = _session(tmp_path, setpoint=0.2)
+    session.submit({"cmd": "controller", "type": "rl", "path": "rl_speed.yaml"})
+    assert session.live.mode == "rl"
+    ep = session.run_episode(pace=False)
+    assert ep.success
+    assert np.mean(ep.measurements[-8:]) == pytest.approx(0.2, abs=0.02)
+    assert np.all(np.abs(ep.knobs["alpha"]) <= 1.0)
+
+
+def test_step_test_and_autotune_improve_on_default_gains(tmp_path: Path) -> None:
+    session = _session(tmp_path)
+    base = experiments.step_test(session, 0.08, 0.15)
+    assert base["rise_time_s"] > 0.3  # the default gains are sluggish on this plant
+    tuned = experiments.autotune(session, 0.08, 0.15, budget=5)
+    assert tuned["score"] < 0.7 * tuned["baseline_score"]
+    assert session.live.params["pid"]["kp"] == 1.0  # proposals are not applied by themselves
+    session.submit({"cmd": "apply_proposal"})
+    after = experiments.step_test(session, 0.08, 0.15)
+    assert after["score"] == pytest.approx(tuned["score"])
+    assert after["rise_time_s"] < base["rise_time_s"] and math.isfinite(after["settling_time_s"])
+    assert (
+        json.loads((tmp_path / "last_autotune.json").read_text())["proposal"] == tuned["proposal"]
+    )
+
+
+def test_cli_step_test_prints_the_page_figures(tmp_path: Path) -> None:
+    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+    exe = [sys.executable, "-m", "embodied", "tune", "--out", str(tmp_path), "--json"]
+    out = subprocess.run(
+        [*exe, "--step-test"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)["step_test"]
+    assert res["from"] == 0.08 and res["to"] == 0.15 and res["params"]["kp"] == 1.0
+    assert res["rise_time_s"] > 0 and res["overshoot_pct"] >= 0
+    bad = subprocess.run(
+        [*exe, "--host", "0.0.0.0"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert bad.returncode == 2 and "refusing to bind '0.0.0.0' without a token" in bad.stderr
+
+
+def _wait(cond: object, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            pytest.fail("condition not reached in time")
+        time.sleep(0.02)
