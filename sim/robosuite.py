@@ -72,6 +72,19 @@ ACTION_NAMES: dict[str, tuple[str, ...]] = {
 }
 """Controller type -> names of its arm dims (a gripper dim follows when the robot has one)."""
 
+CAMERA_ALIASES: dict[str, str] = {"eye_in_hand": "robot0_eye_in_hand"}
+"""Our camera name -> robosuite camera name (as in the LIBERO adapter)."""
+
+SINGLE_ARM_CAMERAS = (
+    "frontview",
+    "birdview",
+    "agentview",
+    "sideview",
+    "robot0_robotview",
+    "eye_in_hand",
+)
+"""Cameras of robosuite's single-arm tasks (``eye_in_hand`` = ``robot0_eye_in_hand``)."""
+
 _UNIT_RULES: tuple[tuple[str, str], ...] = (
     (r"joint_pos$", "rad"),
     (r"joint_vel$", "rad/s"),
@@ -110,8 +123,8 @@ class RobosuiteEnv(Env):
         env_name: robosuite environment name (``Lift``, ``PickPlaceCan``, ...).
         robots: Robot name(s), e.g. ``"Panda"``.
         controller: robosuite controller type (``OSC_POSE``, ``JOINT_VELOCITY``, ...).
-        camera: Cameras in observations: ``True`` for ``agentview``, a name or list of names,
-            ``False`` for none (fastest: no offscreen rendering).
+        camera: Cameras in observations: ``True`` for ``agentview``, a name or list of names
+            (``eye_in_hand`` is robosuite's ``robot0_eye_in_hand``), ``False`` for none.
         image_size: Camera size in pixels (int or (H, W)).
         control_freq: Control rate in Hz.
         max_episode_steps: Horizon in control steps.
@@ -167,7 +180,7 @@ class RobosuiteEnv(Env):
             "has_renderer": False,
             "has_offscreen_renderer": bool(cams) or offscreen,
             "use_camera_obs": bool(cams),
-            "camera_names": cams or ["agentview"],
+            "camera_names": [CAMERA_ALIASES.get(c, c) for c in cams] or ["agentview"],
             "camera_heights": h,
             "camera_widths": w,
             "control_freq": control_freq,
@@ -178,16 +191,27 @@ class RobosuiteEnv(Env):
         }
         try:
             self.raw = suite.make(env_name, **kwargs)
+        except ValueError as exc:
+            if "_image" in str(exc):
+                raise ConfigError(
+                    f"robosuite:{env_name} has no camera among {cams}: {exc}",
+                    fix=f"use cameras of the task, e.g. {', '.join(SINGLE_ARM_CAMERAS)}",
+                ) from exc
+            raise
         except Exception as exc:
             if cams and ("EGL" in repr(exc) or "GL" in type(exc).__name__):
-                raise RenderError(f"robosuite offscreen rendering failed: {exc}") from exc
+                raise RenderError(
+                    f"robosuite offscreen rendering failed: {exc}",
+                    fix="render headless with MUJOCO_GL=egl (apt-get install -y libegl1 "
+                    "libegl-mesa0) or MUJOCO_GL=osmesa (libosmesa6), or pass camera=False",
+                ) from exc
             raise
         self.env_id = f"robosuite:{env_name}"
         self.instruction = instruction or INSTRUCTIONS.get(env_name, _words(env_name))
         self.control_rate_hz = float(control_freq)
         self.max_episode_steps = int(max_episode_steps)
         self.camera_names = cams
-        self._image_keys = [(f"{c}_image", image_key(c)) for c in cams]
+        self._image_keys = [(f"{CAMERA_ALIASES.get(c, c)}_image", image_key(c)) for c in cams]
 
         spec = self.raw.observation_spec()
         skip = {"robot0_proprio-state", "object-state"}
@@ -287,6 +311,7 @@ class RobosuiteEnv(Env):
     def render(self, camera: str | None = None) -> np.ndarray:  # type: ignore[override]
         """Render ``camera`` (default: the first observed one, else ``agentview``) upright."""
         cam = camera or (self.camera_names[0] if self.camera_names else "agentview")
+        cam = CAMERA_ALIASES.get(cam, cam)
         h, w = self.image_size
         try:
             img = self.raw.sim.render(width=w, height=h, camera_name=cam)

@@ -39,8 +39,13 @@ def _measure(judge: Any, clips: list[np.ndarray], text: str, repeats: int) -> di
 
     fs = _rate(single, len(clips), repeats)
     fb = _rate(batched, len(clips), repeats)
-    return {"frames_per_s_single": round(fs, 1), "frames_per_s_batched": round(fb, 1),
-            "speedup": round(fb / fs, 2), "batch": BATCH, "device": getattr(judge, "device", "cpu")}
+    return {
+        "frames_per_s_single": round(fs, 1),
+        "frames_per_s_batched": round(fb, 1),
+        "speedup": round(fb / fs, 2),
+        "batch": BATCH,
+        "device": getattr(judge, "device", "cpu"),
+    }
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -63,10 +68,12 @@ def run(quick: bool = False) -> dict[str, Any]:
         clip_model = build_tiny_clip(f"{tmp}/clip")
         for dev in devices:
             sfx = "" if dev == "cpu" else "_cuda"
-            out[f"minijudge{sfx}"] = _measure(MiniJudge.from_pretrained(device=dev), clips,
-                                              text, repeats)
-            gen = GenerativeJudge(GenerativeJudgeConfig(model=str(llava), device=dev,
-                                                        batch_size=BATCH))
+            out[f"minijudge{sfx}"] = _measure(
+                MiniJudge.from_pretrained(device=dev), clips, text, repeats
+            )
+            gen = GenerativeJudge(
+                GenerativeJudgeConfig(model=str(llava), device=dev, batch_size=BATCH)
+            )
             out[f"generative_tiny_llava{sfx}"] = _measure(gen, clips, text, max(2, repeats // 3))
             con = ContrastiveJudge(ContrastiveJudgeConfig(model=str(clip_model), device=dev))
             out[f"contrastive_tiny_clip{sfx}"] = _measure(con, clips, text, repeats)

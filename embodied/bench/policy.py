@@ -27,8 +27,10 @@ def _policy(**overrides: Any) -> Any:
     cfg = PDPConfig(state_dim=8, action_dim=2, **overrides)
     model = PDPModel(cfg)
     model.normalizer.set_stats(
-        state_min=-np.ones(8), state_max=np.ones(8),
-        action_min=-0.5 * np.ones(2), action_max=0.5 * np.ones(2),
+        state_min=-np.ones(8),
+        state_max=np.ones(8),
+        action_min=-0.5 * np.ones(2),
+        action_max=0.5 * np.ones(2),
     )
     policy = PDPPolicy(model)
     if cfg.uses_z:
@@ -48,8 +50,9 @@ def _time(policy: Any, runs: int) -> dict[str, Any]:
         policy.predict_action_chunk(obs)
         times.append(time.perf_counter() - t0)
     p50 = float(np.median(times) * 1e3)
-    n_params = sum(p.numel() for n, p in policy.model.named_parameters()
-                   if not n.startswith("manifold."))
+    n_params = sum(
+        p.numel() for n, p in policy.model.named_parameters() if not n.startswith("manifold.")
+    )
     return {
         "chunk_latency_ms_p50": round(p50, 4),
         "chunk_latency_ms_p90": round(float(np.percentile(times, 90) * 1e3), 4),

@@ -15,7 +15,9 @@ When ``sim.libero.bench`` is importable its ``rows(quick)`` are merged in.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -112,5 +114,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         from sim.libero import bench as libero_bench  # written alongside the LIBERO adapter
     except ImportError:
         return result
-    result.update(libero_bench.rows(quick))
+    # keep stdout one JSON object: LIBERO prints progress (asset lookups) to stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        result.update(libero_bench.rows(quick))
     return result

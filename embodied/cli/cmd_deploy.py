@@ -135,8 +135,10 @@ def register(app: typer.Typer) -> None:
             flush=True,
         )
         print(f"episodes: {out_dir / 'episodes'}  summary: {out_dir / 'summary.json'}")
+        # sys.exit, not typer.Exit: the app runs with standalone_mode=False, which turns
+        # typer.Exit into a return value that embodied.cli.main does not pass on.
         if result.reason == "fault":
             print(f"error: stopped on a safety fault: {result.fault}", file=sys.stderr)
-            raise typer.Exit(3)
+            sys.exit(3)
         if result.reason == "stopped":
-            raise typer.Exit(130)
+            sys.exit(130)

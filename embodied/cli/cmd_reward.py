@@ -7,8 +7,9 @@ from pathlib import Path
 
 import typer
 
-reward_app = typer.Typer(help="Reward judges: record labelled demos, run Demo2Reward.",
-                         no_args_is_help=True)
+reward_app = typer.Typer(
+    help="Reward judges: record labelled demos, run Demo2Reward.", no_args_is_help=True
+)
 
 
 @reward_app.command("record")
@@ -25,8 +26,10 @@ def record(
 
     demos = record_episodes(env, n, seed, kinds=[k.strip() for k in kinds.split(",") if k])
     save_demos(demos, out)
-    print(f"wrote {len(demos)} demos to {out} "
-          f"({sum(int(d.labels.sum()) for d in demos)} positive frames)")
+    print(
+        f"wrote {len(demos)} demos to {out} "
+        f"({sum(int(d.labels.sum()) for d in demos)} positive frames)"
+    )
 
 
 @reward_app.command("optimize")
@@ -36,7 +39,9 @@ def optimize(
     judge: str = typer.Option("minijudge", "--judge", help="Judge spec (see `embodied judge`)."),
     heldout: Path = typer.Option(None, "--heldout", help="Held-out demos to report before/after."),
     proposer: str = typer.Option("offline", "--proposer", help="offline or llm."),
-    proposer_model: str = typer.Option(None, "--proposer-model", help="LLM/VLM for --proposer llm."),
+    proposer_model: str = typer.Option(
+        None, "--proposer-model", help="LLM/VLM for --proposer llm."
+    ),
     template: str = typer.Option(None, "--template", help="Starting template with {task}."),
     iterations: int = typer.Option(10, "--iterations", help="Proposals per restart (K)."),
     restarts: int = typer.Option(3, "--restarts", help="Restarts (seeds)."),
@@ -58,35 +63,49 @@ def optimize(
         save_result,
     )
 
-    cfg = Demo2RewardConfig(template=template or DEFAULT_TEMPLATE, iterations=iterations,
-                            restarts=restarts, seed=seed, stride=stride)
+    cfg = Demo2RewardConfig(
+        template=template or DEFAULT_TEMPLATE,
+        iterations=iterations,
+        restarts=restarts,
+        seed=seed,
+        stride=stride,
+    )
     j = load_judge(judge, device=device)
     train = load_demos(demos, camera=camera)
-    prop = PROPOSERS.make(proposer, **({"model": proposer_model, "device": device}
-                                       if proposer == "llm" else {}))
+    prop = PROPOSERS.make(
+        proposer, **({"model": proposer_model, "device": device} if proposer == "llm" else {})
+    )
 
     def show(row: dict) -> None:
         if not as_json:
             mark = "+" if row["accepted"] else " "
-            print(f"{mark} r{row['restart']:>2} it{row['iteration']:>2} J={row['J']:7.2f} "
-                  f"TPR={row['tpr']:5.1f} FPR={row['fpr']:5.1f}  {row['template']}")
+            print(
+                f"{mark} r{row['restart']:>2} it{row['iteration']:>2} J={row['J']:7.2f} "
+                f"TPR={row['tpr']:5.1f} FPR={row['fpr']:5.1f}  {row['template']}"
+            )
 
     result = optimize_instruction(j, train, prop, cfg, progress=show)
     table = DemoSet(train, cfg.n_context, cfg.stride, 3, 10).table(j, result.template)
     held = None
     if heldout is not None:
         hs = DemoSet(load_demos(heldout, camera=camera), cfg.n_context, cfg.stride)
-        held = {"before": hs.evaluate(j, cfg.template).to_dict(),
-                "after": hs.evaluate(j, result.template).to_dict()}
+        held = {
+            "before": hs.evaluate(j, cfg.template).to_dict(),
+            "after": hs.evaluate(j, result.template).to_dict(),
+        }
     path = save_result(result, out, j.describe(), table, held)
     if as_json:
         print(json.dumps({**result.to_dict(), "heldout": held, "path": str(path)}))
         return
-    print(f"best: {result.template}\n  demos J {result.initial.j:.2f} -> {result.best.j:.2f}, "
-          f"FPR {result.initial.rates.fpr:.1f}% -> {result.best.rates.fpr:.1f}%")
+    print(
+        f"best: {result.template}\n  demos J {result.initial.j:.2f} -> {result.best.j:.2f}, "
+        f"FPR {result.initial.rates.fpr:.1f}% -> {result.best.rates.fpr:.1f}%"
+    )
     if held:
-        print(f"  held-out FPR {held['before']['fpr']:.1f}% -> {held['after']['fpr']:.1f}%, "
-              f"TPR {held['before']['tpr']:.1f}% -> {held['after']['tpr']:.1f}%")
+        print(
+            f"  held-out FPR {held['before']['fpr']:.1f}% -> {held['after']['fpr']:.1f}%, "
+            f"TPR {held['before']['tpr']:.1f}% -> {held['after']['tpr']:.1f}%"
+        )
     print(f"saved {path}")
 
 
@@ -113,8 +132,14 @@ def experiment(
     )
 
     cfg = Demo2RewardConfig(iterations=iterations, restarts=restarts, stride=stride)
-    report = heldout_experiment(load_judge(judge), env or BUILTIN_TASKS, n_demos, n_heldout,
-                                cfg, progress=None if as_json else print)
+    report = heldout_experiment(
+        load_judge(judge),
+        env or BUILTIN_TASKS,
+        n_demos,
+        n_heldout,
+        cfg,
+        progress=None if as_json else print,
+    )
     if out is not None:
         write_json(out, report)
     print(json.dumps(report) if as_json else format_table(report))

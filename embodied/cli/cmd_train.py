@@ -55,20 +55,39 @@ def train_pdp_cmd(
 
     torch.set_num_threads(threads)
     given = {
-        "steps": steps, "z_dim": z_dim, "denoiser": denoiser, "hidden_dim": hidden_dim,
-        "horizon": horizon, "n_action_steps": n_action_steps, "n_obs_steps": n_obs_steps,
-        "batch_size": batch_size, "lr": lr, "seed": seed, "manifold.steps": manifold_steps,
+        "steps": steps,
+        "z_dim": z_dim,
+        "denoiser": denoiser,
+        "hidden_dim": hidden_dim,
+        "horizon": horizon,
+        "n_action_steps": n_action_steps,
+        "n_obs_steps": n_obs_steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
+        "manifold.steps": manifold_steps,
     }
     overrides = {k: v for k, v in given.items() if v is not None}
     result = train_pdp(
-        data, out, PDPConfig(), overrides=overrides, resume=resume,
-        checkpoint_every=checkpoint_every, progress=not no_progress,
+        data,
+        out,
+        PDPConfig(),
+        overrides=overrides,
+        resume=resume,
+        checkpoint_every=checkpoint_every,
+        progress=not no_progress,
         budget_s=budget_s or None,
     )
-    print(json.dumps({
-        "out": str(result.out_dir), "steps": result.steps, "final_loss": result.final_loss,
-        "seconds": round(result.seconds, 1),
-    }))
+    print(
+        json.dumps(
+            {
+                "out": str(result.out_dir),
+                "steps": result.steps,
+                "final_loss": result.final_loss,
+                "seconds": round(result.seconds, 1),
+            }
+        )
+    )
 
 
 def register(app: typer.Typer) -> None:

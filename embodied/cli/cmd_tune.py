@@ -1,4 +1,18 @@
-"""``embodied tune``: tune a steering controller live in the browser (or run its experiments)."""
+"""``embodied tune``: tune a steering controller live in the browser (or run its experiments).
+
+Examples::
+
+    embodied tune                                   # page on http://127.0.0.1:8765/
+    embodied tune --host 0.0.0.0 --token SECRET     # reachable from the network (token required)
+    embodied tune --step-test                       # the page's step experiment, headless
+    embodied tune --autotune 12 --step-test         # auto-tune, save <out>/autotuned.yaml, measure
+    embodied tune --step-test --gains tune-out/autotuned.yaml
+    embodied tune --robot hardware/configs/sim_arm.yaml --dry-run --policy <steerable policy>
+
+The built-in task is ``mujoco:arm_reach`` with the scripted expert whose speed knob ``alpha``
+the controller sets so that ``ee_speed`` (m/s) tracks the setpoint. Saved gains files are the
+controller YAML that ``embodied eval`` and ``embodied deploy`` accept.
+"""
 
 from __future__ import annotations
 
@@ -85,6 +99,12 @@ def register(app: typer.Typer) -> None:
         from embodied.tune.task import build_task
 
         headless = step_test or autotune > 0
+        if port == 0 and not headless:
+            import socket
+
+            with socket.socket() as sock:  # a free port, so the printed URL is the real one
+                sock.bind((host, 0))
+                port = int(sock.getsockname()[1])
         server_cfg = None if headless else ServerConfig(host=host, port=port, token=token)
         cfg = TuneConfig(
             env_id=env,
@@ -132,12 +152,7 @@ def register(app: typer.Typer) -> None:
 
         assert server_cfg is not None
         server = TuneServer(session, server_cfg)
-        print(
-            f"embodied tune: serving {env} on {server_cfg.host}:{server_cfg.port}; Ctrl-C stops",
-            flush=True,
-        )
-        if server_cfg.token:
-            print("open the page with ?token=<your token>", flush=True)
+        print(f"embodied tune: {task.env.env_id} on {server.url}  (Ctrl-C stops)", flush=True)
         server.run()
 
 

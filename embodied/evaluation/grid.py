@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from embodied.errors import UnknownNameError
 from embodied.evaluation.configuration_evaluation import EpisodeSpec, EvalConfig
 
 DEFAULT_EPISODES = 10
@@ -37,7 +38,16 @@ def expand_tasks(env_id: str) -> list[TaskEntry]:
     family_name, task = sim.split_env_id(env_id)
     family = sim.ENVS.make(family_name)
     expand = getattr(family, "expand", None)
-    tasks = expand(task) if expand is not None else [task]
+    if expand is not None:
+        tasks = expand(task)
+    else:
+        known = family.tasks()
+        if known and task not in known:
+            raise UnknownNameError(
+                f"unknown {family_name} task {task!r}; tasks: {', '.join(sorted(known))}",
+                fix="run `embodied envs` to list env ids",
+            )
+        tasks = [task]
     out = []
     for t in tasks:
         group_fn = getattr(family, "group", None)

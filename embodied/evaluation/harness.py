@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied.evaluation.backends import BACKENDS, EventCallback
+from embodied.evaluation.backends import BACKENDS, EventCallback, InlineBackend
 from embodied.evaluation.configuration_evaluation import (
     EpisodeSpec,
     EvalConfig,
@@ -21,23 +21,19 @@ from embodied.evaluation.stats import GroupStats, TaskStats, group_stats, task_s
 from embodied.evaluation.worker import EpisodeRecord, EpisodeRunner
 
 
-def preflight(config: EvalConfig, specs: Sequence[EpisodeSpec], policy_factory: PolicyFactory) -> dict[str, dict[str, Any]]:
-    """Build one env per group here and check every variant's policy against it.
+def preflight(runner: EpisodeRunner, specs: Sequence[EpisodeSpec]) -> dict[str, dict[str, Any]]:
+    """Build one env per group with ``runner`` and check every variant's policy against it.
+
+    Returns:
+        Env id -> ``env.describe()`` of the envs checked.
 
     Raises:
         CompatibilityError: before any worker starts or any step is taken.
     """
-    runner = EpisodeRunner.from_config(config, policy_factory)
-    described: dict[str, dict[str, Any]] = {}
-    try:
-        firsts: dict[str, str] = {}
-        for s in specs:
-            firsts.setdefault(s.group, s.env_id)
-        for env_id in firsts.values():
-            described[env_id] = runner.check(env_id)
-    finally:
-        runner.close()
-    return described
+    firsts: dict[str, str] = {}
+    for s in specs:
+        firsts.setdefault(s.group, s.env_id)
+    return {env_id: runner.check(env_id) for env_id in firsts.values()}
 
 
 def summarize(
@@ -104,9 +100,13 @@ def evaluate(
         start_method=config.start_method,
     )
     envs: dict[str, dict[str, Any]] = {}
-    if config.preflight:
-        envs.update(preflight(config, specs, factory))
     runner = EpisodeRunner.from_config(config, factory)
+    try:
+        if config.preflight:
+            envs.update(preflight(runner, specs))
+    finally:
+        if not isinstance(backend, InlineBackend):
+            runner.close()  # workers get the runner without envs (and build their own)
     results = backend.run(specs, runner, on_event=on_event)
     records = [results[s.index] for s in specs]
     for r in records:

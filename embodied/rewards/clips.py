@@ -43,11 +43,12 @@ def validate_frames(frames: Sequence[np.ndarray] | np.ndarray, what: str = "clip
                 fix="render every frame of a clip from the same camera at the same size",
             )
         arr = np.stack([np.asarray(f) for f in seq])
+    shape = tuple(arr.shape)
     if arr.ndim == 3:
         arr = arr[None]
     if arr.ndim != 4 or arr.shape[-1] != 3:
         raise ConfigError(
-            f"{what} has shape {tuple(arr.shape)}; judges take RGB frames (T, H, W, 3)",
+            f"{what} has shape {shape}; judges take RGB frames (T, H, W, 3) or one (H, W, 3)",
             fix="pass uint8 RGB frames channel-last, e.g. env.render() outputs",
         )
     if arr.shape[0] == 0:

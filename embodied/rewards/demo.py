@@ -1,8 +1,8 @@
 """Judge recorded episodes quickly (for ``embodied demo``, ``embodied judge`` and ``embodied eval``).
 
-    from embodied.rewards.demo import judge_episodes
-    report = judge_episodes(episodes, judge="minijudge")
-    print(report["agreement"], report["episodes"][0]["judge_prob"])
+from embodied.rewards.demo import judge_episodes
+report = judge_episodes(episodes, judge="minijudge")
+print(report["agreement"], report["episodes"][0]["judge_prob"])
 """
 
 from __future__ import annotations
@@ -104,10 +104,18 @@ def judge_episodes(
         prob = float(j.score(frames[context_indices(last, n_context)], text))
         labels = frame_labels(ep, len(frames))
         oracle = bool(labels[-1])
-        rows.append({"index": i, "task": task, "frames": len(frames), "judge_prob": prob,
-                     "judge_success": prob >= thr, "oracle_success": oracle,
-                     "oracle_success_step": episode_success_step(ep),
-                     "agree": (prob >= thr) == oracle})
+        rows.append(
+            {
+                "index": i,
+                "task": task,
+                "frames": len(frames),
+                "judge_prob": prob,
+                "judge_success": prob >= thr,
+                "oracle_success": oracle,
+                "oracle_success_step": episode_success_step(ep),
+                "agree": (prob >= thr) == oracle,
+            }
+        )
         decisions.append(prob >= thr)
         truths.append(oracle)
         if per_frame:

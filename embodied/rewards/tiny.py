@@ -207,3 +207,33 @@ def build_tiny_clip(
     model.eval().save_pretrained(out)
     processor.save_pretrained(out)
     return out
+
+
+def build_tiny_llm(path: str | os.PathLike[str], seed: int = 0) -> Path:
+    """Save a tiny random Llama causal LM with the word-level tokenizer at ``path``.
+
+    Returns:
+        The folder, loadable with ``AutoModelForCausalLM`` + ``AutoTokenizer``.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = build_tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tok),  # type: ignore[arg-type]
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        pad_token_id=tok.pad_token_id,  # type: ignore[attr-defined]
+        bos_token_id=tok.bos_token_id,  # type: ignore[attr-defined]
+        eos_token_id=tok.eos_token_id,  # type: ignore[attr-defined]
+    )
+    torch.manual_seed(seed)
+    LlamaForCausalLM(config).eval().save_pretrained(out)
+    tok.save_pretrained(out)  # type: ignore[attr-defined]
+    return out

@@ -74,22 +74,28 @@ class JudgeReward(gym.Wrapper):  # type: ignore[type-arg]
 
     def _frame(self, obs: Any) -> np.ndarray:
         if isinstance(obs, dict):
-            key = f"image.{self.camera}" if self.camera else next(
-                (k for k in sorted(obs) if k.startswith("image.")), None)
+            key = (
+                f"image.{self.camera}"
+                if self.camera
+                else next((k for k in sorted(obs) if k.startswith("image.")), None)
+            )
             if key is not None and key in obs:
                 return np.asarray(obs[key])
         frame = self.env.render()
         if frame is None:
-            raise ConfigError("the env gives no camera frame for the judge",
-                              fix="enable a camera on the env (camera=True)")
+            raise ConfigError(
+                "the env gives no camera frame for the judge",
+                fix="enable a camera on the env (camera=True)",
+            )
         return np.asarray(frame)
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         """Reset the env and the frame history."""
         obs, info = self.env.reset(**kwargs)
         base = self.env.unwrapped
-        task = self.task or task_text(str(getattr(base, "instruction", "")),
-                                      str(getattr(base, "env_id", "")))
+        task = self.task or task_text(
+            str(getattr(base, "instruction", "")), str(getattr(base, "env_id", ""))
+        )
         self._text = format_instruction(self.template, task) if self.template else task
         self._frames = [self._frame(obs)]
         self._last = (0.0, False)

@@ -248,15 +248,18 @@ class TuneServer:
 
     def __init__(self, session: TuneSession, config: ServerConfig) -> None:
         import uvicorn
+        from uvicorn.config import WS_PROTOCOLS
 
         self.session, self.config = session, config
+        # the sans-I/O websockets implementation where this uvicorn has it (the other is deprecated)
+        ws = "websockets-sansio" if "websockets-sansio" in WS_PROTOCOLS else "websockets"
         self._uv = uvicorn.Server(
             uvicorn.Config(
                 create_app(session, config),
                 host=config.host,
                 port=config.port,
                 log_level="warning",
-                ws="websockets-sansio",
+                ws=ws,
                 lifespan="off",
             )
         )
@@ -265,7 +268,7 @@ class TuneServer:
     @property
     def port(self) -> int:
         """The bound port (useful with port 0)."""
-        for server in self._uv.servers:
+        for server in getattr(self._uv, "servers", ()):  # set once uvicorn listens
             for sock in server.sockets:
                 return int(sock.getsockname()[1])
         return self.config.port

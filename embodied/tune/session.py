@@ -446,8 +446,12 @@ class TuneSession:
                 else:
                     self._live_episode()
             except EmbodiedError as exc:
-                self.emit("error", message=str(exc))
-                self.paused = True
+                if job is not None and self._cancel_job:  # the person pressed Stop
+                    self.emit("stopped", message=f"experiment stopped ({exc})")
+                    self._cancel_job = False
+                else:
+                    self.emit("error", message=str(exc))
+                    self.paused = True
             except Exception as exc:  # keep serving; the page shows what broke
                 log.exception("tuning loop failed")
                 self.emit("error", message=f"loop failed: {type(exc).__name__}: {exc}")

@@ -79,15 +79,19 @@ def adapt_z_from_demo(
     """
     z_dim = _require_z(policy)
     if steps < 1 or lr <= 0 or grad_clip <= 0:
-        raise ConfigError(f"bad adaptation settings steps={steps}, lr={lr}, grad_clip={grad_clip}",
-                          fix="use steps >= 1, lr > 0, grad_clip > 0")
+        raise ConfigError(
+            f"bad adaptation settings steps={steps}, lr={lr}, grad_clip={grad_clip}",
+            fix="use steps >= 1, lr > 0, grad_clip > 0",
+        )
     cfg = policy.config
     model = policy.model
     demo = Demos([np.asarray(states, np.float64)], [np.asarray(actions, np.float64)])
     if demo.state_dim != cfg.state_dim or demo.action_dim != cfg.action_dim:
         raise ConfigError(
             f"demo has state/action dims {demo.state_dim}/{demo.action_dim}, policy expects "
-            f"{cfg.state_dim}/{cfg.action_dim}", fix="record the demo on the policy's env")
+            f"{cfg.state_dim}/{cfg.action_dim}",
+            fix="record the demo on the policy's env",
+        )
     obs_np, chunks_np, _ = make_windows(demo, cfg.n_obs_steps, cfg.horizon)
     with torch.no_grad():
         obs = model.normalizer.norm_state(torch.as_tensor(obs_np, dtype=torch.float32))
@@ -116,7 +120,7 @@ def adapt_z_from_demo(
                 z.clamp_(-bound, bound)
             history.append(loss.item())
     finally:
-        for p, f in zip(params, flags):
+        for p, f in zip(params, flags, strict=True):
             p.requires_grad_(f)
     result = z.detach().numpy().astype(np.float64)
     if set_knob:
@@ -154,9 +158,11 @@ def search_z_cem(
         The best candidate seen, with the best cost per iteration.
     """
     if not 1 <= elites <= population or iterations < 1 or z_dim < 1:
-        raise ConfigError(f"bad CEM settings iterations={iterations}, population={population}, "
-                          f"elites={elites}, z_dim={z_dim}",
-                          fix="use iterations >= 1 and 1 <= elites <= population")
+        raise ConfigError(
+            f"bad CEM settings iterations={iterations}, population={population}, "
+            f"elites={elites}, z_dim={z_dim}",
+            fix="use iterations >= 1 and 1 <= elites <= population",
+        )
     rng = np.random.default_rng(seed)
     mean, std = np.zeros(z_dim), np.full(z_dim, init_std)
     best_z, best_c = mean.copy(), np.inf
@@ -166,8 +172,10 @@ def search_z_cem(
         cand = np.clip(mean + std * rng.standard_normal((population, z_dim)), -bound, bound)
         costs = np.asarray(cost(cand), dtype=np.float64).reshape(-1)
         if costs.shape != (population,):
-            raise ConfigError(f"CEM cost returned shape {costs.shape}, expected ({population},)",
-                              fix="return one cost per candidate row")
+            raise ConfigError(
+                f"CEM cost returned shape {costs.shape}, expected ({population},)",
+                fix="return one cost per candidate row",
+            )
         evals += population
         order = np.argsort(costs, kind="stable")
         if costs[order[0]] < best_c:

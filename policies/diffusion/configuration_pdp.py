@@ -63,17 +63,28 @@ class ManifoldConfig:
     batch_size: int = 32
 
     def __post_init__(self) -> None:
-        _check(self.z_dim >= 1, f"manifold z_dim={self.z_dim} must be >= 1",
-               "set z_dim >= 1 (or PDPConfig.z_dim=0 to train without a manifold)")
+        _check(
+            self.z_dim >= 1,
+            f"manifold z_dim={self.z_dim} must be >= 1",
+            "set z_dim >= 1 (or PDPConfig.z_dim=0 to train without a manifold)",
+        )
         _check(self.seq_len >= 4, f"manifold seq_len={self.seq_len} is < 4", "use seq_len >= 4")
-        _check(self.d_model % self.n_heads == 0,
-               f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}",
-               "pick n_heads that divides d_model")
+        _check(
+            self.d_model % self.n_heads == 0,
+            f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}",
+            "pick n_heads that divides d_model",
+        )
         _check(self.sdtw_gamma > 0, f"sdtw_gamma={self.sdtw_gamma} must be > 0", "use e.g. 0.01")
-        _check(self.batch_size >= 2, f"manifold batch_size={self.batch_size} < 2",
-               "L_geo needs pairs: use batch_size >= 2")
-        _check(self.steps >= 0 and self.lr > 0, f"bad steps={self.steps} / lr={self.lr}",
-               "use steps >= 0 and lr > 0")
+        _check(
+            self.batch_size >= 2,
+            f"manifold batch_size={self.batch_size} < 2",
+            "L_geo needs pairs: use batch_size >= 2",
+        )
+        _check(
+            self.steps >= 0 and self.lr > 0,
+            f"bad steps={self.steps} / lr={self.lr}",
+            "use steps >= 0 and lr > 0",
+        )
 
     @property
     def n_tokens(self) -> int:
@@ -163,48 +174,76 @@ class PDPConfig:
         self.unet_channels = tuple(int(c) for c in self.unet_channels)
         self.state_names = tuple(self.state_names)
         self.action_names = tuple(self.action_names)
-        _check(self.state_dim >= 1 and self.action_dim >= 1,
-               f"state_dim={self.state_dim}, action_dim={self.action_dim} must be >= 1",
-               "derive them from the dataset (PDPConfig.for_dataset)")
-        _check(self.n_obs_steps >= 1, f"n_obs_steps={self.n_obs_steps} must be >= 1",
-               "use n_obs_steps >= 1")
+        _check(
+            self.state_dim >= 1 and self.action_dim >= 1,
+            f"state_dim={self.state_dim}, action_dim={self.action_dim} must be >= 1",
+            "derive them from the dataset (PDPConfig.for_dataset)",
+        )
+        _check(
+            self.n_obs_steps >= 1,
+            f"n_obs_steps={self.n_obs_steps} must be >= 1",
+            "use n_obs_steps >= 1",
+        )
         _check(self.horizon >= 1, f"horizon={self.horizon} must be >= 1", "use horizon >= 1")
-        _check(1 <= self.n_action_steps <= self.horizon,
-               f"n_action_steps={self.n_action_steps} must lie in [1, horizon={self.horizon}]",
-               "execute at most the predicted chunk: n_action_steps <= horizon")
+        _check(
+            1 <= self.n_action_steps <= self.horizon,
+            f"n_action_steps={self.n_action_steps} must lie in [1, horizon={self.horizon}]",
+            "execute at most the predicted chunk: n_action_steps <= horizon",
+        )
         _check(self.z_dim >= 0, f"z_dim={self.z_dim} must be >= 0", "use 2 (PDP) or 0 (plain DP)")
         _check(self.z_bound > 0, f"z_bound={self.z_bound} must be > 0", "use e.g. 3.0")
-        _check(self.denoiser in DENOISERS, f"unknown denoiser {self.denoiser!r}",
-               f"use one of {DENOISERS}")
+        _check(
+            self.denoiser in DENOISERS,
+            f"unknown denoiser {self.denoiser!r}",
+            f"use one of {DENOISERS}",
+        )
         if self.denoiser == "unet":
             factor = 2 ** (len(self.unet_channels) - 1)
-            _check(len(self.unet_channels) >= 1 and self.horizon % factor == 0,
-                   f"horizon={self.horizon} is not divisible by 2**(levels-1)={factor} "
-                   f"for unet_channels={self.unet_channels}",
-                   f"use a horizon that is a multiple of {factor} or fewer U-Net levels")
-            _check(self.kernel_size % 2 == 1, f"kernel_size={self.kernel_size} must be odd",
-                   "use e.g. 5")
-        _check(1 <= self.num_inference_steps <= self.num_train_timesteps,
-               f"num_inference_steps={self.num_inference_steps} must lie in "
-               f"[1, num_train_timesteps={self.num_train_timesteps}]",
-               "use e.g. 8 DDIM steps with 100 training steps")
-        _check(0.0 <= self.ema_decay < 1.0, f"ema_decay={self.ema_decay} outside [0, 1)",
-               "use e.g. 0.995")
-        _check(self.batch_size >= 1 and self.steps >= 0 and self.lr > 0,
-               f"bad batch_size={self.batch_size} / steps={self.steps} / lr={self.lr}",
-               "use positive values")
+            _check(
+                len(self.unet_channels) >= 1 and self.horizon % factor == 0,
+                f"horizon={self.horizon} is not divisible by 2**(levels-1)={factor} "
+                f"for unet_channels={self.unet_channels}",
+                f"use a horizon that is a multiple of {factor} or fewer U-Net levels",
+            )
+            _check(
+                self.kernel_size % 2 == 1,
+                f"kernel_size={self.kernel_size} must be odd",
+                "use e.g. 5",
+            )
+        _check(
+            1 <= self.num_inference_steps <= self.num_train_timesteps,
+            f"num_inference_steps={self.num_inference_steps} must lie in "
+            f"[1, num_train_timesteps={self.num_train_timesteps}]",
+            "use e.g. 8 DDIM steps with 100 training steps",
+        )
+        _check(
+            0.0 <= self.ema_decay < 1.0,
+            f"ema_decay={self.ema_decay} outside [0, 1)",
+            "use e.g. 0.995",
+        )
+        _check(
+            self.batch_size >= 1 and self.steps >= 0 and self.lr > 0,
+            f"bad batch_size={self.batch_size} / steps={self.steps} / lr={self.lr}",
+            "use positive values",
+        )
         if self.path_dims is None:
             self.path_dims = tuple(range(min(2, self.state_dim)))
         self.path_dims = tuple(int(i) for i in self.path_dims)
         bad = [i for i in self.path_dims if not 0 <= i < self.state_dim]
-        _check(not bad and len(self.path_dims) >= 1,
-               f"path_dims {self.path_dims} out of range for state_dim={self.state_dim}",
-               "give indices of the end-effector position inside the state vector")
-        for label, names, dim in (("state", self.state_names, self.state_dim),
-                                  ("action", self.action_names, self.action_dim)):
-            _check(not names or len(names) == dim,
-                   f"{label}_names has {len(names)} entries but {label}_dim={dim}",
-                   f"give one name per {label} dim or none")
+        _check(
+            not bad and len(self.path_dims) >= 1,
+            f"path_dims {self.path_dims} out of range for state_dim={self.state_dim}",
+            "give indices of the end-effector position inside the state vector",
+        )
+        for label, names, dim in (
+            ("state", self.state_names, self.state_dim),
+            ("action", self.action_names, self.action_dim),
+        ):
+            _check(
+                not names or len(names) == dim,
+                f"{label}_names has {len(names)} entries but {label}_dim={dim}",
+                f"give one name per {label} dim or none",
+            )
         if self.z_dim > 0 and self.manifold.z_dim != self.z_dim:
             self.manifold = dataclasses.replace(self.manifold, z_dim=self.z_dim)
 

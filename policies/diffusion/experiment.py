@@ -28,8 +28,14 @@ from embodied.io import write_json, write_text
 from policies.diffusion.processing_pdp import Demos
 
 ENV_ID = "mujoco:reach_around"
-SHIFTED_SCENES = ("block_left", "block_center", "block_right",
-                  "block_left_center", "block_center_right", "block_left_right")
+SHIFTED_SCENES = (
+    "block_left",
+    "block_center",
+    "block_right",
+    "block_left_center",
+    "block_center_right",
+    "block_left_right",
+)
 
 
 def make_env(terminate_on_block: bool = True) -> Any:
@@ -47,7 +53,10 @@ def route_of(states: np.ndarray) -> str:
 
 
 def collect_demos(
-    n: int, seed: int = 0, out_dir: str | Path | None = None, scene: str = "default",
+    n: int,
+    seed: int = 0,
+    out_dir: str | Path | None = None,
+    scene: str = "default",
     route: str | None = None,
 ) -> Demos:
     """Roll out the scripted expert (random route/speed) for ``n`` successful demos.
@@ -83,7 +92,10 @@ def collect_demos(
 
 
 def run_episodes(
-    env: Any, policy: Any, seeds: Sequence[int], scene: str = "default",
+    env: Any,
+    policy: Any,
+    seeds: Sequence[int],
+    scene: str = "default",
     z: np.ndarray | Sequence[np.ndarray] | None = None,
 ) -> list[dict[str, Any]]:
     """Roll out ``policy`` once per seed; ``z`` is one latent or one per seed."""
@@ -95,14 +107,19 @@ def run_episodes(
             zi = z[i] if isinstance(z, Sequence) or np.ndim(z) == 2 else z
             policy.set_knob("z", np.clip(zi, -policy.config.z_bound, policy.config.z_bound))
         policy.noise_seed = int(seed)
-        ep = rollout(env, policy, seed=int(seed), reset_options={"scene": scene},
-                     record_images=False)
-        rows.append({
-            "seed": int(seed), "success": bool(ep.success), "steps": len(ep),
-            "route": route_of(ep.observations["state"]),
-            "blocked": bool(ep.final_info.get("blocked", False)),
-            "path": ep.observations["state"][:, :2].copy(),
-        })
+        ep = rollout(
+            env, policy, seed=int(seed), reset_options={"scene": scene}, record_images=False
+        )
+        rows.append(
+            {
+                "seed": int(seed),
+                "success": bool(ep.success),
+                "steps": len(ep),
+                "route": route_of(ep.observations["state"]),
+                "blocked": bool(ep.final_info.get("blocked", False)),
+                "path": ep.observations["state"][:, :2].copy(),
+            }
+        )
     return rows
 
 
@@ -176,9 +193,10 @@ def evaluate(
         "pdp_prior": run_episodes(env, pdp, eval_seeds, z=prior_z),
         "pdp_z0": run_episodes(env, pdp, eval_seeds, z=np.zeros(pdp.config.z_dim)),
     }
-    res["unshifted"] = {k: {"success": success_rate(v), "n": len(v),
-                            "routes": dict(Counter(r["route"] for r in v))}
-                        for k, v in rows.items()}
+    res["unshifted"] = {
+        k: {"success": success_rate(v), "n": len(v), "routes": dict(Counter(r["route"] for r in v))}
+        for k, v in rows.items()
+    }
 
     # ---- mode coverage and route control --------------------------------------------------
     cov_seeds = list(range(seed + 5000, seed + 5000 + n_coverage))
@@ -193,17 +211,23 @@ def evaluate(
         p = np.array([counts.get(k, 0) for k in ("left", "center", "right")], float)
         ent = float(-(p[p > 0] / p.sum() * np.log(p[p > 0] / p.sum())).sum()) if p.sum() else 0.0
         res["coverage"][name] = {
-            "classes_covered": int((p > 0).sum()), "coverage": float((p > 0).sum() / n_routes),
-            "route_counts": dict(counts), "entropy_nats": ent, "n": len(rr),
+            "classes_covered": int((p > 0).sum()),
+            "coverage": float((p > 0).sum() / n_routes),
+            "route_counts": dict(counts),
+            "entropy_nats": ent,
+            "n": len(rr),
             "success": success_rate(rr),
         }
     demo_counts = Counter(labels)
     res["coverage"]["demos"] = {"route_counts": dict(demo_counts)}
     control = {}
     for route, zc in centroids.items():
-        rr = run_episodes(env, pdp, eval_seeds[:max(10, n_eval // 2)], z=zc)
-        control[route] = {"z": zc.tolist(), "route_match": float(np.mean(
-            [r["route"] == route for r in rr])), "success": success_rate(rr)}
+        rr = run_episodes(env, pdp, eval_seeds[: max(10, n_eval // 2)], z=zc)
+        control[route] = {
+            "z": zc.tolist(),
+            "route_match": float(np.mean([r["route"] == route for r in rr])),
+            "success": success_rate(rr),
+        }
     res["route_control"] = control
 
     # ---- shifted scenes --------------------------------------------------------------------
@@ -217,8 +241,7 @@ def evaluate(
         # one demo of the shifted scene (expert through an open passage), adapt z only
         demo = collect_demos(1, seed=base + 500, scene=scene)
         t_a = time.perf_counter()
-        ad = adapt_z_from_demo(pdp, demo.states[0], demo.actions[0], steps=adapt_steps,
-                               seed=si)
+        ad = adapt_z_from_demo(pdp, demo.states[0], demo.actions[0], steps=adapt_steps, seed=si)
         entry["adapt_seconds"] = time.perf_counter() - t_a
         entry["pdp_adapt_demo"] = success_rate(run_episodes(env, pdp, ev, scene, z=ad.z))
         entry["adapt_z"] = ad.z.tolist()
@@ -226,8 +249,9 @@ def evaluate(
         # constraint only: CEM over z, cost = failure (wall hit / timeout) of search rollouts
         search_seeds = list(range(base + 600, base + 600 + cem_rollouts))
 
-        def cost(cands: np.ndarray, _scene: str = scene, _seeds: list[int] = search_seeds
-                 ) -> np.ndarray:
+        def cost(
+            cands: np.ndarray, _scene: str = scene, _seeds: list[int] = search_seeds
+        ) -> np.ndarray:
             vals = []
             for zc in cands:
                 rr = run_episodes(env, pdp, _seeds, _scene, z=zc)
@@ -235,8 +259,14 @@ def evaluate(
             return np.asarray(vals)
 
         t_c = time.perf_counter()
-        cem = search_z_cem(cost, pdp.config.z_dim, bound=pdp.config.z_bound,
-                           iterations=cem_iterations, population=cem_population, seed=si)
+        cem = search_z_cem(
+            cost,
+            pdp.config.z_dim,
+            bound=pdp.config.z_bound,
+            iterations=cem_iterations,
+            population=cem_population,
+            seed=si,
+        )
         entry["cem_seconds"] = time.perf_counter() - t_c
         entry["cem_rollouts"] = cem.evaluations * cem_rollouts
         entry["pdp_constraint_cem"] = success_rate(run_episodes(env, pdp, ev, scene, z=cem.z))
@@ -248,10 +278,14 @@ def evaluate(
         from policies.diffusion.plots import plot_interpolation, plot_latents
 
         res["plots"] = {
-            "latents": str(plot_latents(out / "latent_space.png", latents, labels, pdp, env,
-                                        seed=seed + 20000)),
-            "interpolation": str(plot_interpolation(out / "interpolation.png", pdp, env,
-                                                    centroids, seed=seed + 30000)),
+            "latents": str(
+                plot_latents(out / "latent_space.png", latents, labels, pdp, env, seed=seed + 20000)
+            ),
+            "interpolation": str(
+                plot_interpolation(
+                    out / "interpolation.png", pdp, env, centroids, seed=seed + 30000
+                )
+            ),
         }
     write_json(out / "results.json", res)
     write_text(out / "results.md", results_markdown(res))
@@ -262,33 +296,244 @@ def results_markdown(res: dict[str, Any]) -> str:
     """The results as markdown tables."""
     pct = lambda x: f"{100 * x:.0f}%"  # noqa: E731
     u = res["unshifted"]
-    lines = [f"# PDP on `{res['env_id']}`", "",
-             "## Unshifted scenes", "", "| method | success | routes |", "|---|---|---|"]
+    lines = [
+        f"# PDP on `{res['env_id']}`",
+        "",
+        "## Unshifted scenes",
+        "",
+        "| method | success | routes |",
+        "|---|---|---|",
+    ]
     names = {"dp": "DP (no z)", "pdp_prior": "PDP, z ~ N(0, I)", "pdp_z0": "PDP, z = 0"}
     for k, label in names.items():
         lines.append(f"| {label} | {pct(u[k]['success'])} (n={u[k]['n']}) | {u[k]['routes']} |")
     c = res["coverage"]
-    lines += ["", "## Mode coverage (successful episodes' route classes)", "",
-              "| method | classes covered | entropy (nats, max 1.10) | counts |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "## Mode coverage (successful episodes' route classes)",
+        "",
+        "| method | classes covered | entropy (nats, max 1.10) | counts |",
+        "|---|---|---|---|",
+    ]
     for k, label in (("pdp_prior", "PDP, z ~ N(0, I)"), ("dp", "DP (noise only)")):
-        lines.append(f"| {label} | {c[k]['classes_covered']}/3 | {c[k]['entropy_nats']:.2f} | "
-                     f"{c[k]['route_counts']} |")
-    lines += ["", f"Demos: {c['demos']['route_counts']}", "",
-              "## Route control (z = mean latent of a route's demos)", "",
-              "| route | rollouts taking it | success |", "|---|---|---|"]
+        lines.append(
+            f"| {label} | {c[k]['classes_covered']}/3 | {c[k]['entropy_nats']:.2f} | "
+            f"{c[k]['route_counts']} |"
+        )
+    lines += [
+        "",
+        f"Demos: {c['demos']['route_counts']}",
+        "",
+        "## Route control (z = mean latent of a route's demos)",
+        "",
+        "| route | rollouts taking it | success |",
+        "|---|---|---|",
+    ]
     for r, v in res["route_control"].items():
         lines.append(f"| {r} | {pct(v['route_match'])} | {pct(v['success'])} |")
-    lines += ["", "## Shifted scenes (success)", "",
-              "| scene | DP | PDP z=0 | PDP + one-demo adaptation | PDP + constraint search (CEM) |",
-              "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Shifted scenes (success)",
+        "",
+        "| scene | DP | PDP z=0 | PDP + one-demo adaptation | PDP + constraint search (CEM) |",
+        "|---|---|---|---|---|",
+    ]
     means = {k: [] for k in ("dp", "pdp_z0", "pdp_adapt_demo", "pdp_constraint_cem")}
     for scene, v in res["shifted"].items():
-        lines.append(f"| {scene} | {pct(v['dp'])} | {pct(v['pdp_z0'])} | "
-                     f"{pct(v['pdp_adapt_demo'])} | {pct(v['pdp_constraint_cem'])} |")
+        lines.append(
+            f"| {scene} | {pct(v['dp'])} | {pct(v['pdp_z0'])} | "
+            f"{pct(v['pdp_adapt_demo'])} | {pct(v['pdp_constraint_cem'])} |"
+        )
         for k in means:
             means[k].append(v[k])
     if res["shifted"]:
-        lines.append("| **mean** | " + " | ".join(f"**{pct(float(np.mean(means[k])))}**"
-                                                    for k in means) + " |")
+        lines.append(
+            "| **mean** | "
+            + " | ".join(f"**{pct(float(np.mean(means[k])))}**" for k in means)
+            + " |"
+        )
     lines += ["", f"Evaluation wall time: {res['seconds']:.0f} s.", ""]
     return "\n".join(lines)
+
+
+def aggregate(per_seed: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and std over training seeds of the headline numbers."""
+
+    def stat(values: list[float]) -> dict[str, float]:
+        return {"mean": float(np.mean(values)), "std": float(np.std(values)), "n": len(values)}
+
+    out: dict[str, Any] = {"unshifted": {}, "coverage": {}, "route_control": {}, "shifted": {}}
+    for k in per_seed[0]["unshifted"]:
+        out["unshifted"][k] = stat([r["unshifted"][k]["success"] for r in per_seed])
+    for k in ("pdp_prior", "dp"):
+        out["coverage"][k] = stat([r["coverage"][k]["coverage"] for r in per_seed])
+        out["coverage"][k + "_entropy"] = stat([r["coverage"][k]["entropy_nats"] for r in per_seed])
+    for route in per_seed[0]["route_control"]:
+        out["route_control"][route] = stat(
+            [
+                r["route_control"][route]["route_match"]
+                for r in per_seed
+                if route in r["route_control"]
+            ]
+        )
+    methods = ("dp", "pdp_z0", "pdp_adapt_demo", "pdp_constraint_cem")
+    for scene in per_seed[0]["shifted"]:
+        out["shifted"][scene] = {
+            m: stat([r["shifted"][scene][m] for r in per_seed]) for m in methods
+        }
+    if per_seed[0]["shifted"]:
+        out["shifted"]["mean"] = {
+            m: stat([float(np.mean([v[m] for v in r["shifted"].values()])) for r in per_seed])
+            for m in methods
+        }
+    return out
+
+
+def aggregate_markdown(agg: dict[str, Any], n_seeds: int) -> str:
+    """Markdown of :func:`aggregate` (mean +- std over training seeds)."""
+    f = lambda s: f"{100 * s['mean']:.0f} ± {100 * s['std']:.0f}%"  # noqa: E731
+    lines = [
+        f"# PDP on `{ENV_ID}`: mean ± std over {n_seeds} training seed(s)",
+        "",
+        "| unshifted success | " + " | ".join(agg["unshifted"]) + " |",
+        "|---|" + "---|" * len(agg["unshifted"]),
+        "| | " + " | ".join(f(v) for v in agg["unshifted"].values()) + " |",
+        "",
+        "| mode coverage (of 3 routes) | PDP z ~ N(0, I) | DP (noise only) |",
+        "|---|---|---|",
+        f"| classes covered | {f(agg['coverage']['pdp_prior'])} | {f(agg['coverage']['dp'])} |",
+        "",
+        "| route control: z = route's mean latent | " + " | ".join(agg["route_control"]) + " |",
+        "|---|" + "---|" * len(agg["route_control"]),
+        "| rollouts taking that route | "
+        + " | ".join(f(v) for v in agg["route_control"].values())
+        + " |",
+        "",
+        "| shifted scene | DP | PDP z=0 | PDP + one-demo adaptation | PDP + constraint (CEM) |",
+        "|---|---|---|---|---|",
+    ]
+    for scene, v in agg["shifted"].items():
+        lines.append(
+            f"| {scene} | "
+            + " | ".join(f(v[m]) for m in ("dp", "pdp_z0", "pdp_adapt_demo", "pdp_constraint_cem"))
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_experiment(
+    out_dir: str | Path,
+    *,
+    n_demos: int = 100,
+    train_seeds: Sequence[int] = (0,),
+    overrides: dict[str, Any] | None = None,
+    progress: bool = True,
+    **eval_kw: Any,
+) -> dict[str, Any]:
+    """Collect demos, train PDP and DP per training seed, evaluate, aggregate.
+
+    Writes ``OUT/demos`` (dataset), ``OUT/seed<k>/{pdp,dp,eval}`` and ``OUT/results.json`` +
+    ``OUT/results.md`` (mean ± std over seeds). Existing checkpoints are reused.
+    """
+    from policies.diffusion.training import train_pdp
+
+    out = Path(out_dir)
+    demo_dir = out / "demos"
+    if not (demo_dir / "meta.json").exists():
+        collect_demos(n_demos, seed=0, out_dir=demo_dir)
+    per_seed = []
+    for s in train_seeds:
+        root = out / f"seed{s}"
+        for name, z_dim in (("pdp", 2), ("dp", 0)):
+            if not (root / name / "config.json").exists() or _unfinished(root / name):
+                resume = (root / name / "train_state.json").exists()
+                train_pdp(
+                    demo_dir,
+                    root / name,
+                    None,
+                    overrides={**(overrides or {}), "z_dim": z_dim, "seed": s},
+                    resume=resume,
+                    progress=progress,
+                )
+        res = evaluate(root / "pdp", root / "dp", root / "eval", seed=1000 + 100000 * s, **eval_kw)
+        per_seed.append(res)
+    summary = {
+        "per_seed": per_seed,
+        "aggregate": aggregate(per_seed),
+        "train_seeds": list(train_seeds),
+        "n_demos": n_demos,
+    }
+    write_json(out / "results.json", summary)
+    write_text(
+        out / "results.md",
+        aggregate_markdown(summary["aggregate"], len(per_seed))
+        + "\n"
+        + "\n".join(results_markdown(r) for r in per_seed),
+    )
+    return summary
+
+
+def _unfinished(ckpt: Path) -> bool:
+    import json
+
+    meta = ckpt / "train_state.json"
+    if not meta.exists():
+        return True
+    data = json.loads(meta.read_text())
+    return int(data["step"]) < int(data["config"]["steps"])
+
+
+def quick_demo(
+    out_dir: str | Path, budget_s: float = 90.0, n_demos: int = 60, seed: int = 0
+) -> dict[str, Any]:
+    """Train a small PDP within ``budget_s`` and roll it out once per route latent.
+
+    For ``embodied demo``: collects expert demos, trains (time-boxed), then runs the policy
+    with z set to each route's mean latent and writes ``interpolation.png``.
+
+    Returns:
+        Metrics: checkpoint path, training steps/seconds/loss, per-route rollout outcome,
+        success rate and the plot path.
+    """
+    from policies.diffusion.policy_pdp import PDPPolicy
+    from policies.diffusion.training import train_pdp
+
+    t0 = time.perf_counter()
+    out = Path(out_dir)
+    demos = collect_demos(n_demos, seed=seed, out_dir=out / "demos")
+    train_budget = max(10.0, 0.75 * budget_s - (time.perf_counter() - t0))
+    result = train_pdp(
+        demos,
+        out / "pdp",
+        None,
+        overrides={"steps": 2000, "seed": seed},
+        progress=False,
+        budget_s=train_budget,
+        checkpoint_every=250,
+    )
+    policy = PDPPolicy.from_pretrained(out / "pdp")
+    centroids = route_centroids(result.demo_latents, result.labels)
+    env = make_env()
+    routes = {}
+    for route, z in centroids.items():
+        row = run_episodes(env, policy, [seed + 777], z=z)[0]
+        routes[route] = {
+            "z": z.tolist(),
+            "route_taken": row["route"],
+            "success": row["success"],
+            "steps": row["steps"],
+        }
+    from policies.diffusion.plots import plot_interpolation
+
+    plot = plot_interpolation(out / "interpolation.png", policy, env, centroids, seed=seed + 777)
+    return {
+        "checkpoint": str(out / "pdp"),
+        "train_steps": result.steps,
+        "train_seconds": round(result.seconds, 1),
+        "final_loss": result.final_loss,
+        "routes": routes,
+        "success_rate": float(np.mean([r["success"] for r in routes.values()])),
+        "route_match": float(np.mean([r["route_taken"] == k for k, r in routes.items()])),
+        "plot": str(plot),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }

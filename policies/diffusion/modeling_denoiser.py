@@ -98,14 +98,26 @@ class _ResBlock(nn.Module):
         self.act = nn.Mish()
         self.fc2 = nn.Linear(width, width)
 
-    def forward(self, h: torch.Tensor, cond: torch.Tensor, z: torch.Tensor | None) -> torch.Tensor:
-        y = self.fc1(self.norm(h))
-        y = self.z_film(self.cond_film(y, cond), z)
-        return h + self.fc2(self.act(y))
+
+Film = tuple[torch.Tensor, torch.Tensor] | None
+"""Per-layer affine modulation ``(mult, add)``: ``y -> y * mult + add`` (None = identity)."""
+
+
+def _compose(cond: tuple[torch.Tensor, torch.Tensor], z: Film) -> Film:
+    """FiLM(z) after FiLM(cond) as one affine map."""
+    mult, add = 1.0 + cond[0], cond[1]
+    if z is None:
+        return mult, add
+    return mult * z[0], add * z[0] + z[1]
 
 
 class ResidualMLPDenoiser(nn.Module):
-    """Residual MLP over the flattened action chunk, FiLM(z) in every layer."""
+    """Residual MLP over the flattened action chunk, FiLM(z) in every layer.
+
+    The FiLM parameters of all layers depend only on (diffusion step, observation, z), so
+    :meth:`films` computes them for all sampling steps in one batched call and
+    :meth:`forward_films` runs the per-step trunk (few ops: fast at batch 1).
+    """
 
     def __init__(self, config: PDPConfig) -> None:
         super().__init__()
@@ -121,6 +133,37 @@ class ResidualMLPDenoiser(nn.Module):
         self.out = nn.Linear(w, config.chunk_dim)
         self.horizon, self.action_dim = config.horizon, config.action_dim
 
+    @staticmethod
+    def _zfilm(layer: ZFiLM, z: torch.Tensor | None) -> Film:
+        if layer.proj is None or z is None:
+            return None
+        scale, shift = layer.proj(z).chunk(2, dim=-1)
+        return 1.0 + scale, shift
+
+    def films(self, t: torch.Tensor, obs: torch.Tensor, z: torch.Tensor | None) -> list[Film]:
+        """FiLM ``(mult, add)`` of every layer: input, each block, output."""
+        cond = self.cond(t, obs)
+        out: list[Film] = [self._zfilm(self.in_film, z)]
+        for block in self.blocks:
+            cs = block.cond_film.proj(cond).chunk(2, dim=-1)
+            out.append(_compose((cs[0], cs[1]), self._zfilm(block.z_film, z)))
+        out.append(self._zfilm(self.out_film, z))
+        return out
+
+    def forward_films(self, x: torch.Tensor, films: list[Film]) -> torch.Tensor:
+        """The trunk given precomputed FiLM parameters (see :meth:`films`)."""
+        h = self.inp(x.flatten(1))
+        if films[0] is not None:
+            h = torch.addcmul(films[0][1], h, films[0][0])
+        for block, film in zip(self.blocks, films[1:-1], strict=True):
+            y = block.fc1(block.norm(h))
+            y = torch.addcmul(film[1], y, film[0])  # type: ignore[index]
+            h = h + block.fc2(block.act(y))
+        h = self.out_norm(h)
+        if films[-1] is not None:
+            h = torch.addcmul(films[-1][1], h, films[-1][0])
+        return self.out(h).view(-1, self.horizon, self.action_dim)
+
     def forward(
         self, x: torch.Tensor, t: torch.Tensor, obs: torch.Tensor, z: torch.Tensor | None
     ) -> torch.Tensor:
@@ -135,12 +178,7 @@ class ResidualMLPDenoiser(nn.Module):
         Returns:
             (B, horizon, action_dim) predicted noise.
         """
-        cond = self.cond(t, obs)
-        h = self.in_film(self.inp(x.flatten(1)), z)
-        for block in self.blocks:
-            h = block(h, cond, z)
-        h = self.out_film(self.out_norm(h), z)
-        return self.out(h).view(-1, self.horizon, self.action_dim)
+        return self.forward_films(x, self.films(t, obs, z))
 
 
 class _Conv1dBlock(nn.Sequential):
@@ -178,20 +216,29 @@ class ConditionalUnet1D(nn.Module):
         cin = config.action_dim
         for i, c in enumerate(chans):
             last = i == len(chans) - 1
-            self.down.append(nn.ModuleList([
-                _CondResBlock1D(cin, c, cond_dim, zd, k),
-                nn.Conv1d(c, c, 3, stride=2, padding=1) if not last else nn.Identity(),
-            ]))
+            self.down.append(
+                nn.ModuleList(
+                    [
+                        _CondResBlock1D(cin, c, cond_dim, zd, k),
+                        nn.Conv1d(c, c, 3, stride=2, padding=1) if not last else nn.Identity(),
+                    ]
+                )
+            )
             cin = c
         self.mid = _CondResBlock1D(chans[-1], chans[-1], cond_dim, zd, k)
         self.up = nn.ModuleList()
         for i in reversed(range(len(chans) - 1)):
-            self.up.append(nn.ModuleList([
-                nn.ConvTranspose1d(chans[i + 1], chans[i + 1], 4, stride=2, padding=1),
-                _CondResBlock1D(chans[i + 1] + chans[i], chans[i], cond_dim, zd, k),
-            ]))
-        self.final = nn.Sequential(_Conv1dBlock(chans[0], chans[0], k),
-                                   nn.Conv1d(chans[0], config.action_dim, 1))
+            self.up.append(
+                nn.ModuleList(
+                    [
+                        nn.ConvTranspose1d(chans[i + 1], chans[i + 1], 4, stride=2, padding=1),
+                        _CondResBlock1D(chans[i + 1] + chans[i], chans[i], cond_dim, zd, k),
+                    ]
+                )
+            )
+        self.final = nn.Sequential(
+            _Conv1dBlock(chans[0], chans[0], k), nn.Conv1d(chans[0], config.action_dim, 1)
+        )
 
     def forward(
         self, x: torch.Tensor, t: torch.Tensor, obs: torch.Tensor, z: torch.Tensor | None

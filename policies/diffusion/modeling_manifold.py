@@ -100,7 +100,11 @@ class TrajectoryVAE(nn.Module):
         self.pos = nn.Parameter(torch.randn(1, config.n_tokens, d) * 0.02)
         self.summary = nn.Parameter(torch.zeros(1, 1, d))
         layer = nn.TransformerEncoderLayer(
-            d, config.n_heads, dim_feedforward=2 * d, dropout=0.0, batch_first=True,
+            d,
+            config.n_heads,
+            dim_feedforward=2 * d,
+            dropout=0.0,
+            batch_first=True,
             norm_first=True,
         )
         self.encoder = nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False)
@@ -108,8 +112,13 @@ class TrajectoryVAE(nn.Module):
         self.to_latent = nn.Linear(d, 2 * config.z_dim)
         h = config.decoder_hidden
         self.decoder = nn.Sequential(
-            nn.Linear(config.z_dim + 1, h), nn.Mish(), nn.Linear(h, h), nn.Mish(),
-            nn.Linear(h, h), nn.Mish(), nn.Linear(h, state_dim + action_dim),
+            nn.Linear(config.z_dim + 1, h),
+            nn.Mish(),
+            nn.Linear(h, h),
+            nn.Mish(),
+            nn.Linear(h, h),
+            nn.Mish(),
+            nn.Linear(h, state_dim + action_dim),
         )
 
     def encode(
@@ -133,7 +142,9 @@ class TrajectoryVAE(nn.Module):
         """Reconstruct (states, actions) of shape (B, length, .) from z (B, z_dim)."""
         b = z.shape[0]
         t = torch.linspace(0.0, 1.0, length, dtype=z.dtype, device=z.device)
-        inp = torch.cat((z[:, None, :].expand(b, length, -1), t[None, :, None].expand(b, -1, 1)), -1)
+        inp = torch.cat(
+            (z[:, None, :].expand(b, length, -1), t[None, :, None].expand(b, -1, 1)), -1
+        )
         out = self.decoder(inp)
         return out[..., : self.state_dim], out[..., self.state_dim :]
 
@@ -166,8 +177,11 @@ class TrajectoryVAE(nn.Module):
         l_geo = geometric_loss(mu, path_dist)
         total = l_action + l_state + cfg.kl_weight * kl + cfg.geo_weight * l_geo
         parts = {
-            "loss": total.item(), "action": l_action.item(), "state": l_state.item(),
-            "kl": kl.item(), "geo": l_geo.item(),
+            "loss": total.item(),
+            "action": l_action.item(),
+            "state": l_state.item(),
+            "kl": kl.item(),
+            "geo": l_geo.item(),
         }
         return total, parts
 
@@ -198,7 +212,7 @@ def demo_tensors(
     """
     s_out, a_out = [], []
     arange = np.maximum(action_high - action_low, 1e-6)
-    for s, a in zip(states, actions):
+    for s, a in zip(states, actions, strict=True):
         s = resample(s, seq_len)
         a = resample(a, seq_len)
         s_out.append((s - s[0]) / state_scale)

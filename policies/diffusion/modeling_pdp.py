@@ -15,7 +15,7 @@ from torch import nn
 
 from embodied.errors import CheckpointError, ConfigError
 from policies.diffusion.configuration_pdp import PDPConfig
-from policies.diffusion.modeling_denoiser import DENOISER_CLASSES
+from policies.diffusion.modeling_denoiser import DENOISER_CLASSES, ResidualMLPDenoiser
 from policies.diffusion.modeling_manifold import TrajectoryVAE
 
 STAT_KEYS = ("state_min", "state_max", "action_min", "action_max", "z_mean", "z_std")
@@ -142,11 +142,20 @@ class PDPModel(nn.Module):
         prev = ts - step
         a_prev = torch.where(prev >= 0, acp[prev.clamp_min(0)], ddim.final_alpha_cumprod.double())
         # x0 = (x - sqrt(1-a_t) eps) / sqrt(a_t);  x_prev = sqrt(a_prev) x0 + sqrt(1-a_prev) eps
-        coefs = torch.stack((
-            1.0 / a_t.sqrt(), (1.0 - a_t).sqrt() / a_t.sqrt(), a_prev.sqrt(), (1.0 - a_prev).sqrt()
-        ), dim=1).float()
+        coefs = torch.stack(
+            (
+                1.0 / a_t.sqrt(),
+                (1.0 - a_t).sqrt() / a_t.sqrt(),
+                a_prev.sqrt(),
+                (1.0 - a_prev).sqrt(),
+            ),
+            dim=1,
+        ).float()
         self.register_buffer("ddim_timesteps", ts, persistent=False)
         self.register_buffer("ddim_coefs", coefs, persistent=False)
+        self._coef_list: list[tuple[float, float, float, float]] = [
+            (float(r[0]), float(r[1]), float(r[2]), float(r[3])) for r in coefs.tolist()
+        ]
 
     # ---- conditioning helpers -------------------------------------------------------------
     def _z(self, z: torch.Tensor | None, batch: int) -> torch.Tensor | None:
@@ -186,9 +195,7 @@ class PDPModel(nn.Module):
         if noise is None:
             noise = torch.randn(actions.shape, generator=generator)
         if timesteps is None:
-            timesteps = torch.randint(
-                0, self.config.num_train_timesteps, (b,), generator=generator
-            )
+            timesteps = torch.randint(0, self.config.num_train_timesteps, (b,), generator=generator)
         noisy = self.train_scheduler.add_noise(actions, noise, timesteps)
         pred = self.denoiser(noisy, timesteps, obs, self._z(z, b))
         return torch.mean((pred - noise) ** 2)
@@ -214,17 +221,36 @@ class PDPModel(nn.Module):
         """
         cfg = self.config
         b = obs.shape[0]
-        x = noise if noise is not None else torch.randn(
-            (b, cfg.horizon, cfg.action_dim), generator=generator
+        x = (
+            noise
+            if noise is not None
+            else torch.randn((b, cfg.horizon, cfg.action_dim), generator=generator)
         )
         zz = self._z(z, b)
-        clip = cfg.clip_sample
-        for i in range(cfg.num_inference_steps):
-            t = self.ddim_timesteps[i].expand(b)
-            eps = self.denoiser(x, t, obs, zz)
-            c = self.ddim_coefs[i]
-            x0 = x * c[0] - eps * c[1]
-            if clip:
-                x0 = x0.clamp(-1.0, 1.0)
-            x = x0 * c[2] + eps * c[3]
+        n = cfg.num_inference_steps
+        coefs = self._coef_list
+        denoiser = self.denoiser
+        if isinstance(denoiser, ResidualMLPDenoiser):
+            # FiLM parameters of all steps in one batched call, then a lean trunk per step
+            t_all = self.ddim_timesteps.repeat_interleave(b)
+            films = denoiser.films(t_all, obs.repeat(n, 1), None if zz is None else zz.repeat(n, 1))
+            per_step = [
+                None if f is None else tuple(zip(f[0].split(b), f[1].split(b), strict=True))
+                for f in films
+            ]
+            for i in range(n):
+                step_films = [None if f is None else f[i] for f in per_step]
+                x = self._ddim_step(x, denoiser.forward_films(x, step_films), coefs[i])
+        else:
+            for i in range(n):
+                eps = denoiser(x, self.ddim_timesteps[i].expand(b), obs, zz)
+                x = self._ddim_step(x, eps, coefs[i])
         return x
+
+    def _ddim_step(
+        self, x: torch.Tensor, eps: torch.Tensor, c: tuple[float, float, float, float]
+    ) -> torch.Tensor:
+        x0 = torch.add(x * c[0], eps, alpha=-c[1])
+        if self.config.clip_sample:
+            x0 = x0.clamp_(-1.0, 1.0)
+        return torch.add(x0 * c[2], eps, alpha=c[3])

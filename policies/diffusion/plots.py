@@ -42,8 +42,13 @@ def _draw_arena(ax: Any) -> None:
 
 
 def plot_latents(
-    path: str | Path, latents: np.ndarray, labels: Sequence[str], policy: Any, env: Any,
-    seed: int = 0, grid: int = 7,
+    path: str | Path,
+    latents: np.ndarray,
+    labels: Sequence[str],
+    policy: Any,
+    env: Any,
+    seed: int = 0,
+    grid: int = 7,
 ) -> Path:
     """Left: demo latents coloured by route. Right: route taken when rolling out grid z."""
     from policies.diffusion.experiment import run_episodes
@@ -53,8 +58,13 @@ def plot_latents(
     ax = axes[0]
     for route in sorted(set(labels)):
         m = np.asarray(labels) == route
-        ax.scatter(latents[m, 0], latents[m, 1], s=18, c=ROUTE_COLORS.get(route, "k"),
-                   label=f"{route} ({int(m.sum())})")
+        ax.scatter(
+            latents[m, 0],
+            latents[m, 1],
+            s=18,
+            c=ROUTE_COLORS.get(route, "k"),
+            label=f"{route} ({int(m.sum())})",
+        )
     ax.set_title("demo latents (encoder mean, standardised)")
     ax.set_xlabel("z[0]")
     ax.set_ylabel("z[1]")
@@ -64,9 +74,14 @@ def plot_latents(
     vals = np.linspace(-lim, lim, grid)
     zs = [np.array([a, b]) for b in vals for a in vals]
     rows = run_episodes(env, policy, [seed] * len(zs), z=zs)
-    for z, r in zip(zs, rows):
-        ax.scatter(z[0], z[1], s=150, c=ROUTE_COLORS.get(r["route"], "k"),
-                   marker="o" if r["success"] else "x")
+    for z, r in zip(zs, rows, strict=True):
+        ax.scatter(
+            z[0],
+            z[1],
+            s=150,
+            c=ROUTE_COLORS.get(r["route"], "k"),
+            marker="o" if r["success"] else "x",
+        )
     ax.set_title(f"route of rollouts over z (one scene, seed {seed}); x = failure")
     ax.set_xlabel("z[0]")
     ax.set_ylabel("z[1]")
@@ -76,8 +91,12 @@ def plot_latents(
 
 
 def plot_interpolation(
-    path: str | Path, policy: Any, env: Any, centroids: Mapping[str, np.ndarray],
-    seed: int = 0, n: int = 7,
+    path: str | Path,
+    policy: Any,
+    env: Any,
+    centroids: Mapping[str, np.ndarray],
+    seed: int = 0,
+    n: int = 7,
 ) -> Path:
     """Trajectories at z linearly interpolated between the left and right route latents."""
     from policies.diffusion.experiment import run_episodes
@@ -93,10 +112,15 @@ def plot_interpolation(
     fig, ax = plt.subplots(figsize=(5.5, 5.5))
     _draw_arena(ax)
     cmap = plt.get_cmap("coolwarm")
-    for a, r in zip(alphas, rows):
+    for a, r in zip(alphas, rows, strict=True):
         p = r["path"]
-        ax.plot(p[:, 0], p[:, 1], color=cmap(a), lw=2,
-                label=f"a={a:.2f} {r['route']}{'' if r['success'] else ' (fail)'}")
+        ax.plot(
+            p[:, 0],
+            p[:, 1],
+            color=cmap(a),
+            lw=2,
+            label=f"a={a:.2f} {r['route']}{'' if r['success'] else ' (fail)'}",
+        )
     ax.set_title(f"z = (1-a) z_{keys[0]} + a z_{keys[-1]}")
     ax.legend(fontsize=7, loc="lower left")
     return _save(fig, Path(path))

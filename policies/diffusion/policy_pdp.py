@@ -54,7 +54,10 @@ class PDPPolicy(KnobMixin, Policy):
         if cfg.uses_z:
             b = float(cfg.z_bound)
             self._knobs["z"] = Knob(
-                "z", (-b,) * cfg.z_dim, (b,) * cfg.z_dim, (0.0,) * cfg.z_dim,
+                "z",
+                (-b,) * cfg.z_dim,
+                (b,) * cfg.z_dim,
+                (0.0,) * cfg.z_dim,
                 description="behaviour latent (standardised; prior N(0, I))",
             )
         self._history: deque[np.ndarray] = deque(maxlen=cfg.n_obs_steps)
@@ -140,9 +143,10 @@ def save_model(model: PDPModel, path: str | os.PathLike[str]) -> Path:
     state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
     with atomic_path(out / WEIGHTS_NAME) as tmp:
         save_file(state, str(tmp), metadata={"policy_type": POLICY_TYPE})
-    write_json(out / CONFIG_NAME, {
-        "policy_type": POLICY_TYPE, "format_version": FORMAT_VERSION, **model.config.to_dict()
-    })
+    write_json(
+        out / CONFIG_NAME,
+        {"policy_type": POLICY_TYPE, "format_version": FORMAT_VERSION, **model.config.to_dict()},
+    )
     return out
 
 
@@ -174,12 +178,16 @@ def load_model(path: str | os.PathLike[str]) -> PDPModel:
     cfg_file, w_file = folder / CONFIG_NAME, folder / WEIGHTS_NAME
     for f in (cfg_file, w_file):
         if not f.exists():
-            raise CheckpointError(f"PDP checkpoint {str(folder)!r} lacks {f.name}",
-                                  fix="re-save it with save_pretrained / `embodied train pdp`")
+            raise CheckpointError(
+                f"PDP checkpoint {str(folder)!r} lacks {f.name}",
+                fix="re-save it with save_pretrained / `embodied train pdp`",
+            )
     data = json.loads(cfg_file.read_text())
     if data.get("policy_type") != POLICY_TYPE:
-        raise CheckpointError(f"{cfg_file} has policy_type {data.get('policy_type')!r}, not "
-                              f"{POLICY_TYPE!r}", fix="load it with its own policy type")
+        raise CheckpointError(
+            f"{cfg_file} has policy_type {data.get('policy_type')!r}, not {POLICY_TYPE!r}",
+            fix="load it with its own policy type",
+        )
     model = PDPModel(PDPConfig.from_dict(data))
     state = load_file(str(w_file))
     expected = model.state_dict()

@@ -39,7 +39,7 @@ class Demos:
         if not self.labels:
             self.labels = [""] * len(self.states)
         sd, ad = self.states[0].shape[1], self.actions[0].shape[1]
-        for i, (s, a) in enumerate(zip(self.states, self.actions)):
+        for i, (s, a) in enumerate(zip(self.states, self.actions, strict=True)):
             if s.ndim != 2 or a.ndim != 2 or s.shape[0] != a.shape[0] or s.shape[0] < 2:
                 raise DatasetError(
                     f"demo {i} has states {s.shape} and actions {a.shape}",
@@ -70,14 +70,20 @@ class Demos:
         s = np.concatenate(self.states)
         a = np.concatenate(self.actions)
         return {
-            "state_min": s.min(0), "state_max": s.max(0),
-            "action_min": a.min(0), "action_max": a.max(0),
+            "state_min": s.min(0),
+            "state_max": s.max(0),
+            "action_min": a.min(0),
+            "action_max": a.max(0),
         }
 
     def subset(self, idx: Sequence[int]) -> Demos:
         """The demos at ``idx``."""
-        return Demos([self.states[i] for i in idx], [self.actions[i] for i in idx],
-                     [self.labels[i] for i in idx], dict(self.env_args))
+        return Demos(
+            [self.states[i] for i in idx],
+            [self.actions[i] for i in idx],
+            [self.labels[i] for i in idx],
+            dict(self.env_args),
+        )
 
 
 def load_demos(
@@ -110,8 +116,9 @@ def load_demos(
         label = ep.attrs.get(label_key, meta.get(label_key, ""))  # type: ignore[union-attr]
         labels.append(str(label.decode() if isinstance(label, bytes) else label))
     if not states:
-        raise DatasetError(f"dataset {str(path)!r} has no successful demos",
-                           fix="collect successful expert demos")
+        raise DatasetError(
+            f"dataset {str(path)!r} has no successful demos", fix="collect successful expert demos"
+        )
     return Demos(states, actions, labels, dict(ds.env_args))
 
 
@@ -132,7 +139,7 @@ def make_windows(
         obs (N, n_obs_steps, state_dim), chunks (N, horizon, action_dim), demo_idx (N,).
     """
     obs, chunks, idx = [], [], []
-    for d, (s, a) in enumerate(zip(demos.states, demos.actions)):
+    for d, (s, a) in enumerate(zip(demos.states, demos.actions, strict=True)):
         n = s.shape[0]
         for t in range(n):
             obs.append(obs_window(s, t, n_obs_steps))

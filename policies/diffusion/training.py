@@ -66,7 +66,10 @@ class TrainResult:
 
 
 def train_manifold(
-    model: PDPModel, demos: Demos, generator: torch.Generator, log: Logger | None = None,
+    model: PDPModel,
+    demos: Demos,
+    generator: torch.Generator,
+    log: Logger | None = None,
     on_step: Callable[[int], None] | None = None,
 ) -> np.ndarray:
     """Train ``model.manifold`` on whole demos; return encoder means (N, z_dim), raw space."""
@@ -74,8 +77,9 @@ def train_manifold(
     mcfg = model.config.manifold
     stats = demos.stats()
     scale = np.maximum((stats["state_max"] - stats["state_min"]) / 2.0, 1e-6)
-    s, a = demo_tensors(demos.states, demos.actions, scale, stats["action_min"],
-                        stats["action_max"], mcfg.seq_len)
+    s, a = demo_tensors(
+        demos.states, demos.actions, scale, stats["action_min"], stats["action_max"], mcfg.seq_len
+    )
     paths = ee_paths(demos, model.config.path_dims or (0, 1), mcfg.path_points)
     dist = torch.as_tensor(soft_dtw_divergence_matrix(paths, mcfg.sdtw_gamma), dtype=torch.float32)
     vae = model.manifold
@@ -107,13 +111,15 @@ def _optim_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor],
     sd = opt.state_dict()
     tensors = {
         f"optim.{pid}.{k}": (v if torch.is_tensor(v) else torch.tensor(v)).contiguous()
-        for pid, st in sd["state"].items() for k, v in st.items()
+        for pid, st in sd["state"].items()
+        for k, v in st.items()
     }
     return tensors, {"param_groups": sd["param_groups"]}
 
 
-def _restore_optim(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
-                   meta: dict[str, Any]) -> None:
+def _restore_optim(
+    opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any]
+) -> None:
     state: dict[int, dict[str, torch.Tensor]] = {}
     for key, v in tensors.items():
         if key.startswith("optim."):
@@ -122,26 +128,41 @@ def _restore_optim(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
     opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
 
 
-def _save_state(out: Path, step: int, model: PDPModel, ema: PDPModel,
-                opt: torch.optim.Optimizer, gen: torch.Generator, latents: np.ndarray,
-                extra: dict[str, Any]) -> None:
+def _save_state(
+    out: Path,
+    step: int,
+    model: PDPModel,
+    ema: PDPModel,
+    opt: torch.optim.Optimizer,
+    gen: torch.Generator,
+    latents: np.ndarray,
+    extra: dict[str, Any],
+) -> None:
     """Write one resumable checkpoint; the JSON pointer goes last."""
     tensors = {f"model.{k}": v.detach().clone().contiguous() for k, v in model.state_dict().items()}
-    tensors.update({f"ema.{k}": v.detach().clone().contiguous()
-                    for k, v in ema.state_dict().items()})
+    tensors.update(
+        {f"ema.{k}": v.detach().clone().contiguous() for k, v in ema.state_dict().items()}
+    )
     opt_t, opt_meta = _optim_tensors(opt)
     tensors.update(opt_t)
     tensors["rng.generator"] = gen.get_state()
-    tensors["demo_latents"] = torch.as_tensor(latents, dtype=torch.float32).reshape(
-        len(latents), -1).contiguous()
+    tensors["demo_latents"] = (
+        torch.as_tensor(latents, dtype=torch.float32).reshape(len(latents), -1).contiguous()
+    )
     name = f"train_state_{step:07d}.safetensors"
     with atomic_path(out / name) as tmp:
         save_file(tensors, str(tmp))
     save_model(ema, out)
-    write_json(out / STATE_JSON, {
-        "step": step, "tensors": name, "optimizer": opt_meta,
-        "config": model.config.to_dict(), **extra,
-    })
+    write_json(
+        out / STATE_JSON,
+        {
+            "step": step,
+            "tensors": name,
+            "optimizer": opt_meta,
+            "config": model.config.to_dict(),
+            **extra,
+        },
+    )
     for old in out.glob("train_state_*.safetensors"):
         if old.name != name:
             old.unlink(missing_ok=True)
@@ -149,7 +170,7 @@ def _save_state(out: Path, step: int, model: PDPModel, ema: PDPModel,
 
 def _ema_update(ema: PDPModel, model: PDPModel, decay: float) -> None:
     with torch.no_grad():
-        for e, p in zip(ema.denoiser.parameters(), model.denoiser.parameters()):
+        for e, p in zip(ema.denoiser.parameters(), model.denoiser.parameters(), strict=True):
             e.lerp_(p, 1.0 - decay)
 
 
@@ -193,20 +214,24 @@ def train_pdp(
     state_meta: dict[str, Any] | None = None
     if resume:
         if not (out / STATE_JSON).exists():
-            raise CheckpointError(f"nothing to resume: {out / STATE_JSON} does not exist",
-                                  fix="drop --resume to start a new run")
+            raise CheckpointError(
+                f"nothing to resume: {out / STATE_JSON} does not exist",
+                fix="drop --resume to start a new run",
+            )
         state_meta = json.loads((out / STATE_JSON).read_text())
         cfg = PDPConfig.from_dict(state_meta["config"])
         if overrides:
-            cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items()
-                                             if k in ("steps",)})
+            cfg = dataclasses.replace(
+                cfg, **{k: v for k, v in overrides.items() if k in ("steps",)}
+            )
     else:
         base = config or PDPConfig()
         spec = demos.env_args
         names = spec.get("observation", {}).get("state", {}).get("names", ())
         anames = spec.get("action", {}).get("names", ())
         derived: dict[str, Any] = {
-            "state_dim": demos.state_dim, "action_dim": demos.action_dim,
+            "state_dim": demos.state_dim,
+            "action_dim": demos.action_dim,
             "state_names": tuple(names) if len(names) == demos.state_dim else (),
             "action_names": tuple(anames) if len(anames) == demos.action_dim else (),
             "env_id": str(spec.get("env_id", base.env_id)),
@@ -236,12 +261,25 @@ def train_pdp(
         if writer is not None:
             writer.add_scalar(tag, value, step)
 
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                   disable=not progress, transient=False)
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        disable=not progress,
+        transient=False,
+    )
     start_step = 0
     with bar:
         if state_meta is not None:
@@ -254,8 +292,9 @@ def train_pdp(
             start_step = int(state_meta["step"])
         elif cfg.uses_z:
             task = bar.add_task("manifold", total=cfg.manifold.steps, info="")
-            latents_raw = train_manifold(model, demos, gen, log,
-                                         on_step=lambda s: bar.update(task, completed=s + 1))
+            latents_raw = train_manifold(
+                model, demos, gen, log, on_step=lambda s: bar.update(task, completed=s + 1)
+            )
             if cfg.manifold.standardize_z:
                 std = np.maximum(latents_raw.std(0), 1e-3)
                 model.normalizer.set_stats(z_mean=latents_raw.mean(0), z_std=std)
@@ -272,13 +311,21 @@ def train_pdp(
             obs_t = obs_t.reshape(len(obs_np), -1)
             act_t = model.normalizer.norm_action(torch.as_tensor(chunks_np, dtype=torch.float32))
             if cfg.uses_z:
-                zk = model.normalizer.latent_to_knob(torch.as_tensor(latents_raw, dtype=torch.float32))
-                z_t: torch.Tensor | None = zk.clamp(-cfg.z_bound, cfg.z_bound)[torch.as_tensor(idx_np)]
+                zk = model.normalizer.latent_to_knob(
+                    torch.as_tensor(latents_raw, dtype=torch.float32)
+                )
+                z_t: torch.Tensor | None = zk.clamp(-cfg.z_bound, cfg.z_bound)[
+                    torch.as_tensor(idx_np)
+                ]
             else:
                 z_t = None
-        latents_knob = (model.normalizer.latent_to_knob(
-            torch.as_tensor(latents_raw, dtype=torch.float32)).numpy() if cfg.uses_z
-            else np.zeros((len(demos), 0)))
+        latents_knob = (
+            model.normalizer.latent_to_knob(
+                torch.as_tensor(latents_raw, dtype=torch.float32)
+            ).numpy()
+            if cfg.uses_z
+            else np.zeros((len(demos), 0))
+        )
         extra = {"labels": demos.labels, "n_windows": len(obs_np)}
         if state_meta is None:
             _save_state(out, 0, model, ema, opt, gen, latents_raw, extra)
@@ -318,16 +365,16 @@ def train_pdp(
         writer.flush()
         writer.close()
     final = float(np.mean(losses[-50:])) if losses else math.nan
-    return TrainResult(out, step, final, latents_knob, list(demos.labels),
-                       time.perf_counter() - t0)
+    return TrainResult(out, step, final, latents_knob, list(demos.labels), time.perf_counter() - t0)
 
 
 def load_train_latents(out_dir: str | os.PathLike[str]) -> tuple[np.ndarray, list[str]]:
     """Knob-space demo latents and labels stored with a training run (for plots)."""
     out = Path(out_dir)
     if not (out / STATE_JSON).exists():
-        raise CheckpointError(f"{out} has no {STATE_JSON}",
-                              fix="pass the --out folder of `embodied train pdp`")
+        raise CheckpointError(
+            f"{out} has no {STATE_JSON}", fix="pass the --out folder of `embodied train pdp`"
+        )
     meta = json.loads((out / STATE_JSON).read_text())
     tensors = load_file(str(out / meta["tensors"]))
     raw = tensors["demo_latents"]

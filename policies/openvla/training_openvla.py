@@ -182,7 +182,7 @@ def train_bc(
         torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
         opt.step()
         sched.step()
-        running += float(loss)
+        running += loss.item()
         count += 1
         if (step + 1) % s.log_every == 0 or step + 1 == s.steps:
             model.eval()

@@ -162,6 +162,9 @@ class LiberoEnv(Env):
     ) -> tuple[Observation, dict[str, Any]]:
         """Reset to a fixed init state, then run the protocol's no-op wait steps.
 
+        The same init state gives the same episode whatever ran before (solver warm start
+        and controls are cleared), so a rerun episode reproduces the original.
+
         Args:
             seed: Seeds LIBERO's RNG; picks init state ``seed % N`` unless ``options`` does.
             options: ``{"init_state": i}`` picks LIBERO's fixed init state ``i`` (0..N-1).
@@ -190,6 +193,15 @@ class LiberoEnv(Env):
             self._raw.reset()
             self._cameras_enabled(False)  # a hard reset rebuilds the observables
             raw_obs = self._raw.set_init_state(self.init_states[self.init_state_index])
+            # Clear what the flattened init state does not cover (solver warm start, last
+            # controls, gripper ramp), so an init state gives the same episode whatever ran before.
+            data = self._raw.env.sim.data
+            for buf in (data.qacc_warmstart, data.ctrl, data.qfrc_applied, data.xfrc_applied):
+                buf[:] = 0.0
+            for robot in self._raw.env.robots:  # the gripper command ramps; a hard reset zeros it
+                gripper = getattr(robot, "gripper", None)
+                if hasattr(gripper, "current_action"):
+                    gripper.current_action = np.zeros_like(gripper.current_action)
             success = bool(self._raw.check_success())
             for _ in range(self.protocol.num_wait_steps):
                 raw_obs, _, done, _ = self._raw.step(NOOP_ACTION)

@@ -23,21 +23,13 @@ from typing import Any
 
 from embodied.errors import UnknownNameError
 from sim import ENVS, EnvFamily
+from sim.mujoco.arm_reach import COLORS, ArmReachTask
 from sim.mujoco.env import CameraArg, MujocoEnv
 from sim.mujoco.reach_around import ROUTES, SCENES, ReachAroundTask, classify_route
 from sim.mujoco.task import Task
 
-TASKS: dict[str, type[Task]] = {ReachAroundTask.name: ReachAroundTask}
+TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (ReachAroundTask, ArmReachTask)}
 """Task name -> task class; ``make`` passes task-specific kwargs to the class."""
-
-
-def _register_optional() -> None:
-    from sim.mujoco.arm_reach import ArmReachTask
-
-    TASKS[ArmReachTask.name] = ArmReachTask
-
-
-_register_optional()
 
 
 def make(
@@ -96,10 +88,12 @@ _factory: Callable[[], EnvFamily] = lambda: FAMILY  # noqa: E731
 ENVS.register("mujoco", _factory, help="MuJoCo tasks with scripted experts")
 
 __all__ = [
+    "COLORS",
     "FAMILY",
     "ROUTES",
     "SCENES",
     "TASKS",
+    "ArmReachTask",
     "MujocoEnv",
     "ReachAroundTask",
     "Task",

@@ -19,7 +19,7 @@ import mujoco
 import numpy as np
 
 from embodied.contracts import Env, Policy
-from embodied.errors import ConfigError
+from embodied.errors import ActionError, ConfigError
 from embodied.specs import ImageSpec, Observation, ObservationSpec, image_key
 from sim.mujoco.rendering import CameraRenderer
 from sim.mujoco.task import Task
@@ -83,6 +83,8 @@ class MujocoEnv(Env):
                 f"image_size {size!r} outside 8..1024 pixels", fix="pass e.g. image_size=64"
             )
         self.image_size = (h, w)
+        vis = self.model.vis.global_
+        vis.offwidth, vis.offheight = max(vis.offwidth, w), max(vis.offheight, h)
         self._renderer = CameraRenderer(self.model, h, w)
         self._image_keys = [image_key(c) for c in self.camera_names]
 
@@ -164,7 +166,13 @@ class MujocoEnv(Env):
         Raises:
             ActionError: wrong shape or non-finite entries (naming the dims).
         """
-        act = np.asarray(action, dtype=np.float64)
+        try:
+            act = np.asarray(action, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ActionError(
+                f"action {action!r} is not a numeric vector for dims {self.action_spec.names}",
+                fix=f"pass a float array of shape ({self.action_spec.dim},)",
+            ) from exc
         if act.shape != self._act_shape or not math.isfinite(act.dot(act)):
             self.action_spec.validate(act)  # raises ActionError naming the problem
         np.minimum(np.maximum(act, self._act_low, out=self._act), self._act_high, out=self._act)

@@ -6,7 +6,7 @@ Each expert plans at the first action of an episode from a per-episode RNG seede
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,7 +31,11 @@ def _check_speed(speed: float | None, low: float, high: float, what: str) -> flo
 
 
 class _EpisodeExpert(Policy):
-    """Re-plans whenever the env starts a new episode."""
+    """Plans once per env episode (keyed by ``env.episode_count``).
+
+    :meth:`reset` only clears the action queue, so resetting the policy mid-episode keeps the
+    route and speed; the next ``env.reset`` triggers a new plan.
+    """
 
     def __init__(self, env: MujocoEnv, seed: int = 0) -> None:
         super().__init__()
@@ -39,11 +43,6 @@ class _EpisodeExpert(Policy):
         self.action_dim = env.action_spec.dim
         self.seed = int(seed)
         self._planned_for: int | None = None
-
-    def reset(self) -> None:
-        """Clear the queue; the plan is rebuilt at the next action."""
-        super().reset()
-        self._planned_for = None
 
     def _ensure_plan(self) -> None:
         if self._planned_for != self.env.episode_count:
@@ -179,12 +178,3 @@ class ArmReachExpert(_EpisodeExpert):
         action[:3] = delta / max(dist, 1e-9) * speed
         action[3] = -1.0  # gripper open
         return action[None, :]
-
-
-def expert_kwargs(expert: Policy) -> dict[str, Any]:
-    """Per-episode choices of an expert (route, speed) for dataset metadata."""
-    out: dict[str, Any] = {}
-    for attr in ("current_route", "current_speed"):
-        if hasattr(expert, attr):
-            out[attr.removeprefix("current_")] = getattr(expert, attr)
-    return out

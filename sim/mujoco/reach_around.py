@@ -6,6 +6,9 @@ obstacles and must reach a goal above it. Three passages lead past the row: **le
 Shifted scenes close passages with walls (``reset(options={"scene": "block_left"})``): a route
 through a closed passage gets stuck (``info["blocked"]``) and fails.
 
+Rates: control 20 Hz (50 ms), physics 2 ms (MuJoCo's default timestep), 25 substeps per
+control step; horizon 120 steps (6 s). Success: within 3 cm of the goal.
+
 Layout (m, top view)::
 
     y= 0.30            goal
@@ -54,6 +57,7 @@ START_Y_M = (-0.33, -0.27)
 GOAL_X_M = (-0.12, 0.12)
 GOAL_Y_M = (0.27, 0.33)
 MAX_SPEED_MPS = 0.5
+INSTRUCTION = "move the blue ball to the green goal"
 
 
 def classify_route(xy_path: np.ndarray | Sequence[Sequence[float]]) -> str:
@@ -120,6 +124,10 @@ class ReachAroundTask(Task):
     def options(self) -> dict[str, Any]:
         """Construction options."""
         return {"terminate_on_block": self.terminate_on_block}
+
+    def instruction(self) -> str:
+        """The (fixed) task instruction."""
+        return INSTRUCTION
 
     def bind(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
         """Cache geom/site ids and blocker appearance."""

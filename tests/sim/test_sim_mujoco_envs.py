@@ -74,6 +74,7 @@ def test_observations_and_info_follow_the_contract(task: str) -> None:
 
 
 @pytest.mark.parametrize("task", TASKS)
+@pytest.mark.filterwarnings("ignore:.*infinity")
 def test_passes_gymnasium_env_checker(task: str) -> None:
     from gymnasium.utils.env_checker import check_env
 
@@ -133,6 +134,11 @@ def test_unknown_names_list_what_exists() -> None:
         env.unwrapped.expert(speed=3.0)
     with pytest.raises(UnknownNameError, match="colours"):
         sim.make("mujoco:arm_reach", target="purple")
+    arm = sim.make("mujoco:arm_reach", camera=False)
+    with pytest.raises(ConfigError, match="within reach"):
+        arm.reset(options={"cubes": {"red": (2.0, 0.0)}})
+    arm.reset(seed=0, options={"cubes": {"red": (0.3, 0.1)}, "target": "red"})
+    assert arm.unwrapped.task.target_point()[:2] == pytest.approx([0.3, 0.1])
     with pytest.raises(ConfigError, match="camera"):
         sim.make("mujoco:arm_reach", camera="side")
     with pytest.raises(ConfigError, match="image_size"):
@@ -158,6 +164,8 @@ def test_bad_actions_raise_action_error_naming_the_dims() -> None:
         env.step(np.zeros(3))
     with pytest.raises(ActionError, match="vx"):
         env.step(np.array([np.inf, 0.0]))
+    with pytest.raises(ActionError, match="numeric"):
+        env.step(["fast", "left"])
     # out-of-bound but finite actions are clipped to the bounds (m/s)
     env.step(np.array([5.0, 0.0]))
     assert env.data.ctrl[0] == pytest.approx(0.5)

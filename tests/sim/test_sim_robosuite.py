@@ -64,3 +64,5 @@ def test_lift_runs_in_the_loop(lift: object) -> None:
 def test_unknown_robosuite_env_lists_envs() -> None:
     with pytest.raises(UnknownNameError, match="Lift"):
         sim.make("robosuite:Lfit")
+    with pytest.raises(UnknownNameError, match="OSC_POSE"):
+        sim.make("robosuite:Lift", controller="OSC_FANCY")

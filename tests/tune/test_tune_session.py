@@ -164,3 +164,23 @@ def _wait(cond: object, timeout_s: float = 30.0) -> None:
         if time.monotonic() > deadline:
             pytest.fail("condition not reached in time")
         time.sleep(0.02)
+
+
+def test_experiments_lock_the_controls_and_can_be_stopped(tmp_path: Path) -> None:
+    session = _session(tmp_path)
+    session.start()
+    try:
+        session.submit({"cmd": "autotune", "budget": 50, "from": 0.08, "to": 0.15})
+        _wait(lambda: session.busy)
+        with pytest.raises(ConfigError, match="refused: a step test is running"):
+            session.submit({"cmd": "gains", "params": {"kp": 9}})
+        session.submit({"cmd": "stop_job"})
+        _wait(lambda: not session.busy)
+        assert session.live.params["pid"]["kp"] == 1.0  # restored after the search
+        assert session.proposal is None
+        _, events = session.events_since(0)
+        assert [e["type"] for e in events if e["type"] in ("stopped", "error")] == ["stopped"]
+        assert not session.paused  # live episodes resume
+        session.submit({"cmd": "gains", "params": {"kp": 2}})  # controls are back
+    finally:
+        session.close()

@@ -66,12 +66,17 @@ class ContrastiveJudge(BaseJudge):
         torch = self._torch
         todo = sorted({t for t in instructions if t not in self._text_cache})
         if todo:
-            tok = self.processor.tokenizer(todo, padding="max_length", truncation=True,
-                                           max_length=self._max_text_len(), return_tensors="pt")
+            tok = self.processor.tokenizer(
+                todo,
+                padding="max_length",
+                truncation=True,
+                max_length=self._max_text_len(),
+                return_tensors="pt",
+            )
             with torch.inference_mode():
                 emb = _features(self.model.get_text_features(**tok.to(self.device))).float()
             emb = torch.nn.functional.normalize(emb, dim=-1)
-            self._text_cache.update(zip(todo, emb))
+            self._text_cache.update(zip(todo, emb, strict=False))
         return torch.stack([self._text_cache[t] for t in instructions])
 
     def _max_text_len(self) -> int:
@@ -113,9 +118,9 @@ class ContrastiveJudge(BaseJudge):
         """
         checked, texts = self.prepare(clips, instructions)
         bs = self.batch_size
-        cos = np.concatenate([
-            self.cosine(checked[i : i + bs], texts[i : i + bs]) for i in range(0, len(texts), bs)
-        ])
+        cos = np.concatenate(
+            [self.cosine(checked[i : i + bs], texts[i : i + bs]) for i in range(0, len(texts), bs)]
+        )
         a, b = fit_platt(cos, labels)
         if a <= 0:
             raise ConfigError(
@@ -124,6 +129,7 @@ class ContrastiveJudge(BaseJudge):
             )
         self.config.scale, self.config.offset = a, -b / a
         probs = self.score_batch(clips, instructions)
-        self.threshold = self.config.threshold = float(np.clip(best_threshold(probs, labels),
-                                                               1e-3, 1 - 1e-3))
+        self.threshold = self.config.threshold = float(
+            np.clip(best_threshold(probs, labels), 1e-3, 1 - 1e-3)
+        )
         return {"scale": a, "offset": -b / a, "threshold": self.threshold}

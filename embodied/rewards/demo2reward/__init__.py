@@ -1,11 +1,11 @@
 """Demo2Reward: tune a judge's instruction on a few labelled demos to cut false positives.
 
-    from embodied.rewards import load_judge
-    from embodied.rewards.demo2reward import load_demos, optimize_instruction
+from embodied.rewards import load_judge
+from embodied.rewards.demo2reward import load_demos, optimize_instruction
 
-    judge = load_judge("minijudge")
-    result = optimize_instruction(judge, load_demos("demos/"))
-    print(result.template, result.best.rates)
+judge = load_judge("minijudge")
+result = optimize_instruction(judge, load_demos("demos/"))
+print(result.template, result.best.rates)
 """
 
 from embodied.rewards.demo2reward.demos import (

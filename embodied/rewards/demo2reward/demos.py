@@ -124,11 +124,20 @@ def record_demo(
     def stop() -> bool:
         return first_success[0] >= 0 and len(frames) > first_success[0] + steps_after_success
 
-    obs, info0 = env.reset(seed=seed, options=dict(reset_options) if reset_options else None)
+    _obs, info0 = env.reset(seed=seed, options=dict(reset_options) if reset_options else None)
     frame0 = np.asarray(env.render(camera) if camera else env.render()).copy()
     info0 = {k: v for k, v in info0.items() if np.ndim(v) <= 1}
-    ep = rollout(env, policy, seed=seed, reset_options=reset_options, max_steps=max_steps,
-                 record_images=False, stop_on_success=False, callbacks=[grab], should_stop=stop)
+    ep = rollout(
+        env,
+        policy,
+        seed=seed,
+        reset_options=reset_options,
+        max_steps=max_steps,
+        record_images=False,
+        stop_on_success=False,
+        callbacks=[grab],
+        should_stop=stop,
+    )
     all_frames = np.stack([frame0, *frames])
     labels = np.zeros(len(all_frames), dtype=bool)
     if first_success[0] >= 0:
@@ -139,8 +148,12 @@ def record_demo(
         task=task or task_text(env.instruction, env.env_id),
         env_id=env.env_id,
         infos=[info0, *infos],
-        meta={"seed": seed, "policy": type(policy).__name__, "reason": ep.meta.get("reason"),
-              "reset_options": dict(reset_options or {})},
+        meta={
+            "seed": seed,
+            "policy": type(policy).__name__,
+            "reason": ep.meta.get("reason"),
+            "reset_options": dict(reset_options or {}),
+        },
     )
 
 
@@ -173,8 +186,15 @@ def load_demos(
             labels = frame_labels(ep, len(frames))
         meta = ep.attrs.get("meta", {})
         env_id = meta.get("env_id", "") if isinstance(meta, dict) else ""
-        out.append(LabelledDemo(frames, labels, task or task_text(ep.instruction, env_id),
-                                env_id, meta={"source": ep.source}))
+        out.append(
+            LabelledDemo(
+                frames,
+                labels,
+                task or task_text(ep.instruction, env_id),
+                env_id,
+                meta={"source": ep.source},
+            )
+        )
     return out
 
 

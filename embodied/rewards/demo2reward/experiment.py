@@ -39,10 +39,18 @@ def heldout_experiment(
     from embodied.rewards.minijudge.data_minijudge import record_episodes
 
     cfg = config or Demo2RewardConfig(stride=2)
-    out: dict[str, Any] = {"tasks": {}, "config": {
-        "iterations": cfg.iterations, "restarts": cfg.restarts, "stride": cfg.stride,
-        "n_demos": n_demos, "n_heldout": n_heldout, "demo_seeds_from": DEMO_SEED0,
-        "heldout_seeds_from": HELDOUT_SEED0}}
+    out: dict[str, Any] = {
+        "tasks": {},
+        "config": {
+            "iterations": cfg.iterations,
+            "restarts": cfg.restarts,
+            "stride": cfg.stride,
+            "n_demos": n_demos,
+            "n_heldout": n_heldout,
+            "demo_seeds_from": DEMO_SEED0,
+            "heldout_seeds_from": HELDOUT_SEED0,
+        },
+    }
     for env_id in env_ids:
         say = progress or (lambda _msg: None)
         say(f"{env_id}: recording {n_demos} demos + {n_heldout} held-out episodes")
@@ -56,13 +64,19 @@ def heldout_experiment(
         out["tasks"][env_id] = {
             "template": result.template,
             "demos": {"before": result.initial.to_dict(), "after": result.best.to_dict()},
-            "heldout": {"before": before.to_dict(), "after": after.to_dict(),
-                        "episodes": len(heldout), "samples": len(hs)},
+            "heldout": {
+                "before": before.to_dict(),
+                "after": after.to_dict(),
+                "episodes": len(heldout),
+                "samples": len(hs),
+            },
             "seconds": round(result.seconds, 1),
             "history": result.history,
         }
-        say(f"{env_id}: held-out FPR {before.rates.fpr:.1f}% -> {after.rates.fpr:.1f}%, "
-            f"TPR {before.rates.tpr:.1f}% -> {after.rates.tpr:.1f}%")
+        say(
+            f"{env_id}: held-out FPR {before.rates.fpr:.1f}% -> {after.rates.fpr:.1f}%, "
+            f"TPR {before.rates.tpr:.1f}% -> {after.rates.tpr:.1f}%"
+        )
     return out
 
 
@@ -72,6 +86,8 @@ def format_table(report: dict[str, Any]) -> str:
     for env_id, row in report["tasks"].items():
         for when in ("before", "after"):
             r = row["heldout"][when]
-            lines.append(f"| {env_id} ({when}) | {r['template']} | {r['tpr']:.1f} | "
-                         f"{r['tnr']:.1f} | {r['fpr']:.1f} | {r['fnr']:.1f} | {r['J']:.2f} |")
+            lines.append(
+                f"| {env_id} ({when}) | {r['template']} | {r['tpr']:.1f} | "
+                f"{r['tnr']:.1f} | {r['fpr']:.1f} | {r['fnr']:.1f} | {r['J']:.2f} |"
+            )
     return "\n".join(lines)

@@ -115,8 +115,9 @@ def optimize_instruction(
 
     def evaluate(template: str, seed: int) -> Evaluation:
         if template not in cache:
-            cache[template] = ds.evaluate(judge, template, max_wrong=cfg.max_misclassified,
-                                          seed=seed)
+            cache[template] = ds.evaluate(
+                judge, template, max_wrong=cfg.max_misclassified, seed=seed
+            )
         return cache[template]
 
     initial = evaluate(cfg.template, cfg.seed)
@@ -130,16 +131,25 @@ def optimize_instruction(
         rng = np.random.default_rng(cfg.seed * 1000 + restart)
         current = initial
         for it in range(1, cfg.iterations + 1):
-            ctx = ProposalContext(current.template, current.rates, current.j,
-                                  current.misclassified, tasks, it, rng, set(cache))
+            ctx = ProposalContext(
+                current.template,
+                current.rates,
+                current.j,
+                current.misclassified,
+                tasks,
+                it,
+                rng,
+                set(cache),
+            )
             candidate = proposer.propose(ctx)
             format_instruction(candidate, "check")
             ev = evaluate(candidate, cfg.seed + it)
             accepted = ev.j > current.j
             if accepted:
                 current = ev
-            history.append({"restart": restart, "iteration": it, "accepted": accepted,
-                            **ev.to_dict()})
+            history.append(
+                {"restart": restart, "iteration": it, "accepted": accepted, **ev.to_dict()}
+            )
             if progress:
                 progress(history[-1])
         if current.j > best.j:
@@ -168,14 +178,17 @@ def save_result(
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "instruction.json"
-    write_json(path, {
-        "instruction": result.template,
-        "objective": "J = 0.01 * TPR + TNR (percent)",
-        "judge": judge_info,
-        "calibration_table": table,
-        "heldout": heldout or {},
-        **result.to_dict(),
-    })
+    write_json(
+        path,
+        {
+            "instruction": result.template,
+            "objective": "J = 0.01 * TPR + TNR (percent)",
+            "judge": judge_info,
+            "calibration_table": table,
+            "heldout": heldout or {},
+            **result.to_dict(),
+        },
+    )
     return path
 
 
@@ -186,8 +199,10 @@ def load_instruction(path: str | os.PathLike[str]) -> str:
     p = Path(path)
     p = p / "instruction.json" if p.is_dir() else p
     if not p.exists():
-        raise ConfigError(f"no instruction file at {str(p)!r}",
-                          fix="run `embodied reward optimize --out DIR` first")
+        raise ConfigError(
+            f"no instruction file at {str(p)!r}",
+            fix="run `embodied reward optimize --out DIR` first",
+        )
     template = json.loads(p.read_text()).get("instruction", "")
     format_instruction(template, "check")
     return str(template)

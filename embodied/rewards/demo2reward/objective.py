@@ -41,8 +41,10 @@ class Misclassified:
     def describe(self) -> str:
         """One line for a text prompt."""
         kind = "false positive" if not self.label else "false negative"
-        return (f"demo {self.demo} frame {self.step} ({self.task}): {kind}, judge said "
-                f"p={self.prob:.2f}, truth: {'success' if self.label else 'not yet success'}")
+        return (
+            f"demo {self.demo} frame {self.step} ({self.task}): {kind}, judge said "
+            f"p={self.prob:.2f}, truth: {'success' if self.label else 'not yet success'}"
+        )
 
 
 @dataclass
@@ -90,7 +92,9 @@ class DemoSet:
         self.demos = list(demos)
         self.n_context = n_context
         self.steps = [list(range(0, len(d), stride)) for d in self.demos]
-        self.labels = np.concatenate([d.labels[s] for d, s in zip(self.demos, self.steps)])
+        self.labels = np.concatenate(
+            [d.labels[s] for d, s in zip(self.demos, self.steps, strict=False)]
+        )
         if self.labels.all() or not self.labels.any():
             raise ConfigError(
                 f"demo labels are all {'positive' if self.labels.all() else 'negative'}",
@@ -103,7 +107,7 @@ class DemoSet:
     def score(self, judge: Judge, template: str) -> np.ndarray:
         """Judge probabilities of every sample with ``template`` filled per demo's task."""
         out = []
-        for d, steps in zip(self.demos, self.steps):
+        for d, steps in zip(self.demos, self.steps, strict=False):
             text = format_instruction(template, d.task)
             clips = d.clips(self.n_context, steps)
             batch = getattr(judge, "score_batch", None)
@@ -114,7 +118,11 @@ class DemoSet:
         return np.concatenate(out)
 
     def evaluate(
-        self, judge: Judge, template: str, threshold: float | None = None, max_wrong: int = 5,
+        self,
+        judge: Judge,
+        template: str,
+        threshold: float | None = None,
+        max_wrong: int = 5,
         seed: int = 0,
     ) -> Evaluation:
         """Rates, J and up to ``max_wrong`` misclassified samples (false positives first)."""
@@ -128,16 +136,28 @@ class DemoSet:
         fns = [i for i in wrong if self.labels[i]]
         pick = list(rng.permutation(fps))[:max_wrong]
         pick += list(rng.permutation(fns))[: max(0, max_wrong - len(pick))]
-        return Evaluation(template, r, objective(r), probs, self.labels,
-                          [self._misclassified(int(i), float(probs[i])) for i in pick])
+        return Evaluation(
+            template,
+            r,
+            objective(r),
+            probs,
+            self.labels,
+            [self._misclassified(int(i), float(probs[i])) for i in pick],
+        )
 
     def _misclassified(self, flat: int, prob: float) -> Misclassified:
         for d_idx, steps in enumerate(self.steps):
             if flat < len(steps):
                 demo = self.demos[d_idx]
                 step = steps[flat]
-                return Misclassified(d_idx, step, bool(demo.labels[step]), prob, demo.task,
-                                     demo.clips(self.n_context, [step])[0])
+                return Misclassified(
+                    d_idx,
+                    step,
+                    bool(demo.labels[step]),
+                    prob,
+                    demo.task,
+                    demo.clips(self.n_context, [step])[0],
+                )
             flat -= len(steps)
         raise IndexError(flat)
 

@@ -24,7 +24,9 @@ from embodied.rewards.calibration import Rates
 from embodied.rewards.clips import TASK_FIELD
 from embodied.rewards.demo2reward.objective import Misclassified
 
-DEFAULT_TEMPLATE = "Evaluate the behavior of this robot. The robot was instructed with the task: {task}."
+DEFAULT_TEMPLATE = (
+    "Evaluate the behavior of this robot. The robot was instructed with the task: {task}."
+)
 """Demo2Reward's starting instruction."""
 
 
@@ -125,9 +127,16 @@ class OfflineProposer:
         parts = sentences(template)
         fp_heavy = r.fpr >= r.fnr
         ops = ["paraphrase", "strict", "negate", "drop", "reorder", "lenient"]
-        w = np.array([2.0, 3.0 if fp_heavy else 0.5, 2.0 if fp_heavy else 0.3,
-                      1.0 if len(parts) > 1 else 0.0, 0.5 if len(parts) > 1 else 0.0,
-                      0.3 if fp_heavy else 2.0])
+        w = np.array(
+            [
+                2.0,
+                3.0 if fp_heavy else 0.5,
+                2.0 if fp_heavy else 0.3,
+                1.0 if len(parts) > 1 else 0.0,
+                0.5 if len(parts) > 1 else 0.0,
+                0.3 if fp_heavy else 2.0,
+            ]
+        )
         if len(parts) >= self.max_sentences:
             w[1] = w[2] = w[5] = 0.0
         op = ops[int(rng.choice(len(ops), p=w / w.sum()))]
@@ -217,13 +226,17 @@ class LLMProposer:
         )
 
         try:
-            return (AutoModelForCausalLM.from_pretrained(model, dtype=dtype),
-                    AutoTokenizer.from_pretrained(model))
+            return (
+                AutoModelForCausalLM.from_pretrained(model, dtype=dtype),
+                AutoTokenizer.from_pretrained(model),
+            )
         except (OSError, ValueError):
             pass
         try:
-            return (AutoModelForImageTextToText.from_pretrained(model, dtype=dtype),
-                    AutoProcessor.from_pretrained(model))
+            return (
+                AutoModelForImageTextToText.from_pretrained(model, dtype=dtype),
+                AutoProcessor.from_pretrained(model),
+            )
         except (OSError, ValueError) as exc:
             raise CheckpointError(
                 f"cannot load proposer model {model!r}: {exc}",
@@ -234,8 +247,9 @@ class LLMProposer:
         """The meta-prompt for ``ctx``."""
         examples = "\n".join(f"- {m.describe()}" for m in ctx.misclassified) or "- none"
         r = ctx.rates
-        return META_PROMPT.format(template=ctx.template, tpr=r.tpr, tnr=r.tnr, fpr=r.fpr,
-                                  fnr=r.fnr, examples=examples)
+        return META_PROMPT.format(
+            template=ctx.template, tpr=r.tpr, tnr=r.tnr, fpr=r.fpr, fnr=r.fnr, examples=examples
+        )
 
     def generate(self, text: str, seed: int) -> str:
         """Generate a reply to ``text`` (chat template when the tokenizer has one)."""
@@ -243,19 +257,22 @@ class LLMProposer:
         tok = getattr(self.tokenizer, "tokenizer", self.tokenizer)
         messages = [{"role": "user", "content": text}]
         if getattr(self.tokenizer, "chat_template", None) or getattr(tok, "chat_template", None):
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                      tokenize=False)
+            text = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False
+            )
         enc = tok(text, return_tensors="pt").to(self.device)
         torch.manual_seed(seed)
-        kw: dict[str, Any] = {"max_new_tokens": self.max_new_tokens,
-                              "pad_token_id": tok.pad_token_id or tok.eos_token_id}
+        kw: dict[str, Any] = {
+            "max_new_tokens": self.max_new_tokens,
+            "pad_token_id": tok.pad_token_id or tok.eos_token_id,
+        }
         if self.temperature > 0:
             kw.update(do_sample=True, temperature=self.temperature)
         else:
             kw.update(do_sample=False)
         with torch.inference_mode():
             out = self.model.generate(**enc, **kw)
-        return str(tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True))
+        return str(tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True))
 
     def propose(self, ctx: ProposalContext) -> str:
         """The model's instruction (first non-empty line, ``{task}`` enforced)."""

@@ -79,9 +79,10 @@ class GenerativeJudge(BaseJudge):
         self.processor = processor
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.tokenizer.padding_side = "left"
-        if getattr(processor, "chat_template", None) is None and getattr(
-            self.tokenizer, "chat_template", None
-        ) is None:
+        if (
+            getattr(processor, "chat_template", None) is None
+            and getattr(self.tokenizer, "chat_template", None) is None
+        ):
             raise CheckpointError(
                 f"processor of {config.model!r} has no chat template",
                 fix="use an instruction-tuned model whose processor ships a chat_template",
@@ -132,5 +133,9 @@ class GenerativeJudge(BaseJudge):
 
     def describe(self) -> dict[str, Any]:
         """Backend summary including the model and device."""
-        return {**super().describe(), "model": self.config.model, "device": self.device,
-                "dtype": str(self.dtype).removeprefix("torch.")}
+        return {
+            **super().describe(),
+            "model": self.config.model,
+            "device": self.device,
+            "dtype": str(self.dtype).removeprefix("torch."),
+        }

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from embodied.contracts import Env, Policy
+from embodied.contracts import Policy
 from embodied.rewards.demo2reward.demos import LabelledDemo, record_demo
 from embodied.specs import Observation
 
@@ -67,8 +67,9 @@ class Sample:
     captions: list[tuple[str, bool]]
 
 
-def _arm_captions(info: dict[str, Any], cubes: dict[str, np.ndarray], task: str,
-                  rng: np.random.Generator) -> list[tuple[str, bool]]:
+def _arm_captions(
+    info: dict[str, Any], cubes: dict[str, np.ndarray], task: str, rng: np.random.Generator
+) -> list[tuple[str, bool]]:
     ee = np.asarray(info["ee_pos"], dtype=np.float64)
     out: list[tuple[str, bool]] = []
     for color in ARM_COLORS:
@@ -95,8 +96,9 @@ def _arm_captions(info: dict[str, Any], cubes: dict[str, np.ndarray], task: str,
     return out
 
 
-def _ball_captions(info: dict[str, Any], task: str, rng: np.random.Generator
-                   ) -> list[tuple[str, bool]]:
+def _ball_captions(
+    info: dict[str, Any], task: str, rng: np.random.Generator
+) -> list[tuple[str, bool]]:
     d = float(info.get("goal_dist", 1.0))
     reached = bool(info.get("success", False))
     blocked = bool(info.get("blocked", False))
@@ -129,12 +131,16 @@ ARM_KINDS = ("expert", "near", "near", "random")
 BALL_KINDS = ("expert", "near", "blocked", "random")
 
 
-def _arm_episodes(n: int, seed0: int, image_size: int | None,
-                  kinds: tuple[str, ...] = ARM_KINDS) -> Iterator[LabelledDemo]:
+def _arm_episodes(
+    n: int, seed0: int, image_size: int | None, kinds: tuple[str, ...] = ARM_KINDS
+) -> Iterator[LabelledDemo]:
     import sim
 
-    env = sim.make("mujoco:arm_reach", terminate_on_success=False,
-                   **({"image_size": image_size} if image_size else {}))
+    env = sim.make(
+        "mujoco:arm_reach",
+        terminate_on_success=False,
+        **({"image_size": image_size} if image_size else {}),
+    )
     rng = np.random.default_rng(seed0)
     task = env.unwrapped.task  # type: ignore[attr-defined]
     for i in range(n):
@@ -143,27 +149,40 @@ def _arm_episodes(n: int, seed0: int, image_size: int | None,
         expert = env.unwrapped.expert(speed=float(rng.uniform(0.08, 0.25)))  # type: ignore[attr-defined]
         policy: Policy = expert
         if kind == "near":
-            policy = StopShort(expert, lambda: float(np.linalg.norm(
-                task.target_point() - task.ee_pos)), float(rng.uniform(0.035, 0.08)))
+            policy = StopShort(
+                expert,
+                lambda: float(np.linalg.norm(task.target_point() - task.ee_pos)),
+                float(rng.uniform(0.035, 0.08)),
+            )
         elif kind == "random":
             import policies
 
             policy = policies.load("random", env=env, seed=seed)
-        demo = record_demo(env, policy, seed, max_steps=90 if kind != "expert" else 150,
-                           steps_after_success=int(rng.integers(5, 25)))
+        demo = record_demo(
+            env,
+            policy,
+            seed,
+            max_steps=90 if kind != "expert" else 150,
+            steps_after_success=int(rng.integers(5, 25)),
+        )
         demo.meta["cubes"] = {c: task.cube_pos[j].copy() for j, c in enumerate(ARM_COLORS)}
         demo.meta["kind"] = kind
         yield demo
     env.close()
 
 
-def _ball_episodes(n: int, seed0: int, image_size: int | None,
-                   kinds: tuple[str, ...] = BALL_KINDS) -> Iterator[LabelledDemo]:
+def _ball_episodes(
+    n: int, seed0: int, image_size: int | None, kinds: tuple[str, ...] = BALL_KINDS
+) -> Iterator[LabelledDemo]:
     import sim
     from sim.mujoco.reach_around import ROUTES
 
-    env = sim.make("mujoco:reach_around", camera=True, terminate_on_success=False,
-                   **({"image_size": image_size} if image_size else {}))
+    env = sim.make(
+        "mujoco:reach_around",
+        camera=True,
+        terminate_on_success=False,
+        **({"image_size": image_size} if image_size else {}),
+    )
     rng = np.random.default_rng(seed0)
     for i in range(n):
         seed = seed0 + i
@@ -173,17 +192,30 @@ def _ball_episodes(n: int, seed0: int, image_size: int | None,
         policy: Policy = expert
         options: dict[str, Any] = {}
         if kind == "near":
-            policy = StopShort(expert, lambda: float(np.hypot(*env.unwrapped.task._xv[:2] -  # type: ignore[attr-defined]
-                                                           env.unwrapped.task.goal)),  # type: ignore[attr-defined]
-                               float(rng.uniform(0.045, 0.1)))
+            policy = StopShort(
+                expert,
+                lambda: float(
+                    np.hypot(
+                        *env.unwrapped.task._xv[:2]  # type: ignore[attr-defined]
+                        - env.unwrapped.task.goal
+                    )
+                ),  # type: ignore[attr-defined]
+                float(rng.uniform(0.045, 0.1)),
+            )
         elif kind == "blocked":
             options = {"scene": f"block_{route}"}
         elif kind == "random":
             import policies
 
             policy = policies.load("random", env=env, seed=seed)
-        demo = record_demo(env, policy, seed, max_steps=100, reset_options=options,
-                           steps_after_success=int(rng.integers(5, 25)))
+        demo = record_demo(
+            env,
+            policy,
+            seed,
+            max_steps=100,
+            reset_options=options,
+            steps_after_success=int(rng.integers(5, 25)),
+        )
         demo.meta["kind"] = kind
         yield demo
     env.close()
@@ -193,8 +225,13 @@ EPISODE_SOURCES = {"mujoco:arm_reach": _arm_episodes, "mujoco:reach_around": _ba
 """Env id -> recorder of labelled episodes of mixed kinds."""
 
 
-def record_episodes(env_id: str, n: int, seed0: int, kinds: Sequence[str] | None = None,
-                    image_size: int | None = None) -> list[LabelledDemo]:
+def record_episodes(
+    env_id: str,
+    n: int,
+    seed0: int,
+    kinds: Sequence[str] | None = None,
+    image_size: int | None = None,
+) -> list[LabelledDemo]:
     """Record ``n`` labelled episodes of ``env_id`` cycling through ``kinds``.
 
     Kinds: ``expert`` (succeeds, holds a few steps), ``near`` (stops 3.5-10 cm short),
@@ -206,16 +243,19 @@ def record_episodes(env_id: str, n: int, seed0: int, kinds: Sequence[str] | None
     from embodied.errors import UnknownNameError
 
     if env_id not in EPISODE_SOURCES:
-        raise UnknownNameError(f"no labelled-episode recorder for {env_id!r}; known: "
-                               f"{sorted(EPISODE_SOURCES)}", fix="use a built-in mujoco task")
+        raise UnknownNameError(
+            f"no labelled-episode recorder for {env_id!r}; known: {sorted(EPISODE_SOURCES)}",
+            fix="use a built-in mujoco task",
+        )
     fn = EPISODE_SOURCES[env_id]
     if kinds is None:
         return list(fn(n, seed0, image_size))
     return list(fn(n, seed0, image_size, tuple(kinds)))
 
 
-def make_demos(n_arm: int, n_ball: int, seed0: int = 0, image_size: int | None = None
-               ) -> list[LabelledDemo]:
+def make_demos(
+    n_arm: int, n_ball: int, seed0: int = 0, image_size: int | None = None
+) -> list[LabelledDemo]:
     """Record ``n_arm`` arm_reach and ``n_ball`` reach_around episodes (mixed kinds).
 
     Args:
@@ -227,8 +267,7 @@ def make_demos(n_arm: int, n_ball: int, seed0: int = 0, image_size: int | None =
     return [*_arm_episodes(n_arm, seed0, image_size), *_ball_episodes(n_ball, seed0, image_size)]
 
 
-def make_samples(demos: list[LabelledDemo], stride: int, rng: np.random.Generator
-                 ) -> list[Sample]:
+def make_samples(demos: list[LabelledDemo], stride: int, rng: np.random.Generator) -> list[Sample]:
     """Samples every ``stride`` frames of every demo, with their captions."""
     out = []
     for i, demo in enumerate(demos):

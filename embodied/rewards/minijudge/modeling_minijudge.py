@@ -62,12 +62,13 @@ class TextEncoder:
         todo = sorted({t for t in texts if t not in self._cache})
         for start in range(0, len(todo), 64):
             part = todo[start : start + 64]
-            tok = self.tokenizer(part, padding=True, truncation=True, max_length=self.max_tokens,
-                                 return_tensors="pt").to(self.device)
+            tok = self.tokenizer(
+                part, padding=True, truncation=True, max_length=self.max_tokens, return_tensors="pt"
+            ).to(self.device)
             hidden = self.model(**tok).last_hidden_state
             mask = tok["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             emb = F.normalize((hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9), dim=-1)
-            self._cache.update(zip(part, emb.float()))
+            self._cache.update(zip(part, emb.float(), strict=False))
         return torch.stack([self._cache[t] for t in texts])
 
 
@@ -124,8 +125,9 @@ def resize_frames(frames: np.ndarray | torch.Tensor, size: int) -> torch.Tensor:
     """
     x = torch.as_tensor(frames).permute(0, 3, 1, 2)
     if tuple(x.shape[-2:]) != (size, size):
-        x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True,
-                          align_corners=False)
+        x = F.interpolate(
+            x, size=(size, size), mode="bilinear", antialias=True, align_corners=False
+        )
     return x
 
 
@@ -225,7 +227,7 @@ class MiniJudge(BaseJudge):
         if todo:
             with torch.inference_mode():
                 emb = self.model.embed_texts(self.text.encode(todo))
-            self._text_emb.update(zip(todo, emb))
+            self._text_emb.update(zip(todo, emb, strict=False))
         return torch.stack([self._text_emb[t] for t in instructions])
 
     def _score_clips(self, clips: list[np.ndarray], instructions: list[str]) -> np.ndarray:

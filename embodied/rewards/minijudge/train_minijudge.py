@@ -59,7 +59,10 @@ class PairSet:
 
     def clips(self, demo: np.ndarray, step: np.ndarray) -> torch.Tensor:
         """Float clips (B, F, 3, S, S) in [-0.5, 0.5] for (demo, step) pairs."""
-        out = [self.frames[d][context_indices(int(t), self.n_context)] for d, t in zip(demo, step)]
+        out = [
+            self.frames[d][context_indices(int(t), self.n_context)]
+            for d, t in zip(demo, step, strict=False)
+        ]
         return torch.stack(out).float().div_(255.0).sub_(0.5)
 
     def batch(self, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -77,8 +80,7 @@ def _augment(x: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
     return ((x + 0.5) * gain - 0.5).clamp_(-0.5, 0.5)
 
 
-def evaluate(judge: MiniJudge, demos: Sequence[LabelledDemo], stride: int = 1
-             ) -> dict[str, Any]:
+def evaluate(judge: MiniJudge, demos: Sequence[LabelledDemo], stride: int = 1) -> dict[str, Any]:
     """Per-frame oracle agreement of ``judge`` with each demo's task instruction."""
     probs, labels, envs = [], [], []
     for d in demos:
@@ -115,13 +117,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     pairs = PairSet(train, config.image_size, args.stride, args.seed)
     judge = MiniJudge(config)
     text_emb = judge.text.encode(pairs.texts)  # frozen MiniLM, each caption once
-    print(f"data: {len(train)} train / {len(val)} val episodes, {len(pairs.label)} pairs, "
-          f"{len(pairs.texts)} captions ({t_data:.0f} s)", flush=True)
+    print(
+        f"data: {len(train)} train / {len(val)} val episodes, {len(pairs.label)} pairs, "
+        f"{len(pairs.texts)} captions ({t_data:.0f} s)",
+        flush=True,
+    )
 
     model = judge.model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.steps,
-                                                pct_start=0.1)
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=args.lr, total_steps=args.steps, pct_start=0.1
+    )
     for step in range(args.steps):
         idx = pairs.batch(args.batch, rng)
         x = _augment(pairs.clips(pairs.demo[idx], pairs.step[idx]), rng)
@@ -134,8 +140,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         sched.step()
         if step % 100 == 0 or step == args.steps - 1:
             acc = ((logits > 0) == (y > 0.5)).float().mean().item()
-            print(f"step {step:5d} loss {loss.item():.3f} acc {acc:.3f} "
-                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+            print(
+                f"step {step:5d} loss {loss.item():.3f} acc {acc:.3f} "
+                f"({time.perf_counter() - t0:.0f} s)",
+                flush=True,
+            )
     model.eval()
     judge.clear_cache()
 
@@ -153,12 +162,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "oracle_agreement": rates(ev["probs"] >= judge.threshold, ev["labels"]).to_dict(),
         "oracle_agreement_per_env": per_env,
         "table": calibration_table(ev["probs"], ev["labels"]),
-        "train": {"episodes": len(train), "pairs": int(len(pairs.label)), "steps": args.steps,
-                  "seconds": round(time.perf_counter() - t0, 1)},
+        "train": {
+            "episodes": len(train),
+            "pairs": len(pairs.label),
+            "steps": args.steps,
+            "seconds": round(time.perf_counter() - t0, 1),
+        },
     }
     judge.save_pretrained(args.out)
-    print(f"saved {args.out}: threshold {judge.threshold:.3f}, agreement "
-          f"{judge.calibration['oracle_agreement']}", flush=True)
+    print(
+        f"saved {args.out}: threshold {judge.threshold:.3f}, agreement "
+        f"{judge.calibration['oracle_agreement']}",
+        flush=True,
+    )
     for env_id, r in per_env.items():
         print(f"  {env_id}: {r}")
     return judge.calibration

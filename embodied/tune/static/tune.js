@@ -26,9 +26,9 @@
 
   const fmt = (v, d = 3) => (v === null || v === undefined || Number.isNaN(v) ? "-" : Number(v).toPrecision(d));
 
-  function message(text, kind) {
-    const el = $("message");
-    el.textContent = text; el.className = "message " + kind;
+  // banner: replies to commands and experiment results (stays until the next one); log: all
+  function message(text, kind, banner = true) {
+    if (banner) { const el = $("message"); el.textContent = text; el.className = "message " + kind; }
     const li = document.createElement("li");
     li.textContent = new Date().toLocaleTimeString() + "  " + text;
     if (kind === "error") li.className = "error";
@@ -65,11 +65,11 @@
       case "ack": message("ok: " + m.message, "info"); break;
       case "error": message(m.message, "error"); break;
       case "step_result": showStep(m.result); message(m.message, "info"); break;
-      case "autotune_candidate": addCandidate(m.candidate); message(m.message, "info"); break;
+      case "autotune_candidate": addCandidate(m.candidate); message(m.message, "info", false); break;
       case "autotune_done": showAutotune(m.result); message(m.message, "info"); break;
       case "saved": case "files": setFiles(m.files); if (m.message) message(m.message, "info"); break;
       case "loaded": dirty.clear(); message(m.message, "info"); break;
-      default: if (m.message) message(m.message, "info");
+      default: if (m.message) message(m.message, "info", false);  // episode_end, info
     }
   }
 

@@ -1,0 +1,97 @@
+"""save_pretrained / from_pretrained: safetensors + JSON, stats inside, strict key checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import policies
+from embodied.errors import CheckpointError
+from policies.diffusion.modeling_pdp import PDPModel
+from policies.diffusion.policy_pdp import PDPPolicy
+from tests.diffusion.conftest import tiny_config
+
+
+def _policy() -> PDPPolicy:
+    torch.manual_seed(0)
+    model = PDPModel(tiny_config())
+    model.normalizer.set_stats(
+        state_min=-np.ones(4),
+        state_max=np.ones(4),
+        action_min=-np.ones(2) * 0.5,
+        action_max=np.ones(2) * 0.5,
+        z_mean=np.array([0.1, -0.2]),
+        z_std=np.array([2.0, 0.5]),
+    )
+    return PDPPolicy(model)
+
+
+def test_roundtrip_same_actions_no_pickle(tmp_path: Path) -> None:
+    policy = _policy()
+    policy.set_knob("z", [1.0, -1.0])
+    policy.save_pretrained(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert cfg["policy_type"] == "pdp" and cfg["horizon"] == 8
+    weights = load_file(str(tmp_path / "model.safetensors"))
+    assert torch.equal(weights["normalizer.z_std"], torch.tensor([2.0, 0.5]))
+    loaded = policies.load(tmp_path)  # through CHECKPOINT_LOADERS["pdp"]
+    assert isinstance(loaded, PDPPolicy)
+    loaded.set_knob("z", [1.0, -1.0])
+    obs = {"state": np.array([0.1, 0.2, 0.0, 0.0], np.float32)}
+    policy.reset()
+    loaded.reset()
+    np.testing.assert_array_equal(
+        policy.predict_action_chunk(obs), loaded.predict_action_chunk(obs)
+    )
+
+
+def test_missing_stats_key_is_an_error(tmp_path: Path) -> None:
+    _policy().save_pretrained(tmp_path)
+    w = load_file(str(tmp_path / "model.safetensors"))
+    del w["normalizer.action_max"]
+    save_file(w, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="normalizer.action_max"):
+        PDPPolicy.from_pretrained(tmp_path)
+
+
+def test_mismatched_stats_shape_is_an_error(tmp_path: Path) -> None:
+    _policy().save_pretrained(tmp_path)
+    w = load_file(str(tmp_path / "model.safetensors"))
+    w["normalizer.state_min"] = torch.zeros(7)
+    save_file(w, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="state_min"):
+        PDPPolicy.from_pretrained(tmp_path)
+
+
+def test_nan_stats_are_an_error(tmp_path: Path) -> None:
+    _policy().save_pretrained(tmp_path)
+    w = load_file(str(tmp_path / "model.safetensors"))
+    w["normalizer.state_max"] = torch.full((4,), float("nan"))
+    save_file(w, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="state_max"):
+        PDPPolicy.from_pretrained(tmp_path)
+
+
+def test_config_weights_mismatch_and_missing_files(tmp_path: Path) -> None:
+    _policy().save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["hidden_dim"] = 48
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="different models"):
+        PDPPolicy.from_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="model.safetensors"):
+        PDPPolicy.from_pretrained(tmp_path)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        PDPPolicy.from_pretrained(tmp_path / "nope")
+
+
+def test_unsaved_stats_refused_at_construction() -> None:
+    with pytest.raises(CheckpointError, match="not set"):
+        PDPPolicy(PDPModel(tiny_config()))

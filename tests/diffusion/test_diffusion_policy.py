@@ -1,0 +1,98 @@
+"""PDP as an embodied Policy/Steerable on the real mujoco:reach_around env."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import policies
+import sim
+from embodied.contracts import Steerable
+from embodied.errors import CompatibilityError, ConfigError
+from embodied.loop import rollout
+from policies.diffusion.modeling_denoiser import ZFiLM
+from policies.diffusion.modeling_pdp import PDPModel
+from policies.diffusion.policy_pdp import PDPPolicy
+from tests.diffusion.conftest import tiny_config
+
+
+def _reach_policy(z_dim: int = 2, film_scale: float = 0.0) -> PDPPolicy:
+    torch.manual_seed(0)
+    model = PDPModel(tiny_config(state_dim=8, z_dim=z_dim))
+    model.normalizer.set_stats(
+        state_min=-0.4 * np.ones(8),
+        state_max=0.4 * np.ones(8),
+        action_min=-0.5 * np.ones(2),
+        action_max=0.5 * np.ones(2),
+    )
+    if film_scale:
+        for m in model.denoiser.modules():
+            if isinstance(m, ZFiLM) and m.proj is not None:
+                torch.nn.init.normal_(m.proj.weight, std=film_scale)
+    return PDPPolicy(model)
+
+
+def test_knob_contract() -> None:
+    policy = _reach_policy()
+    assert isinstance(policy, Steerable)
+    knob = policy.knobs()["z"]
+    assert knob.size == 2 and knob.low == (-3.0, -3.0) and knob.high == (3.0, 3.0)
+    np.testing.assert_array_equal(policy.get_knob("z"), [0.0, 0.0])
+    policy.set_knob("z", [1.0, -2.0])
+    np.testing.assert_array_equal(policy.get_knob("z"), [1.0, -2.0])
+    with pytest.raises(ConfigError, match="outside"):
+        policy.set_knob("z", [4.0, 0.0])
+    with pytest.raises(ConfigError, match="non-finite"):
+        policy.set_knob("z", [np.nan, 0.0])
+    with pytest.raises(ConfigError, match="2 value"):
+        policy.set_knob("z", [0.0])
+    assert _reach_policy(z_dim=0).knobs() == {}
+
+
+def test_rollout_on_real_env_and_z_changes_actions() -> None:
+    env = sim.make("mujoco:reach_around")
+    policy = _reach_policy(film_scale=0.5)
+    ep = rollout(env, policy, seed=3, max_steps=20, record_images=False)
+    assert ep.actions.shape == (20, 2) and np.isfinite(ep.actions).all()
+    assert np.abs(ep.actions).max() <= 0.5 + 1e-9  # unnormalised into the action range
+    np.testing.assert_array_equal(ep.knobs["z"], np.zeros((20, 2)))
+    obs, _ = env.reset(seed=3)
+    chunks = []
+    for z in ([-2.0, 2.0], [2.0, -2.0]):
+        policy.reset()
+        policy.set_knob("z", z)
+        chunks.append(policy.predict_action_chunk(obs))
+    assert chunks[0].shape == (8, 2)
+    assert not np.allclose(chunks[0], chunks[1])
+    policy.reset()
+    policy.set_knob("z", [-2.0, 2.0])
+    np.testing.assert_array_equal(policy.predict_action_chunk(obs), chunks[0])  # seeded noise
+
+
+def test_receding_horizon_executes_n_action_steps() -> None:
+    env = sim.make("mujoco:reach_around")
+    policy = _reach_policy()
+    calls = []
+    orig = policy.predict_action_chunk
+    policy.predict_action_chunk = lambda obs: calls.append(1) or orig(obs)  # type: ignore[method-assign]
+    rollout(env, policy, seed=0, max_steps=12, record_images=False)
+    assert len(calls) == 3  # n_action_steps=4 -> re-plan at steps 0, 4, 8
+
+
+def test_incompatible_env_and_state_refused() -> None:
+    policy = _reach_policy()
+    policy_small = PDPModel(tiny_config(state_dim=4))
+    policy_small.normalizer.set_stats(
+        state_min=-np.ones(4), state_max=np.ones(4), action_min=-np.ones(2), action_max=np.ones(2)
+    )
+    env = sim.make("mujoco:reach_around")
+    with pytest.raises(CompatibilityError, match="8"):
+        PDPPolicy(policy_small).check_compatible(env)
+    with pytest.raises(CompatibilityError, match="state"):
+        policy.select_action({"state": np.zeros(5, np.float32)})
+
+
+def test_registered_name_requires_path() -> None:
+    with pytest.raises(ConfigError, match="path="):
+        policies.load("pdp")

@@ -1,0 +1,105 @@
+"""LIBERO's official demo layout (robomimic HDF5) loads into our dataset API."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from embodied.datasets import Dataset
+from embodied.errors import DatasetError
+from sim.libero import LIBERO_OBS_KEY_MAP, load_demos
+
+pytestmark = pytest.mark.libero
+
+INSTRUCTION = "put the black bowl on the plate"
+
+
+def write_libero_demo_file(path: Path, lengths: tuple[int, ...] = (5, 7)) -> dict[str, np.ndarray]:
+    """Write a small file in the layout of LIBERO's ``<task>_demo.hdf5`` files."""
+    rng = np.random.default_rng(0)
+    first: dict[str, np.ndarray] = {}
+    with h5py.File(path, "w") as f:
+        data = f.create_group("data")
+        data.attrs["problem_info"] = json.dumps(
+            {"problem_name": "libero_tabletop_manipulation", "domain_name": "robosuite",
+             "language_instruction": f" {INSTRUCTION} "}
+        )
+        data.attrs["env_args"] = json.dumps({"type": 1, "env_name": "Libero_Tabletop_Manipulation"})
+        data.attrs["bddl_file_name"] = "KITCHEN_SCENE1_put_the_black_bowl_on_the_plate.bddl"
+        data.attrs["num_demos"] = len(lengths)
+        data.attrs["total"] = sum(lengths)
+        for i, t in enumerate(lengths):
+            g = data.create_group(f"demo_{i}")
+            g.attrs["num_samples"] = t
+            g.attrs["init_state"] = rng.normal(size=79)
+            obs = g.create_group("obs")
+            arrays = {
+                "agentview_rgb": rng.integers(0, 255, (t, 32, 32, 3), dtype=np.uint8),
+                "eye_in_hand_rgb": rng.integers(0, 255, (t, 32, 32, 3), dtype=np.uint8),
+                "ee_pos": rng.normal(size=(t, 3)),
+                "ee_ori": rng.normal(size=(t, 3)),
+                "ee_states": rng.normal(size=(t, 6)),
+                "gripper_states": rng.normal(size=(t, 2)) * 0.04,
+                "joint_states": rng.normal(size=(t, 7)),
+            }
+            for k, v in arrays.items():
+                obs.create_dataset(k, data=v)
+            actions = rng.uniform(-1, 1, (t, 7))
+            actions[:, 6] = np.where(np.arange(t) % 2 == 0, -1.0, 1.0)
+            g.create_dataset("actions", data=actions)
+            g.create_dataset("rewards", data=np.eye(1, t, t - 1).ravel())
+            g.create_dataset("dones", data=np.eye(1, t, t - 1).ravel().astype(np.uint8))
+            g.create_dataset("states", data=rng.normal(size=(t, 79)))
+            g.create_dataset("robot_states", data=rng.normal(size=(t, 9)))
+            if i == 0:
+                first = {**arrays, "actions": actions}
+    return first
+
+
+def test_libero_demo_file_loads_with_our_keys_and_state(tmp_path: Path) -> None:
+    path = tmp_path / "put_the_black_bowl_on_the_plate_demo.hdf5"
+    raw = write_libero_demo_file(path)
+    ds = load_demos(path)
+    assert len(ds) == 2 and [len(ep) for ep in ds] == [5, 7]
+    ep = ds[0]
+    assert ep.instruction == INSTRUCTION
+    assert set(ep.obs) >= {"image.agentview", "image.eye_in_hand", "state", "joint_states"}
+    np.testing.assert_array_equal(ep.obs["image.agentview"], raw["agentview_rgb"])
+    assert ep.obs["state"].shape == (5, 8) and ep.obs["state"].dtype == np.float32
+    np.testing.assert_allclose(
+        ep.obs["state"],
+        np.concatenate([raw["ee_pos"], raw["ee_ori"], raw["gripper_states"]], axis=1),
+        rtol=1e-6,
+    )
+    np.testing.assert_array_equal(ep.actions, raw["actions"])
+    assert "states" in ep.extras and ds.env_args["env_name"] == "Libero_Tabletop_Manipulation"
+
+    # Only what is asked for, images skipped; gripper converted to OpenVLA's [0, 1].
+    small = load_demos(path, obs_keys=("state",), gripper_convention="openvla")
+    ep = small[1]
+    assert set(ep.obs) == {"state"} and ep.obs["state"].shape == (7, 8)
+    assert set(np.unique(ep.actions[:, 6])) == {0.0, 1.0}
+    assert ep.actions[0, 6] == 1.0  # -1 (open in LIBERO) -> 1 (open in OpenVLA)
+
+    # The plain Dataset with the key map gives the same renamed keys.
+    plain = Dataset(path, obs_key_map=LIBERO_OBS_KEY_MAP)
+    assert "image.eye_in_hand" in plain[0].obs and "state" not in plain[0].obs
+
+
+def test_demo_file_without_state_parts_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "broken_demo.hdf5"
+    with h5py.File(path, "w") as f:
+        g = f.create_group("data").create_group("demo_0")
+        g.create_group("obs").create_dataset("agentview_rgb", data=np.zeros((2, 8, 8, 3), np.uint8))
+        g.create_dataset("actions", data=np.zeros((2, 7)))
+    with pytest.raises(DatasetError, match="ee_pos"):
+        load_demos(path)[0]
+    assert load_demos(path, obs_keys=("image.agentview",))[0].obs["image.agentview"].shape == (
+        2, 8, 8, 3,
+    )
+    with pytest.raises(DatasetError, match="does not exist"):
+        load_demos(tmp_path / "missing.hdf5")

@@ -1,0 +1,148 @@
+"""Demo2Reward: objective, loop, proposers, persistence and the CLI, with the shipped judge."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from embodied.errors import ConfigError
+from embodied.rewards.calibration import rates
+from embodied.rewards.demo2reward import (
+    DEFAULT_TEMPLATE,
+    Demo2RewardConfig,
+    DemoSet,
+    LabelledDemo,
+    LLMProposer,
+    load_demos,
+    load_instruction,
+    objective,
+    optimize_instruction,
+    save_demos,
+    save_result,
+)
+from embodied.rewards.demo2reward.proposers import OfflineProposer, ProposalContext
+
+
+def test_objective_weights_false_positives() -> None:
+    r = rates([1, 1, 0, 0], [1, 0, 0, 0])
+    assert objective(r) == pytest.approx(0.01 * 100 + 200 / 3)
+    assert objective(rates([1, 0, 0, 0], [1, 0, 0, 0])) > objective(
+        rates([1, 1, 1, 1], [1, 0, 0, 0])
+    )
+
+
+def test_demoset_rejects_bad_demo_sets(arm_demos: list[LabelledDemo]) -> None:
+    with pytest.raises(ConfigError, match="got 2 demos"):
+        DemoSet(arm_demos[:2], min_demos=3, max_demos=10)
+    neg = [d for d in arm_demos if not d.success]
+    with pytest.raises(ConfigError, match="all negative"):
+        DemoSet(neg)
+    with pytest.raises(ConfigError, match=r"\{task\}"):
+        Demo2RewardConfig(template="Evaluate the behavior of this robot.")
+    assert arm_demos[0].labels[-1] and not arm_demos[0].labels[0]
+
+
+def test_loop_keeps_only_strict_improvements(minijudge, arm_demos: list[LabelledDemo]) -> None:
+    demos = arm_demos[:4]
+    cfg = Demo2RewardConfig(iterations=4, restarts=2, stride=3)
+    result = optimize_instruction(minijudge, demos, OfflineProposer(), cfg)
+    assert result.history[0]["template"] == DEFAULT_TEMPLATE
+    assert len(result.history) == 1 + 4 * 2
+    for restart in (0, 1):
+        rows = [h for h in result.history if h["restart"] == restart]
+        best = result.initial.j
+        for row in rows:
+            assert row["accepted"] == (row["J"] > best)
+            best = max(best, row["J"]) if row["accepted"] else best
+            assert "{task}" in row["template"]
+    assert result.best.j >= result.initial.j
+    again = DemoSet(demos, stride=3).evaluate(minijudge, result.template)
+    assert again.j == pytest.approx(result.best.j)
+
+
+def test_llm_proposer_on_tiny_model(
+    tmp_path: Path, minijudge, arm_demos: list[LabelledDemo]
+) -> None:
+    from embodied.rewards.tiny import build_tiny_llm
+
+    prop = LLMProposer(str(build_tiny_llm(tmp_path / "llm")), device="cpu", max_new_tokens=16)
+    ctx = ProposalContext(
+        DEFAULT_TEMPLATE,
+        rates([1, 0], [1, 1]),
+        50.0,
+        [],
+        ["reach the red cube"],
+        1,
+        np.random.default_rng(0),
+    )
+    assert "TPR 50.0%" in prop.prompt(ctx)
+    result = optimize_instruction(
+        minijudge, arm_demos[:3], prop, Demo2RewardConfig(iterations=2, restarts=1, stride=4)
+    )
+    assert all("{task}" in h["template"] for h in result.history)
+    assert len({h["template"] for h in result.history}) >= 2  # the model wrote something new
+
+
+def test_persistence_and_cli(tmp_path: Path, minijudge, arm_demos: list[LabelledDemo]) -> None:
+    save_demos(arm_demos[:4], tmp_path / "demos")
+    back = load_demos(tmp_path / "demos")
+    assert [d.task for d in back] == [d.task for d in arm_demos[:4]]
+    np.testing.assert_array_equal(back[0].labels, arm_demos[0].labels)
+    np.testing.assert_array_equal(back[1].frames, arm_demos[1].frames)
+    save_demos(arm_demos[4:], tmp_path / "heldout")
+
+    result = optimize_instruction(
+        minijudge, back, config=Demo2RewardConfig(iterations=1, restarts=1, stride=4)
+    )
+    path = save_result(result, tmp_path / "out", minijudge.describe(), [])
+    assert load_instruction(path) == result.template
+
+    from embodied.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(
+        app,
+        [
+            "reward",
+            "optimize",
+            "--demos",
+            str(tmp_path / "demos"),
+            "--heldout",
+            str(tmp_path / "heldout"),
+            "--out",
+            str(tmp_path / "cli"),
+            "--iterations",
+            "2",
+            "--restarts",
+            "1",
+            "--stride",
+            "4",
+            "--device",
+            "cpu",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    saved = json.loads((tmp_path / "cli" / "instruction.json").read_text())
+    assert "{task}" in saved["instruction"] and saved["calibration_table"]
+    assert {"before", "after"} <= set(saved["heldout"])
+    res = runner.invoke(
+        app,
+        [
+            "judge",
+            "--episodes",
+            str(tmp_path / "heldout"),
+            "--json",
+            "--instruction",
+            str(tmp_path / "cli"),
+            "--device",
+            "cpu",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert len(report["episodes"]) == 1 and "{task}" in report["template"]

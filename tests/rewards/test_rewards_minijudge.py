@@ -1,0 +1,86 @@
+"""The shipped small judge: checkpoint format, real rendered frames, wording sensitivity."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from embodied.errors import CheckpointError
+from embodied.rewards.demo2reward import LabelledDemo
+from embodied.rewards.minijudge import SHIPPED, MiniJudge, MiniJudgeConfig, clips_to_pixels
+
+
+def test_shipped_checkpoint_is_small_safetensors_and_json() -> None:
+    files = {p.name: p.stat().st_size for p in SHIPPED.iterdir()}
+    assert {"config.json", "model.safetensors", "calibration.json"} <= set(files)
+    assert sum(files.values()) < 5e6
+    assert not [n for n in files if n.endswith((".bin", ".pt", ".pkl", ".pth"))]
+    calib = json.loads((SHIPPED / "calibration.json").read_text())
+    assert 0 < calib["threshold"] < 1 and calib["table"]
+    from safetensors import safe_open
+
+    with safe_open(str(SHIPPED / "model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+    assert not any("encoder.layer" in k for k in keys)  # MiniLM is not copied
+
+
+def test_judge_separates_success_from_near_miss(
+    minijudge: MiniJudge, arm_demos: list[LabelledDemo]
+) -> None:
+    expert, near = arm_demos[4], arm_demos[3]
+    assert expert.success and not near.success
+    p_success = minijudge.score(expert.clips(4, [len(expert) - 1])[0], expert.task)
+    p_near = minijudge.score(near.clips(4, [len(near) - 1])[0], near.task)
+    p_start = minijudge.score(expert.clips(4, [0])[0], expert.task)
+    assert p_success > minijudge.threshold > max(p_near, p_start)
+
+
+def test_text_side_responds_to_wording(minijudge: MiniJudge, arm_demos: list[LabelledDemo]) -> None:
+    demo = arm_demos[4]
+    clip = demo.clips(4, [len(demo) - 1])[0]
+    color = demo.task.split()[2]
+    others = [c for c in ("red", "green", "blue", "yellow") if c != color]
+    right = minijudge.score(clip, demo.task)
+    wrong = [minijudge.score(clip, demo.task.replace(color, c)) for c in others]
+    assert right > max(wrong)
+    far = minijudge.score(clip, f"the arm is far away from the {color} cube")
+    assert right > far
+
+
+def test_batched_equals_single_and_save_load_roundtrip(
+    tmp_path: Path, minijudge: MiniJudge, arm_demos: list[LabelledDemo]
+) -> None:
+    clips = list(arm_demos[0].clips(4, range(0, len(arm_demos[0]), 7)))
+    batched = minijudge.score_batch(clips, arm_demos[0].task)
+    single = np.array([minijudge.score(c, arm_demos[0].task) for c in clips])
+    np.testing.assert_allclose(batched, single, atol=1e-5)
+    minijudge.save_pretrained(tmp_path / "ckpt")
+    again = MiniJudge.from_pretrained(tmp_path / "ckpt", device="cpu", text_encoder=minijudge.text)
+    np.testing.assert_allclose(again.score_batch(clips, arm_demos[0].task), batched, atol=1e-6)
+    assert again.threshold == pytest.approx(minijudge.threshold)
+
+
+def test_checkpoint_errors(tmp_path: Path, minijudge: MiniJudge) -> None:
+    with pytest.raises(CheckpointError, match="no config.json"):
+        MiniJudge.from_pretrained(tmp_path)
+    MiniJudgeConfig().save(tmp_path)
+    with pytest.raises(CheckpointError, match="no model.safetensors"):
+        MiniJudge.from_pretrained(tmp_path)
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="does not fit"):
+        MiniJudge.from_pretrained(tmp_path, text_encoder=minijudge.text)
+
+
+def test_preprocessing_resizes_on_uint8(rng: np.random.Generator) -> None:
+    clips = [rng.integers(0, 256, (5, 128, 96, 3), dtype=np.uint8) for _ in range(2)]
+    x = clips_to_pixels(clips, 64)
+    assert x.shape == (2, 5, 3, 64, 64) and x.dtype == torch.float32
+    assert float(x.min()) >= -0.5 and float(x.max()) <= 0.5
+    flat = np.full((5, 128, 128, 3), 200, np.uint8)
+    assert torch.allclose(clips_to_pixels([flat], 64), torch.tensor(200 / 255 - 0.5), atol=1e-6)
