@@ -24,7 +24,9 @@ def run(quick: bool = False) -> dict[str, Any]:
     from policies.openvla.processing_openvla import OpenVLAProcessor, build_tiny_tokenizer
     from policies.openvla.steering import SteeringDirection, SteeringHook
 
-    stats = {"bench": {"action": {"q01": [-1.0] * 7, "q99": [1.0] * 7, "mask": [True] * 6 + [False]}}}
+    stats = {
+        "bench": {"action": {"q01": [-1.0] * 7, "q99": [1.0] * 7, "mask": [True] * 6 + [False]}}
+    }
     torch.manual_seed(0)
     cfg = OpenVLAConfig.tiny(norm_stats=stats)
     model = OpenVLAModel(cfg).eval()

@@ -15,12 +15,27 @@ def register(app: typer.Typer) -> None:
         area: str = typer.Argument(..., help="Benchmark area (see `embodied bench list`)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object only."),
         quick: bool = typer.Option(False, "--quick", help="Fewer repetitions (smoke test)."),
+        out: str = typer.Option(None, "--out", help="`all`: folder for bench.json + bench.md."),
+        areas: str = typer.Option("", "--areas", help="`all`: comma-separated areas [every]."),
     ) -> None:
         """Run a benchmark area with 1 torch/BLAS thread and print medians."""
         from embodied.bench import AREAS, run_area
 
         if area == "list":
             print("\n".join(AREAS.names()))
+            return
+        if area == "all":  # every area in its own process: one JSON + one markdown table
+            from embodied.bench._report import run_all, to_markdown, write_report
+
+            def done(name: str, o: dict) -> None:
+                msg = "ok" if o["ok"] else f"FAILED: {o['error'][:200]}"
+                typer.echo(f"bench {name}: {msg} ({o['seconds']:.0f} s)", err=True)
+
+            names = [a.strip() for a in areas.split(",") if a.strip()] or None
+            report = run_all(names, quick=quick, on_area=done)
+            if out:
+                write_report(report, out)
+            print(json.dumps(report) if as_json else to_markdown(report))
             return
         result = run_area(area, quick=quick)
         if as_json:

@@ -63,7 +63,9 @@ def register(app: typer.Typer) -> None:
             [], "--env-arg", help="Env option key=value for every env family (repeatable)."
         ),
         libero_assets: str = typer.Option(
-            None, "--libero-assets", help=f"Local LIBERO assets folder (or ${'EMBODIED_LIBERO_ASSETS'})."
+            None,
+            "--libero-assets",
+            help=f"Local LIBERO assets folder (or ${'EMBODIED_LIBERO_ASSETS'}).",
         ),
         protocol: str = typer.Option(
             "libero", "--protocol", help="LIBERO protocol preset: libero or openvla."

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -62,7 +63,7 @@ def register(app: typer.Typer) -> None:
                 fix="pass --judge minijudge (agreement with the oracle is reported)",
             )
         if episodes is not None:
-            source: object = episodes
+            source: Any = episodes
         else:
             import policies
             import sim

@@ -16,8 +16,9 @@ from typing import Any
 
 import typer
 
-steer_app = typer.Typer(help="Activation steering of VLAs: extract directions, run experiments.",
-                        no_args_is_help=True)
+steer_app = typer.Typer(
+    help="Activation steering of VLAs: extract directions, run experiments.", no_args_is_help=True
+)
 
 
 def _log(msg: str) -> None:
@@ -50,8 +51,16 @@ def _env(env_id: str, image_size: int | None, layout: str) -> tuple[Any, dict[st
     return env, reset, targets
 
 
-def _train(env: Any, out: Path, demo_episodes: int, steps: int, batch: int, lr: float,
-           reset: dict[str, Any], targets: list[str]) -> Any:
+def _train(
+    env: Any,
+    out: Path,
+    demo_episodes: int,
+    steps: int,
+    batch: int,
+    lr: float,
+    reset: dict[str, Any],
+    targets: list[str],
+) -> Any:
     from policies.openvla.experiment_steer import train_tiny_on_env
     from policies.openvla.training_openvla import BCSettings
 
@@ -60,7 +69,9 @@ def _train(env: Any, out: Path, demo_episodes: int, steps: int, batch: int, lr: 
 
 
 def _train_vla_command(
-    env_id: str = typer.Option("mujoco:arm_reach", "--env", help="Env with a camera and an expert."),
+    env_id: str = typer.Option(
+        "mujoco:arm_reach", "--env", help="Env with a camera and an expert."
+    ),
     out: Path = typer.Option(Path("runs/vla_tiny"), "--out", help="Checkpoint folder."),
     demo_episodes: int = typer.Option(2, help="Demo episodes per (speed level, target)."),
     steps: int = typer.Option(500, help="BC optimiser steps."),
@@ -118,7 +129,9 @@ def experiment_cmd(
     env_id: str = typer.Option("mujoco:arm_reach", "--env", help="Env id (libero:... on a GPU)."),
     model: str | None = typer.Option(None, "--model", help="Checkpoint/hub id; none = train tiny."),
     out: Path = typer.Option(Path("runs/steer_experiment"), "--out", help="Output folder."),
-    direction: Path | None = typer.Option(None, help="Saved direction (else extracted from demos)."),
+    direction: Path | None = typer.Option(
+        None, help="Saved direction (else extracted from demos)."
+    ),
     dataset: Path | None = typer.Option(None, help="Demos for extraction (LIBERO: required)."),
     image_key: str = typer.Option("image.front", help="Camera key in --dataset."),
     kind: str = typer.Option("direction", help="direction | neurons (fixed-alpha baseline)."),
@@ -165,7 +178,9 @@ def experiment_cmd(
             _log(f"reusing {vla_dir} (pass --retrain to train again)")
             m, proc = load_pretrained(vla_dir, device="cpu")
         else:
-            m, proc, demos = _train(env, vla_dir, demo_episodes, train_steps, 16, 2e-3, reset, targets)
+            m, proc, demos = _train(
+                env, vla_dir, demo_episodes, train_steps, 16, 2e-3, reset, targets
+            )
         model_name = str(vla_dir)
     else:
         m, proc = load_pretrained(model, center_crop=env_id.startswith("libero") or None)
@@ -179,27 +194,55 @@ def experiment_cmd(
             if not env_id.startswith("mujoco:"):
                 from embodied.errors import ConfigError
 
-                raise ConfigError(f"no demos to extract a direction for {env_id!r}",
-                                  fix="pass --direction or --dataset (e.g. a LIBERO hdf5)")
+                raise ConfigError(
+                    f"no demos to extract a direction for {env_id!r}",
+                    fix="pass --direction or --dataset (e.g. a LIBERO hdf5)",
+                )
             demos = collect_speed_demos(env, 1, 0, None, reset, targets, _log)
         inter = extract_intervention(m, proc, demos, kind=kind, unnorm_key=unnorm_key)
         inter.save(out / f"speed_{kind}")
         _log(f"{kind} at layer {inter.layer}: {json.dumps(inter.meta)[:300]}")
-    policy = OpenVLAPolicy(m, proc, unnorm_key=unnorm_key, intervention=inter,
-                           alpha_limit=alpha_limit, flip_image=env_id.startswith("libero"))
+    policy = OpenVLAPolicy(
+        m,
+        proc,
+        unnorm_key=unnorm_key,
+        intervention=inter,
+        alpha_limit=alpha_limit,
+        flip_image=env_id.startswith("libero"),
+    )
     pid = {}
     if pid_kp is not None or pid_ki is not None:
-        pid = {"kp": pid_kp or 0.0, "ki": pid_ki or 0.0, "output_min": -alpha_limit,
-               "output_max": alpha_limit, "anti_windup": "back_calculation"}
+        pid = {
+            "kp": pid_kp or 0.0,
+            "ki": pid_ki or 0.0,
+            "output_min": -alpha_limit,
+            "output_max": alpha_limit,
+            "anti_windup": "back_calculation",
+        }
     settings = ExperimentSettings(
-        setpoint=setpoint, episodes=episodes, alpha_weak=alpha_weak, alpha_strong=alpha_strong,
-        alpha_limit=alpha_limit, sweep_episodes=sweep_episodes,
+        setpoint=setpoint,
+        episodes=episodes,
+        alpha_weak=alpha_weak,
+        alpha_strong=alpha_strong,
+        alpha_limit=alpha_limit,
+        sweep_episodes=sweep_episodes,
         sweep_alphas=ExperimentSettings.sweep_alphas if sweep_episodes > 0 else (),
-        pid=pid, rl_timesteps=rl_timesteps, reset_options=reset,
+        pid=pid,
+        rl_timesteps=rl_timesteps,
+        reset_options=reset,
     )
-    report = run_experiment(env, policy, settings, out, _log, extra={
-        "model": model_name, "env_id": env_id, "intervention": {"kind": kind, "layer": inter.layer,
-                                                                 "meta": inter.meta}})
+    report = run_experiment(
+        env,
+        policy,
+        settings,
+        out,
+        _log,
+        extra={
+            "model": model_name,
+            "env_id": env_id,
+            "intervention": {"kind": kind, "layer": inter.layer, "meta": inter.meta},
+        },
+    )
     report["wall_seconds"] = round(time.perf_counter() - t0, 1)
     from embodied.io import write_json
 

@@ -109,7 +109,8 @@ def register(app: typer.Typer) -> None:
                     spec = data.get("spec")
                     held = "" if spec is None else f" holding episode {spec.index} ({spec.variant})"
                     console.print(
-                        f"worker {data['pid']} died{held}; rerunning it (attempt {data['attempts']})"
+                        f"worker {data['pid']} died{held}; rerunning it "
+                        f"(attempt {int(data['attempts'] or 0) + 1})"
                     )
 
             result = run_sweep(config, on_event)

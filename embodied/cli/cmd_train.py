@@ -40,6 +40,9 @@ def train_pdp_cmd(
     n_obs_steps: int | None = typer.Option(None, help="Observation history length [2]."),
     batch_size: int | None = typer.Option(None, help="Windows per batch [128]."),
     lr: float | None = typer.Option(None, help="AdamW learning rate [1e-3]."),
+    exclude_state: str | None = typer.Option(
+        None, help="State dims hidden from the denoiser, e.g. vel_x,vel_y (copycat guard)."
+    ),
     seed: int = typer.Option(0, help="Training seed."),
     checkpoint_every: int = typer.Option(500, help="Steps between resumable checkpoints."),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT/train_state.json."),
@@ -68,6 +71,8 @@ def train_pdp_cmd(
         "manifold.steps": manifold_steps,
     }
     overrides = {k: v for k, v in given.items() if v is not None}
+    if exclude_state:
+        overrides["obs_exclude"] = [s.strip() for s in exclude_state.split(",") if s.strip()]
     result = train_pdp(
         data,
         out,

@@ -12,6 +12,7 @@ put back in the queue and rerun on a fresh worker; finished episodes are never l
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import traceback
@@ -170,10 +171,9 @@ class LocalBackend:
                         spec = self._next(pending, w)
                         attempts[spec.index] += 1
                         w.current, w.last_env = spec, spec.env_id
-                        try:
+                        # a worker that died while idle is handled below via its sentinel
+                        with contextlib.suppress(OSError):
                             w.conn.send(spec)
-                        except OSError:  # died while idle; handled below via its sentinel
-                            pass
                         _emit(on_event, "start", spec=spec, pid=w.proc.pid)
                 waitables: list[Any] = [w.conn for w in pool] + [w.proc.sentinel for w in pool]
                 wait(waitables, timeout=1.0)
@@ -247,10 +247,8 @@ class LocalBackend:
     @staticmethod
     def _shutdown(pool: list[_Worker]) -> None:
         for w in pool:
-            try:
+            with contextlib.suppress(OSError):
                 w.conn.send(None)
-            except OSError:
-                pass
         for w in pool:
             w.proc.join(timeout=5.0)
             if w.proc.is_alive():

@@ -12,7 +12,6 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from embodied.contracts import Env, Policy
@@ -155,9 +154,7 @@ class EvalConfig:
                 fix="fork copies simulator and GL state into workers and breaks them",
             )
         object.__setattr__(
-            self,
-            "env_kwargs",
-            MappingProxyType({k: dict(v) for k, v in dict(self.env_kwargs).items()}),
+            self, "env_kwargs", {k: dict(v) for k, v in dict(self.env_kwargs).items()}
         )
         if self.out is not None:
             object.__setattr__(self, "out", Path(self.out))
@@ -171,7 +168,9 @@ class EvalConfig:
             "out": None if self.out is None else str(self.out),
             "video_episodes": list(self.video_episodes),
             "seed": self.seed,
-            "env_kwargs": {k: {kk: repr(vv) for kk, vv in v.items()} for k, v in self.env_kwargs.items()},
+            "env_kwargs": {
+                k: {kk: repr(vv) for kk, vv in v.items()} for k, v in self.env_kwargs.items()
+            },
             "max_steps": self.max_steps,
             "variants": [v.describe() for v in self.variants],
             "backend": self.backend,

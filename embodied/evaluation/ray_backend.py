@@ -22,8 +22,8 @@ notebooks) is used as is.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -229,8 +229,9 @@ class RayBackend:
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=self.poll_s)
                 for ref in ready:
                     slot = in_flight.pop(ref)
-                    spec = slot.current
-                    assert spec is not None
+                    held = slot.current
+                    assert held is not None
+                    spec = held
                     try:
                         record: EpisodeRecord = ray.get(ref)
                     except (RayActorError, WorkerCrashedError) as exc:
@@ -269,10 +270,8 @@ class RayBackend:
         """Book-keeping for an actor that died holding ``spec``: requeue or mark failed."""
         n = self._attempts[spec.index]
         _emit(on_event, "worker_died", pid=slot.pid, exitcode=None, spec=spec, attempts=n)
-        try:
+        with contextlib.suppress(Exception):  # already gone
             ray.kill(slot.handle, no_restart=True)
-        except Exception:  # already gone
-            pass
         if n > self.max_retries:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             results[spec.index] = EpisodeRecord(
@@ -285,15 +284,11 @@ class RayBackend:
     @staticmethod
     def _shutdown(ray: Any, slots: list[_Slot]) -> None:
         live = [s for s in slots if s.handle is not None]
-        try:
+        with contextlib.suppress(Exception):  # an actor already died: nothing to close there
             ray.wait([s.handle.close.remote() for s in live], num_returns=len(live), timeout=10.0)
-        except Exception:  # an actor already died; nothing to close there
-            pass
         for s in live:
-            try:
+            with contextlib.suppress(Exception):
                 ray.kill(s.handle, no_restart=True)
-            except Exception:
-                pass
 
 
 BACKENDS.register("ray", RayBackend, help="Ray actors on this machine or a Ray cluster")

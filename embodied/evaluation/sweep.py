@@ -89,7 +89,7 @@ class SteeringSpec:
         import controllers
         from embodied.concepts import make_concept
 
-        knobs = getattr(policy, "knobs", lambda: {})()
+        knobs: Mapping[str, Any] = getattr(policy, "knobs", dict)()
         to_knob = None
         if self.knob in knobs and len(knobs[self.knob].low) == 1:
             to_knob = KnobClip(float(knobs[self.knob].low[0]), float(knobs[self.knob].high[0]))
@@ -108,9 +108,7 @@ def parse_axis(text: str) -> tuple[str, tuple[Any, ...]]:
     name = name.strip()
     items = [v.strip() for v in values.split(",") if v.strip()]
     if not sep or not name or not items:
-        raise ConfigError(
-            f"grid axis {text!r} must be NAME=V1,V2,...", fix="e.g. --grid kp=1,2,4"
-        )
+        raise ConfigError(f"grid axis {text!r} must be NAME=V1,V2,...", fix="e.g. --grid kp=1,2,4")
     out: list[Any] = []
     for v in items:
         try:
@@ -202,7 +200,9 @@ class SweepConfig:
             )
         object.__setattr__(self, "grid", grid)
         names = list(grid)
-        pts = tuple(dict(zip(names, combo, strict=True)) for combo in itertools.product(*grid.values()))
+        pts = tuple(
+            dict(zip(names, combo, strict=True)) for combo in itertools.product(*grid.values())
+        )
         object.__setattr__(self, "points", pts)
         if self.out is not None:
             object.__setattr__(self, "out", Path(self.out))
@@ -222,7 +222,9 @@ class SweepConfig:
                 ctrl[name] = value
         assert setpoint is not None
         spec = SteeringSpec(self.concept, conc, self.controller, ctrl, self.knob, setpoint)
-        label = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items())
+        label = ",".join(
+            f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items()
+        )
         return EvalVariant(name=label, steering=spec, policy_kwargs=pol)
 
     def eval_config(self) -> EvalConfig:
@@ -303,7 +305,7 @@ class SweepRunner(EpisodeRunner):
             stop_on_success=False,
             **dict(variant.rollout_kwargs),
         )
-        skip = int(round(self.settle_s * env.control_rate_hz))
+        skip = round(self.settle_s * env.control_rate_hz)
         err = ep.measurements[skip:] - ep.setpoints[skip:]
         ok = np.isfinite(err)
         knob = ep.knobs.get(steering.knob if steering else "", np.zeros((0, 1)))[skip:]
@@ -365,7 +367,8 @@ class SweepResult:
             f"`{self.config['controller']}` {self.config['controller_params']}, concept "
             f"`{self.config['concept']}` -> knob `{self.config['knob']}`; "
             f"{self.config['episodes']} episode(s) per point, backend `{self.config['backend']}`"
-            f" with {self.config['workers']} worker(s), {self.wall_s:.1f} s.",
+            f" with {self.config['workers']} worker(s), {self.wall_s:.1f} s; "
+            f"{sum(r.attempts > 1 for r in self.episodes)} episode(s) rerun after a worker died.",
             "",
             "| " + " | ".join(axes) + f" | success | 95% CI | tracking RMSE{u} | "
             f"mean {self.config['concept']}{u} | mean knob | mean steps | errors |",
@@ -443,7 +446,9 @@ def plot_sweep(result: SweepResult, path: Path) -> None:
         xs = [r["point"][x_name] if numeric else str(r["point"][x_name]) for r in rows]
         label = ", ".join(f"{o}={v}" for o, v in zip(others, key, strict=True)) or None
         line = ax1.plot(xs, [r["tracking_rmse"] for r in rows], "o-", label=label)[0]
-        ax2.plot(xs, [r["mean_measurement"] for r in rows], "o-", color=line.get_color(), label=label)
+        ax2.plot(
+            xs, [r["mean_measurement"] for r in rows], "o-", color=line.get_color(), label=label
+        )
         if "setpoint" in others:
             sp = key[others.index("setpoint")]
             ax2.axhline(float(sp), color=line.get_color(), ls=":", lw=1)
@@ -454,7 +459,9 @@ def plot_sweep(result: SweepResult, path: Path) -> None:
         ax.grid(alpha=0.3)
         if groups and next(iter(groups)) != ():
             ax.legend(fontsize=8)
-    fig.suptitle(f"{result.config['env']} / {result.config['policy']} / {result.config['controller']}")
+    fig.suptitle(
+        f"{result.config['env']} / {result.config['policy']} / {result.config['controller']}"
+    )
     from embodied.io import atomic_path
 
     with atomic_path(path) as tmp:
@@ -474,6 +481,7 @@ def run_sweep(config: SweepConfig, on_event: EventCallback | None = None) -> Swe
     specs = build_grid(ecfg)
     loader = PolicyLoader(config.policy, dict(config.policy_kwargs))
     runner = SweepRunner.from_config(ecfg, loader)
+    assert isinstance(runner, SweepRunner)
     runner.settle_s = config.settle_s
     try:  # preflight: build env, policy and steering of the first point here
         env = runner.env(specs[0].env_id)
@@ -502,8 +510,10 @@ def run_sweep(config: SweepConfig, on_event: EventCallback | None = None) -> Swe
         kwargs["address"] = config.address
     backend = BACKENDS.make(name, **kwargs)
     results = backend.run(specs, runner, on_event=on_event)
-    records = [results[s.index] for s in specs]
-    records = [r if isinstance(r, SweepRecord) else SweepRecord(**vars(r)) for r in records]
+    records = [
+        r if isinstance(r, SweepRecord) else SweepRecord(**vars(r))
+        for r in (results[s.index] for s in specs)
+    ]
     result = SweepResult(
         config=config.describe(),
         rows=summarize_sweep(config, records),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 _WORDS = (
     "evaluate the behavior of this robot . robot was instructed with task : instruction answer "
@@ -31,7 +32,7 @@ _CHAT_TEMPLATE = (
 )
 
 
-def build_tiny_tokenizer(extra_words: str = "") -> object:
+def build_tiny_tokenizer(extra_words: str = "") -> Any:
     """A word-level ``PreTrainedTokenizerFast`` with ``<image>``, digits and a chat template.
 
     Returns:
@@ -156,13 +157,18 @@ def build_tiny_clip(
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     tok = build_tiny_tokenizer()
-    common = {
+    common: dict[str, Any] = {
         "hidden_size": 32,
         "intermediate_size": 64,
         "num_hidden_layers": 2,
         "num_attention_heads": 2,
     }
     torch.manual_seed(seed)
+    model: Any
+    processor: Any
+    text_cfg: Any
+    vis_cfg: Any
+    image_processor: Any
     if family == "clip":
         text_cfg = tf.CLIPTextConfig(
             vocab_size=len(tok),

@@ -13,7 +13,6 @@ import itertools
 import logging
 import math
 import queue
-import random
 import threading
 import time
 from collections import deque
@@ -174,7 +173,6 @@ class TuneSession:
         self._frame: np.ndarray | None = None
         self._frame_seq = 0
         self._thread: threading.Thread | None = None
-        self._episode_t0 = 0
         self._progress0: float | None = None
         self.state_version = 0
 
@@ -220,8 +218,8 @@ class TuneSession:
         cmd = parse_command(message, self.context())
         if self.busy and cmd.name not in BUSY_ALLOWED:
             raise ConfigError(
-                f"command {cmd.name!r} refused: a {self.status} is running",
-                fix="wait for it to finish or press Stop experiment",
+                f"command {cmd.name!r} refused: an experiment ({self.status}) is running",
+                fix="wait for it to finish or press Stop (auto-tune panel)",
             )
         if cmd.name == "stop_job":
             self._cancel_job = True
@@ -250,50 +248,12 @@ class TuneSession:
             self.state_version += 1
 
     def _apply(self, cmd: Command) -> None:
-        from embodied.tune import experiments, gains_io
+        from embodied.tune.handlers import HANDLERS
 
-        a = cmd.args
-        if cmd.name == "setpoint":
-            self.setpoint = a["value"]
-        elif cmd.name == "gains":
-            self.live.set_params(a["type"], a["params"])
-        elif cmd.name == "controller":
-            self.live.set_mode(a["type"], {"path": a["path"]} if a["type"] == "rl" else None)
-        elif cmd.name == "pause":
-            self.paused = True
-        elif cmd.name == "resume":
-            self.paused = False
-        elif cmd.name == "step":
-            self.paused, self._step_once = True, True
-        elif cmd.name == "reset":
-            self._stop_episode = True
-        elif cmd.name == "new_seed":
-            self.seed = a["seed"] if a["seed"] is not None else random.randrange(2**31 - 1)
-            self._stop_episode = True
-        elif cmd.name == "step_test":
-            self._queue_job(lambda: experiments.step_test(self, a["from"], a["to"]))
-        elif cmd.name == "autotune":
-            self._queue_job(lambda: experiments.autotune(self, a["from"], a["to"], a["budget"]))
-        elif cmd.name == "apply_proposal":
-            if self.proposal is None:
-                raise ConfigError("no auto-tune proposal yet", fix="run Auto-tune first")
-            self.live.set_params("pid", self.proposal)
-            self.emit("info", message="applied proposal " + _fmt(self.proposal))
-        elif cmd.name == "stop_job":
-            self._stop_episode = True
-        elif cmd.name == "save":
-            path = gains_io.save(self, a["name"])
-            self.emit("saved", message=f"saved {path.name}", files=gains_io.list_files(self))
-        elif cmd.name == "load":
-            gains_io.load(self, a["name"])
-            self.emit(
-                "loaded",
-                message=f"loaded {a['name']}: {self.live.mode} {_fmt(self.live.params.get(self.live.mode, {}))}",
-            )
-        elif cmd.name == "list":
-            self.emit("files", files=gains_io.list_files(self))
+        HANDLERS[cmd.name](self, dict(cmd.args))
 
-    def _queue_job(self, job: Callable[[], object]) -> None:
+    def queue_job(self, job: Callable[[], object]) -> None:
+        """Run ``job`` (an experiment) in the loop thread after ending the live episode."""
         self._jobs.append(job)
         self._cancel_job = False
         self._stop_episode = True
@@ -503,8 +463,3 @@ def _progress(info: Mapping[str, Any], t: int, horizon: int, session: TuneSessio
                 session._progress0 = max(d, 1e-9)
             return float(np.clip(1.0 - d / session._progress0, 0.0, 1.0))
     return (t + 1) / max(horizon, 1)
-
-
-def out_path(session: TuneSession, name: str) -> Path:
-    """Path of a gains file ``name`` inside the session's output folder."""
-    return session.config.out_dir / name

@@ -94,8 +94,7 @@ def adapt_z_from_demo(
         )
     obs_np, chunks_np, _ = make_windows(demo, cfg.n_obs_steps, cfg.horizon)
     with torch.no_grad():
-        obs = model.normalizer.norm_state(torch.as_tensor(obs_np, dtype=torch.float32))
-        obs = obs.reshape(len(obs_np), -1)
+        obs = model.encode_obs(torch.as_tensor(obs_np, dtype=torch.float32))
         act = model.normalizer.norm_action(torch.as_tensor(chunks_np, dtype=torch.float32))
     z0 = np.zeros(z_dim) if z_init is None else np.asarray(z_init, dtype=np.float64)
     z = torch.tensor(z0, dtype=torch.float32, requires_grad=True)

@@ -130,6 +130,8 @@ class PDPConfig:
         manifold: Trajectory VAE config (ignored when ``z_dim == 0``).
         path_dims: Indices into ``state`` of the end-effector (x, y[, z]) path used for
             soft-DTW; ``None`` = the first two dims.
+        obs_dims: Indices of the state dims the denoiser is conditioned on; ``None`` = all.
+            Dropping velocities avoids the copycat shortcut (velocity = last action).
         state_names: Names of the state dims (from the env spec; for checks and plots).
         action_names: Names of the action dims.
         env_id: Env the policy was trained on (informational; compatibility uses dims).
@@ -163,6 +165,7 @@ class PDPConfig:
     grad_clip: float = 1.0
     manifold: ManifoldConfig = field(default_factory=ManifoldConfig)
     path_dims: tuple[int, ...] | None = None
+    obs_dims: tuple[int, ...] | None = None
     state_names: tuple[str, ...] = ()
     action_names: tuple[str, ...] = ()
     env_id: str = ""
@@ -235,6 +238,15 @@ class PDPConfig:
             f"path_dims {self.path_dims} out of range for state_dim={self.state_dim}",
             "give indices of the end-effector position inside the state vector",
         )
+        self.obs_dims = tuple(range(self.state_dim)) if self.obs_dims is None else tuple(
+            int(i) for i in self.obs_dims
+        )
+        bad = [i for i in self.obs_dims if not 0 <= i < self.state_dim]
+        _check(
+            not bad and len(self.obs_dims) >= 1 and len(set(self.obs_dims)) == len(self.obs_dims),
+            f"obs_dims {self.obs_dims} invalid for state_dim={self.state_dim}",
+            "give distinct indices of state dims (or None for all)",
+        )
         for label, names, dim in (
             ("state", self.state_names, self.state_dim),
             ("action", self.action_names, self.action_dim),
@@ -251,7 +263,7 @@ class PDPConfig:
     @property
     def obs_cond_dim(self) -> int:
         """Flattened observation-history size fed to the denoiser."""
-        return self.n_obs_steps * self.state_dim
+        return self.n_obs_steps * len(self.obs_dims or ())
 
     @property
     def chunk_dim(self) -> int:
@@ -282,8 +294,9 @@ class PDPConfig:
         for key in ("unet_channels", "state_names", "action_names"):
             if key in kw and kw[key] is not None:
                 kw[key] = tuple(kw[key])
-        if kw.get("path_dims") is not None:
-            kw["path_dims"] = tuple(kw["path_dims"])
+        for key in ("path_dims", "obs_dims"):
+            if kw.get(key) is not None:
+                kw[key] = tuple(kw[key])
         if isinstance(kw.get("manifold"), Mapping):
             kw["manifold"] = ManifoldConfig(**kw["manifold"])
         return cls(**kw)

@@ -145,8 +145,8 @@ class ResidualMLPDenoiser(nn.Module):
         cond = self.cond(t, obs)
         out: list[Film] = [self._zfilm(self.in_film, z)]
         for block in self.blocks:
-            cs = block.cond_film.proj(cond).chunk(2, dim=-1)
-            out.append(_compose((cs[0], cs[1]), self._zfilm(block.z_film, z)))
+            cs = block.cond_film.proj(cond)  # type: ignore[union-attr,operator].chunk(2, dim=-1)
+            out.append(_compose((cs[0], cs[1]), self._zfilm(block.z_film, z)))  # type: ignore[arg-type]
         out.append(self._zfilm(self.out_film, z))
         return out
 
@@ -156,9 +156,9 @@ class ResidualMLPDenoiser(nn.Module):
         if films[0] is not None:
             h = torch.addcmul(films[0][1], h, films[0][0])
         for block, film in zip(self.blocks, films[1:-1], strict=True):
-            y = block.fc1(block.norm(h))
+            y = block.fc1(block.norm(h))  # type: ignore[operator]
             y = torch.addcmul(film[1], y, film[0])  # type: ignore[index]
-            h = h + block.fc2(block.act(y))
+            h = h + block.fc2(block.act(y))  # type: ignore[operator]
         h = self.out_norm(h)
         if films[-1] is not None:
             h = torch.addcmul(films[-1][1], h, films[-1][0])
@@ -247,13 +247,13 @@ class ConditionalUnet1D(nn.Module):
         cond = self.cond(t, obs)
         h = x.transpose(1, 2)
         skips = []
-        for block, down in self.down:  # type: ignore[misc]
+        for block, down in self.down:  # type: ignore[misc,has-type]
             h = block(h, cond, z)
             skips.append(h)
             h = down(h)
         h = self.mid(h, cond, z)
         skips.pop()
-        for upsample, block in self.up:  # type: ignore[misc]
+        for upsample, block in self.up:  # type: ignore[misc,has-type]
             h = upsample(h)
             h = block(torch.cat((h, skips.pop()), dim=1), cond, z)
         return self.final(h).transpose(1, 2)

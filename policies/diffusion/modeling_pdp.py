@@ -8,6 +8,8 @@ ops per step with no scheduler objects or Python dicts in the way.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from diffusers import DDIMScheduler, DDPMScheduler
@@ -28,6 +30,13 @@ class Normalizer(nn.Module):
     Statistics are buffers initialised to NaN: using a normaliser whose statistics were
     never set (or failed to load) raises instead of passing values through.
     """
+
+    state_min: torch.Tensor
+    state_max: torch.Tensor
+    action_min: torch.Tensor
+    action_max: torch.Tensor
+    z_mean: torch.Tensor
+    z_std: torch.Tensor
 
     def __init__(self, state_dim: int, action_dim: int, z_dim: int) -> None:
         super().__init__()
@@ -104,6 +113,12 @@ class PDPModel(nn.Module):
         config: Policy configuration.
     """
 
+    alphas_cumprod: torch.Tensor
+    ddim_timesteps: torch.Tensor
+    ddim_coefs: torch.Tensor
+    train_scheduler: Any
+    ddim_scheduler: Any
+
     def __init__(self, config: PDPConfig) -> None:
         super().__init__()
         self.config = config
@@ -126,7 +141,7 @@ class PDPModel(nn.Module):
     def _precompute_ddim(self) -> None:
         """DDIM (eta=0) coefficients per sampling step, taken from diffusers' DDIMScheduler."""
         cfg = self.config
-        ddim = DDIMScheduler(
+        ddim: Any = DDIMScheduler(
             num_train_timesteps=cfg.num_train_timesteps,
             beta_schedule=cfg.beta_schedule,
             clip_sample=cfg.clip_sample,
@@ -158,6 +173,14 @@ class PDPModel(nn.Module):
         ]
 
     # ---- conditioning helpers -------------------------------------------------------------
+    def encode_obs(self, history: torch.Tensor) -> torch.Tensor:
+        """Raw state history (B, n_obs_steps, state_dim) -> flat normalised denoiser input."""
+        dims = self.config.obs_dims
+        obs = self.normalizer.norm_state(history)
+        if dims is not None and len(dims) != self.config.state_dim:
+            obs = obs[..., list(dims)]
+        return obs.reshape(history.shape[0], -1)
+
     def _z(self, z: torch.Tensor | None, batch: int) -> torch.Tensor | None:
         if not self.config.uses_z:
             return None

@@ -106,8 +106,8 @@ class PDPPolicy(KnobMixin, Policy):
         hist = torch.from_numpy(np.concatenate(self._history))[None]
         with torch.inference_mode():
             model = self.model
-            obs_n = model.normalizer.norm_state(hist.view(1, -1, self.config.state_dim))
-            chunk = model.sample(obs_n.view(1, -1), self._z_tensor(), generator=self._generator)
+            obs_n = model.encode_obs(hist.view(1, -1, self.config.state_dim))
+            chunk = model.sample(obs_n, self._z_tensor(), generator=self._generator)
             actions = model.normalizer.unnorm_action(chunk)[0]
         return actions.numpy().astype(np.float64)
 

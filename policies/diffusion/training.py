@@ -168,6 +168,20 @@ def _save_state(
             old.unlink(missing_ok=True)
 
 
+def _obs_dims_without(names: tuple[str, ...], state_dim: int, exclude: Any) -> tuple[int, ...]:
+    drop = [exclude] if isinstance(exclude, str) else list(exclude)
+    if len(names) != state_dim:
+        raise ConfigError(
+            f"cannot exclude state dims {drop}: the dataset does not name its state dims",
+            fix="collect with `embodied collect` (stores the env spec) or pass obs_dims",
+        )
+    unknown = [n for n in drop if n not in names]
+    if unknown:
+        raise ConfigError(f"unknown state dims {unknown}; state dims: {list(names)}",
+                          fix="exclude names from that list")
+    return tuple(i for i, n in enumerate(names) if n not in drop)
+
+
 def _ema_update(ema: PDPModel, model: PDPModel, decay: float) -> None:
     with torch.no_grad():
         for e, p in zip(ema.denoiser.parameters(), model.denoiser.parameters(), strict=True):
@@ -238,7 +252,9 @@ def train_pdp(
         }
         kw = {**base.to_dict(), **derived}
         for key, value in (overrides or {}).items():
-            if key.startswith("manifold."):  # e.g. {"manifold.steps": 300}
+            if key == "obs_exclude":  # state dim names the denoiser must not see
+                kw["obs_dims"] = _obs_dims_without(tuple(names), demos.state_dim, value)
+            elif key.startswith("manifold."):  # e.g. {"manifold.steps": 300}
                 kw["manifold"][key.split(".", 1)[1]] = value
             else:
                 kw[key] = value
@@ -307,8 +323,7 @@ def train_pdp(
         # training windows, normalised once
         obs_np, chunks_np, idx_np = make_windows(demos, cfg.n_obs_steps, cfg.horizon)
         with torch.no_grad():
-            obs_t = model.normalizer.norm_state(torch.as_tensor(obs_np, dtype=torch.float32))
-            obs_t = obs_t.reshape(len(obs_np), -1)
+            obs_t = model.encode_obs(torch.as_tensor(obs_np, dtype=torch.float32))
             act_t = model.normalizer.norm_action(torch.as_tensor(chunks_np, dtype=torch.float32))
             if cfg.uses_z:
                 zk = model.normalizer.latent_to_knob(

@@ -30,9 +30,7 @@ Tensor = torch.Tensor
 DINO = "vision_backbone.featurizer."
 SIG = "vision_backbone.fused_featurizer."
 
-OPTIONAL_NATIVE = (
-    re.compile(r"^vision_backbone\.featurizer\.embeddings\.mask_token$"),
-)
+OPTIONAL_NATIVE = (re.compile(r"^vision_backbone\.featurizer\.embeddings\.mask_token$"),)
 """Native parameters a released checkpoint does not carry (unused at inference)."""
 
 
@@ -47,10 +45,18 @@ def _names(model: nn.Module) -> tuple[str, str]:
 
 def _dino_attn(style: str) -> dict[str, str]:
     if style == "new":
-        return {"q": "attention.q_proj", "k": "attention.k_proj", "v": "attention.v_proj",
-                "o": "attention.o_proj"}
-    return {"q": "attention.attention.query", "k": "attention.attention.key",
-            "v": "attention.attention.value", "o": "attention.output.dense"}
+        return {
+            "q": "attention.q_proj",
+            "k": "attention.k_proj",
+            "v": "attention.v_proj",
+            "o": "attention.o_proj",
+        }
+    return {
+        "q": "attention.attention.query",
+        "k": "attention.attention.key",
+        "v": "attention.attention.value",
+        "o": "attention.output.dense",
+    }
 
 
 def released_to_native(
@@ -83,11 +89,16 @@ def released_to_native(
     if pending_pool:
         head = SIG + sig_prefix + "head.attention."
         for p in ("weight", "bias"):
-            q, kv = pending_pool.pop(f"attn_pool.q.{p}", None), pending_pool.pop(f"attn_pool.kv.{p}", None)
+            q, kv = (
+                pending_pool.pop(f"attn_pool.q.{p}", None),
+                pending_pool.pop(f"attn_pool.kv.{p}", None),
+            )
             if q is not None and kv is not None:
                 out[head + f"in_proj_{p}"] = torch.cat([q, kv], 0)
             else:
-                unmapped += [SIG + f"attn_pool.{n}.{p}" for n, t in (("q", q), ("kv", kv)) if t is not None]
+                unmapped += [
+                    SIG + f"attn_pool.{n}.{p}" for n, t in (("q", q), ("kv", kv)) if t is not None
+                ]
         unmapped += [SIG + k for k in pending_pool]
     return out, unmapped
 
@@ -114,7 +125,9 @@ def _map_dino(sub: str, val: Tensor, out: dict[str, Tensor], attn: dict[str, str
         out[p + direct[sub]] = val
         return True
     if sub == "pos_embed":  # timm no_embed_class: patch positions only; CLS gets none
-        out[p + "embeddings.position_embeddings"] = torch.cat([torch.zeros_like(val[:, :1]), val], 1)
+        out[p + "embeddings.position_embeddings"] = torch.cat(
+            [torch.zeros_like(val[:, :1]), val], 1
+        )
         return True
     m = _BLOCK.match(sub)
     if not m:
@@ -122,20 +135,27 @@ def _map_dino(sub: str, val: Tensor, out: dict[str, Tensor], attn: dict[str, str
     i, rest = m.group(1), m.group(2)
     lp = f"{p}encoder.layer.{i}."
     table = {
-        "norm1.weight": "norm1.weight", "norm1.bias": "norm1.bias",
-        "norm2.weight": "norm2.weight", "norm2.bias": "norm2.bias",
-        "attn.proj.weight": f"{attn['o']}.weight", "attn.proj.bias": f"{attn['o']}.bias",
-        "mlp.fc1.weight": "mlp.fc1.weight", "mlp.fc1.bias": "mlp.fc1.bias",
-        "mlp.fc2.weight": "mlp.fc2.weight", "mlp.fc2.bias": "mlp.fc2.bias",
-        "ls1.scale_factor": "layer_scale1.lambda1", "ls1.gamma": "layer_scale1.lambda1",
-        "ls2.scale_factor": "layer_scale2.lambda1", "ls2.gamma": "layer_scale2.lambda1",
+        "norm1.weight": "norm1.weight",
+        "norm1.bias": "norm1.bias",
+        "norm2.weight": "norm2.weight",
+        "norm2.bias": "norm2.bias",
+        "attn.proj.weight": f"{attn['o']}.weight",
+        "attn.proj.bias": f"{attn['o']}.bias",
+        "mlp.fc1.weight": "mlp.fc1.weight",
+        "mlp.fc1.bias": "mlp.fc1.bias",
+        "mlp.fc2.weight": "mlp.fc2.weight",
+        "mlp.fc2.bias": "mlp.fc2.bias",
+        "ls1.scale_factor": "layer_scale1.lambda1",
+        "ls1.gamma": "layer_scale1.lambda1",
+        "ls2.scale_factor": "layer_scale2.lambda1",
+        "ls2.gamma": "layer_scale2.lambda1",
     }
     if rest in table:
         out[lp + table[rest]] = val
         return True
     if rest in ("attn.qkv.weight", "attn.qkv.bias"):
         kind = rest.rsplit(".", 1)[1]
-        for name, part in zip("qkv", _split_qkv(val)):
+        for name, part in zip("qkv", _split_qkv(val), strict=True):
             out[f"{lp}{attn[name]}.{kind}"] = part
         return True
     return False
@@ -169,18 +189,23 @@ def _map_siglip(sub: str, val: Tensor, out: dict[str, Tensor], p: str) -> bool:
     i, rest = m.group(1), m.group(2)
     lp = f"{p}encoder.layers.{i}."
     table = {
-        "norm1.weight": "layer_norm1.weight", "norm1.bias": "layer_norm1.bias",
-        "norm2.weight": "layer_norm2.weight", "norm2.bias": "layer_norm2.bias",
-        "attn.proj.weight": "self_attn.out_proj.weight", "attn.proj.bias": "self_attn.out_proj.bias",
-        "mlp.fc1.weight": "mlp.fc1.weight", "mlp.fc1.bias": "mlp.fc1.bias",
-        "mlp.fc2.weight": "mlp.fc2.weight", "mlp.fc2.bias": "mlp.fc2.bias",
+        "norm1.weight": "layer_norm1.weight",
+        "norm1.bias": "layer_norm1.bias",
+        "norm2.weight": "layer_norm2.weight",
+        "norm2.bias": "layer_norm2.bias",
+        "attn.proj.weight": "self_attn.out_proj.weight",
+        "attn.proj.bias": "self_attn.out_proj.bias",
+        "mlp.fc1.weight": "mlp.fc1.weight",
+        "mlp.fc1.bias": "mlp.fc1.bias",
+        "mlp.fc2.weight": "mlp.fc2.weight",
+        "mlp.fc2.bias": "mlp.fc2.bias",
     }
     if rest in table:
         out[lp + table[rest]] = val
         return True
     if rest in ("attn.qkv.weight", "attn.qkv.bias"):
         kind = rest.rsplit(".", 1)[1]
-        for name, part in zip("qkv", _split_qkv(val)):
+        for name, part in zip("qkv", _split_qkv(val), strict=True):
             out[f"{lp}self_attn.{name}_proj.{kind}"] = part
         return True
     return False
@@ -205,13 +230,24 @@ def native_to_released(model: nn.Module) -> dict[str, Tensor]:
     out[d + "patch_embed.proj.bias"] = state[d + "embeddings.patch_embeddings.projection.bias"]
     out[d + "norm.weight"] = state[d + "layernorm.weight"]
     out[d + "norm.bias"] = state[d + "layernorm.bias"]
-    n_dino = 1 + max(int(m.group(1)) for k in state if (m := re.match(re.escape(d) + r"encoder\.layer\.(\d+)\.", k)))
+    n_dino = 1 + max(
+        int(m.group(1))
+        for k in state
+        if (m := re.match(re.escape(d) + r"encoder\.layer\.(\d+)\.", k))
+    )
     for i in range(n_dino):
         lp, bp = f"{d}encoder.layer.{i}.", f"{d}blocks.{i}."
         for kind in ("weight", "bias"):
-            out[bp + f"attn.qkv.{kind}"] = torch.cat([state[f"{lp}{attn[n]}.{kind}"] for n in "qkv"])
+            out[bp + f"attn.qkv.{kind}"] = torch.cat(
+                [state[f"{lp}{attn[n]}.{kind}"] for n in "qkv"]
+            )
             out[bp + f"attn.proj.{kind}"] = state[f"{lp}{attn['o']}.{kind}"]
-            for a, b in (("norm1", "norm1"), ("norm2", "norm2"), ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2")):
+            for a, b in (
+                ("norm1", "norm1"),
+                ("norm2", "norm2"),
+                ("mlp.fc1", "mlp.fc1"),
+                ("mlp.fc2", "mlp.fc2"),
+            ):
                 out[bp + f"{a}.{kind}"] = state[f"{lp}{b}.{kind}"]
         out[bp + "ls1.scale_factor"] = state[lp + "layer_scale1.lambda1"]
         out[bp + "ls2.scale_factor"] = state[lp + "layer_scale2.lambda1"]
@@ -231,7 +267,11 @@ def native_to_released(model: nn.Module) -> dict[str, Tensor]:
             out[s + f"attn_pool.norm.{kind}"] = state[sp + f"head.layernorm.{kind}"]
             out[s + f"attn_pool.mlp.fc1.{kind}"] = state[sp + f"head.mlp.fc1.{kind}"]
             out[s + f"attn_pool.mlp.fc2.{kind}"] = state[sp + f"head.mlp.fc2.{kind}"]
-    n_sig = 1 + max(int(m.group(1)) for k in state if (m := re.match(re.escape(sp) + r"encoder\.layers\.(\d+)\.", k)))
+    n_sig = 1 + max(
+        int(m.group(1))
+        for k in state
+        if (m := re.match(re.escape(sp) + r"encoder\.layers\.(\d+)\.", k))
+    )
     for i in range(n_sig):
         lp, bp = f"{sp}encoder.layers.{i}.", f"{s}blocks.{i}."
         for kind in ("weight", "bias"):
@@ -239,7 +279,12 @@ def native_to_released(model: nn.Module) -> dict[str, Tensor]:
                 [state[f"{lp}self_attn.{n}_proj.{kind}"] for n in "qkv"]
             )
             out[bp + f"attn.proj.{kind}"] = state[f"{lp}self_attn.out_proj.{kind}"]
-            for a, b in (("norm1", "layer_norm1"), ("norm2", "layer_norm2"), ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2")):
+            for a, b in (
+                ("norm1", "layer_norm1"),
+                ("norm2", "layer_norm2"),
+                ("mlp.fc1", "mlp.fc1"),
+                ("mlp.fc2", "mlp.fc2"),
+            ):
                 out[bp + f"{a}.{kind}"] = state[f"{lp}{b}.{kind}"]
     del inv_dino
     return {k: v.contiguous() for k, v in out.items()}
@@ -267,9 +312,7 @@ def load_released_state(
             f"{bad[:25]}{' ...' if len(bad) > 25 else ''}",
             fix="use an openvla/openvla-7b-style checkpoint (fused DINOv2+SigLIP, Llama-2)",
         )
-    missing = sorted(
-        k for k in own if k not in native and not any(p.match(k) for p in optional)
-    )
+    missing = sorted(k for k in own if k not in native and not any(p.match(k) for p in optional))
     if missing:
         raise CheckpointError(
             f"checkpoint lacks {len(missing)} parameter(s): {missing[:25]}"

@@ -41,12 +41,14 @@ from policies.openvla.steering import (
 )
 from policies.openvla.training_openvla import Demos
 
-SPEED_LEVELS: dict[str, tuple[float, str]] = {
-    "slow": (0.06, "slowly"),
-    "normal": (0.12, ""),
-    "fast": (0.22, "quickly"),
+SPEED_LEVELS: dict[str, tuple[tuple[float, float], str]] = {
+    "slow": ((0.04, 0.08), "slowly"),
+    "normal": ((0.09, 0.15), ""),
+    "fast": ((0.16, 0.25), "quickly"),
 }
-"""Demo level -> (expert cruise speed in m/s, adverb appended to the instruction)."""
+"""Demo level -> (range of the expert's per-episode cruise speed in m/s, adverb appended to
+the instruction). Speeds vary within a level, so the model's action-token distribution for
+one instruction spreads over a range of speeds (what makes steering graded)."""
 
 Log = Callable[[str], None]
 
@@ -111,7 +113,7 @@ def collect_speed_demos(
     env: Env,
     episodes_per_level: int,
     seed: int = 0,
-    levels: dict[str, tuple[float, str]] | None = None,
+    levels: dict[str, tuple[tuple[float, float], str]] | None = None,
     reset_options: dict[str, Any] | None = None,
     targets: Sequence[str] = (),
     log: Log = _quiet,
@@ -122,7 +124,7 @@ def collect_speed_demos(
         env: The env (``mujoco:arm_reach``) with a camera.
         episodes_per_level: Episodes per (level, target).
         seed: First reset seed.
-        levels: Level -> (speed m/s, adverb); default :data:`SPEED_LEVELS`.
+        levels: Level -> ((min, max) speed m/s, adverb); default :data:`SPEED_LEVELS`.
         reset_options: Base reset options (e.g. a fixed layout ``cubes``).
         targets: Target names cycled through reset option ``target`` (empty = env's choice).
         log: Progress printer.
@@ -134,14 +136,15 @@ def collect_speed_demos(
     cam = env.observation_spec.image_keys[0]
     images, instr, actions, episode, concept = [], [], [], [], []
     e = 0
-    for name, (speed, adverb) in levels.items():
-        expert = policies.load("expert", env=env, speed=speed)
-        for k in range(episodes_per_level):
+    for name, (speed_range, adverb) in levels.items():
+        expert = policies.load("expert", env=env, speed_range=tuple(speed_range), seed=seed)
+        for _k in range(episodes_per_level):
             for target in targets or (None,):
                 opts = dict(reset_options or {})
                 if target is not None:
                     opts["target"] = target
-                ep = rollout(env, expert, seed=seed + k, reset_options=opts or None)
+                ep = rollout(env, expert, seed=seed + e, reset_options=opts or None)
+                speed = float(getattr(expert, "current_speed", np.linalg.norm(ep.actions[0, :3])))
                 text = f"{ep.instruction} {adverb}".strip()
                 images.append(ep.observations[cam])
                 actions.append(ep.actions)
@@ -149,14 +152,20 @@ def collect_speed_demos(
                 episode += [e] * len(ep)
                 concept += [speed] * len(ep)
                 e += 1
-        log(f"demos: level {name} ({speed} m/s) done, {len(instr)} steps so far")
-    return Demos(np.concatenate(images), instr, np.concatenate(actions), np.asarray(episode),
-                 np.asarray(concept, dtype=np.float64),
-                 {"env_id": env.env_id, "levels": {k: list(v) for k, v in levels.items()},
-                  "camera": cam})
+        log(f"demos: level {name} ({speed_range} m/s) done, {len(instr)} steps so far")
+    return Demos(
+        np.concatenate(images),
+        instr,
+        np.concatenate(actions),
+        np.asarray(episode),
+        np.asarray(concept, dtype=np.float64),
+        {"env_id": env.env_id, "levels": {k: list(v) for k, v in levels.items()}, "camera": cam},
+    )
 
 
-def demos_from_dataset(path: str, image_key: str, obs_key_map: dict[str, str] | None = None) -> Demos:
+def demos_from_dataset(
+    path: str, image_key: str, obs_key_map: dict[str, str] | None = None
+) -> Demos:
     """Demos from a recorded dataset (``embodied collect`` shards or a robomimic/LIBERO file).
 
     The per-step concept is the commanded translational speed ``|action[:3]|``.
@@ -167,19 +176,30 @@ def demos_from_dataset(path: str, image_key: str, obs_key_map: dict[str, str] | 
     images, instr, actions, episode = [], [], [], []
     for e, ep in enumerate(ds):
         if image_key not in ep.obs:
-            raise ConfigError(f"{ep.source} has no {image_key!r}; keys {sorted(ep.obs)}",
-                              fix="pass --image-key or an obs key map")
+            raise ConfigError(
+                f"{ep.source} has no {image_key!r}; keys {sorted(ep.obs)}",
+                fix="pass --image-key or an obs key map",
+            )
         images.append(ep.obs[image_key])
         actions.append(ep.actions)
         instr += [ep.instruction] * len(ep)
         episode += [e] * len(ep)
     acts = np.concatenate(actions)
-    return Demos(np.concatenate(images), instr, acts, np.asarray(episode),
-                 np.linalg.norm(acts[:, :3], axis=1), {"dataset": str(path)})
+    return Demos(
+        np.concatenate(images),
+        instr,
+        acts,
+        np.asarray(episode),
+        np.linalg.norm(acts[:, :3], axis=1),
+        {"dataset": str(path)},
+    )
 
 
 FIXED_LAYOUT: dict[str, tuple[float, float]] = {
-    "red": (0.28, 0.12), "green": (0.36, -0.04), "blue": (0.25, -0.14), "yellow": (0.40, 0.13),
+    "red": (0.28, 0.12),
+    "green": (0.36, -0.04),
+    "blue": (0.25, -0.14),
+    "yellow": (0.40, 0.13),
 }
 """Cube (x, y) in m of the CPU experiment's fixed layout (``--layout fixed``)."""
 
@@ -203,15 +223,34 @@ def train_tiny_on_env(
     mask = [n not in ("gripper",) for n in names]
     key = env.env_id.replace(":", "_")
     image = env.observation_spec.cameras[demos.meta["camera"].removeprefix("image.")]
-    model, proc = build_tiny_vla(demos.instructions, demos.actions, key, mask, seed,
-                                 image_size=min(64, image.height))
+    model, proc = build_tiny_vla(
+        demos.instructions, demos.actions, key, mask, seed, image_size=min(64, image.height)
+    )
     log(f"tiny OpenVLA: {model.num_parameters() / 1e6:.2f} M parameters, {len(demos)} demo steps")
-    hist = train_bc(model, proc, demos, bc, progress=lambda s, r: log(
-        f"bc step {s}: loss {r['loss']:.3f} token acc {r['token_acc']:.2f} ({r['seconds']:.0f} s)"))
-    save_pretrained(model, proc.tokenizer, out, extra={
-        "training": {"history": hist, "settings": asdict(bc), "demo_steps": len(demos),
-                     "env_id": env.env_id, "reset_options": reset_options or {},
-                     "levels": demos.meta["levels"]}})
+    hist = train_bc(
+        model,
+        proc,
+        demos,
+        bc,
+        progress=lambda s, r: log(
+            f"bc step {s}: loss {r['loss']:.3f} token acc {r['token_acc']:.2f} ({r['seconds']:.0f} s)"
+        ),
+    )
+    save_pretrained(
+        model,
+        proc.tokenizer,
+        out,
+        extra={
+            "training": {
+                "history": hist,
+                "settings": asdict(bc),
+                "demo_steps": len(demos),
+                "env_id": env.env_id,
+                "reset_options": reset_options or {},
+                "levels": demos.meta["levels"],
+            }
+        },
+    )
     return model, proc, demos
 
 
@@ -247,12 +286,17 @@ def extract_intervention(
     neurons: int = 16,
     unnorm_key: str | None = None,
     seed: int = 0,
+    positions: str = "last",
 ) -> SteeringDirection | NeuronCluster:
     """Difference-of-means direction (or neuron cluster) between fast and slow demo steps.
 
-    Activations are averaged over the positions that generate the action tokens (the last
-    prompt token and the teacher-forced action tokens but the last).
+    Activations are averaged over ``positions``: ``"last"`` = the last prompt token (which
+    generates the first action token; its input differs between the sets only through what
+    it attends to); ``"action"`` = the positions generating all action tokens (teacher-forced
+    demo action tokens as inputs); ``"text"`` = every prompt token after the image patches.
     """
+    if positions not in ("last", "text", "action"):
+        raise ConfigError(f"unknown positions {positions!r}; use 'last', 'text' or 'action'")
     layer = len(model.decoder_layers) // 2 if layer is None else int(layer)
     pos, neg = contrast_masks(demos.concept)
     rng = np.random.default_rng(seed)
@@ -266,15 +310,19 @@ def extract_intervention(
         idx = rng.choice(idx, size=min(max_per_set, len(idx)), replace=False)
         tokens = processor.actions.encode(normalize(demos.actions[idx], stats))
         d = tokens.shape[1]
-        ids, am = processor.encode_prompts([demos.instructions[i] for i in idx], tokens[:, :-1].tolist())
+        suffix = tokens[:, :-1].tolist() if positions == "action" else None
+        ids, am = processor.encode_prompts([demos.instructions[i] for i in idx], suffix)
         pv = processor.images(demos.images[idx]).to(model.dtype)
-        acts[name] = collect_activations(model, pv, ids, am, layer, n_last=d, site=site)
+        # with left padding, the shortest row bounds the common text suffix length
+        n_text = {"text": int(am.sum(1).min()) - 1, "action": d, "last": 1}[positions]
+        acts[name] = collect_activations(model, pv, ids, am, layer, n_last=n_text, site=site)
     meta = {
         "contrast": "fast vs slow demo steps (extreme levels or top/bottom third)",
         "concept_positive_mean": float(demos.concept[pos].mean()),
         "concept_negative_mean": float(demos.concept[neg].mean()),
         "model": model.config.name,
         "site": site,
+        "positions": positions,
         **{k: v for k, v in demos.meta.items() if isinstance(v, (str, int, float))},
     }
     if kind == "direction":
@@ -307,12 +355,20 @@ def run_episodes(
     for k in range(n):
         if hasattr(policy, "reset_knobs"):
             policy.reset_knobs()
-        ep = rollout(env, policy, steering=steering, seed=settings.seed + k,
-                     reset_options=settings.reset_options or None, record_images=False)
+        ep = rollout(
+            env,
+            policy,
+            steering=steering,
+            seed=settings.seed + k,
+            reset_options=settings.reset_options or None,
+            record_images=False,
+        )
         t = np.arange(len(ep)) / env.control_rate_hz
         y = ep.measurements
         row: dict[str, Any] = {
-            "seed": settings.seed + k, "success": bool(ep.success), "steps": len(ep),
+            "seed": settings.seed + k,
+            "success": bool(ep.success),
+            "steps": len(ep),
             "rmse": tracking_rmse(y, ep.setpoints, skip=1),
             "mean_speed": float(np.nanmean(y[1:])) if len(y) > 1 else math.nan,
             "speed": y.tolist(),
@@ -325,14 +381,17 @@ def run_episodes(
             row["overshoot_pct"], row["settling_time_s"] = math.nan, math.nan
         episodes.append(row)
     summary = summarize(episodes)
-    log(f"{label:>14s}: success {summary['success_rate']:.2f}  rmse {summary['rmse']:.4f} m/s  "
+    log(
+        f"{label:>14s}: success {summary['success_rate']:.2f}  rmse {summary['rmse']:.4f} m/s  "
         f"speed {summary['mean_speed']:.3f} m/s  overshoot {summary['overshoot_pct']:.1f} %  "
-        f"settle {summary['settling_time_s']:.2f} s ({summary['settled_fraction']:.2f} settled)")
+        f"settle {summary['settling_time_s']:.2f} s ({summary['settled_fraction']:.2f} settled)"
+    )
     return {"label": label, "summary": summary, "episodes": episodes}
 
 
 def summarize(episodes: list[dict[str, Any]]) -> dict[str, float]:
     """Means over episodes (settling time over the episodes that settle)."""
+
     def mean(key: str) -> float:
         vals = np.array([e[key] for e in episodes], dtype=np.float64)
         vals = vals[np.isfinite(vals)]
@@ -357,8 +416,11 @@ def pid_from_sweep(sweep: list[dict[str, Any]], settings: ExperimentSettings) ->
     IMC tuning of a first-order plant (gain K, time constant ~0.2 s) with closed-loop time
     constant 0.4 s: ``kp = T / (K lambda)``, ``ki = 1 / (K lambda)``.
     """
-    pts = sorted((r["alpha"], r["summary"]["mean_speed"]) for r in sweep
-                 if np.isfinite(r["summary"]["mean_speed"]) and 0 <= r["alpha"] <= 2)
+    pts = sorted(
+        (r["alpha"], r["summary"]["mean_speed"])
+        for r in sweep
+        if np.isfinite(r["summary"]["mean_speed"]) and 0 <= r["alpha"] <= 2
+    )
     gain = math.nan
     if len(pts) >= 2:
         a, v = np.array(pts).T
@@ -366,13 +428,77 @@ def pid_from_sweep(sweep: list[dict[str, Any]], settings: ExperimentSettings) ->
     if not np.isfinite(gain) or gain <= 1e-3:
         gain = 0.05  # m/s per unit alpha: a conservative fallback
     lam, tau = 0.4, 0.2
-    return {"kp": tau / (gain * lam), "ki": 1.0 / (gain * lam), "kd": 0.0,
-            "output_min": -settings.alpha_limit, "output_max": settings.alpha_limit,
-            "rate_limit": 20.0, "anti_windup": "back_calculation", "static_gain": gain}
+    return {
+        "kp": tau / (gain * lam),
+        "ki": 1.0 / (gain * lam),
+        "kd": 0.0,
+        "output_min": -settings.alpha_limit,
+        "output_max": settings.alpha_limit,
+        "rate_limit": 20.0,
+        "anti_windup": "back_calculation",
+        "static_gain": gain,
+    }
+
+
+class ThreadLocalEnv(Env):
+    """One inner env per thread, built by ``factory`` (EGL contexts are bound to a thread).
+
+    The RL steering env runs each inner rollout in a worker thread; MuJoCo's offscreen GL
+    context cannot be made current in a second thread, so each thread gets its own env.
+    Envs of finished threads are closed on the next reset.
+    """
+
+    def __init__(self, factory: Callable[[], Env]) -> None:
+        import threading
+
+        self._factory = factory
+        self._envs: dict[threading.Thread, Env] = {}
+        proto = factory()
+        self._proto = proto
+        self.observation_spec, self.action_spec = proto.observation_spec, proto.action_spec
+        self.control_rate_hz, self.max_episode_steps = (
+            proto.control_rate_hz,
+            proto.max_episode_steps,
+        )
+        self.env_id = proto.env_id
+
+    def _current(self) -> Env:
+        import threading
+
+        me = threading.current_thread()
+        if me not in self._envs:
+            for th in [t for t in self._envs if not t.is_alive()]:
+                self._envs.pop(th).close()
+            self._envs[me] = self._factory()
+        return self._envs[me]
+
+    @property
+    def instruction(self) -> str:  # type: ignore[override]
+        """The current thread's env instruction."""
+        return self._current().instruction
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        """Reset this thread's env."""
+        return self._current().reset(seed=seed, options=options)
+
+    def step(self, action: np.ndarray) -> Any:
+        """Step this thread's env."""
+        return self._current().step(action)
+
+    def close(self) -> None:
+        """Close every env."""
+        for env in [*self._envs.values(), self._proto]:
+            env.close()
+        self._envs.clear()
 
 
 def train_rl(
-    env: Env, policy: Policy, settings: ExperimentSettings, out: Path, log: Log = _quiet
+    env: Env,
+    policy: Policy,
+    settings: ExperimentSettings,
+    out: Path,
+    log: Log = _quiet,
+    env_factory: Callable[[], Env] | None = None,
 ) -> Controller:
     """PPO controller trained on steered rollouts of the frozen policy."""
     from controllers.rl import RLControllerConfig, SteeringEnv
@@ -380,18 +506,32 @@ def train_rl(
     from embodied.concepts import make_concept
 
     cfg = RLControllerConfig(
-        output_min=-settings.alpha_limit, output_max=settings.alpha_limit, max_delta=0.5,
-        error_scale=0.05, horizon_steps=env.max_episode_steps,
-        setpoint_low=settings.setpoint * 0.7, setpoint_high=settings.setpoint * 1.3,
-        lambda_delta=0.05, beta_success=2.0,
+        output_min=-settings.alpha_limit,
+        output_max=settings.alpha_limit,
+        max_delta=0.5,
+        error_scale=0.05,
+        horizon_steps=env.max_episode_steps,
+        setpoint_low=settings.setpoint * 0.7,
+        setpoint_high=settings.setpoint * 1.3,
+        lambda_delta=0.05,
+        beta_success=2.0,
     )
-    senv = SteeringEnv(env, policy, make_concept("ee_speed", filter_tau_s=settings.concept_tau_s),
-                       cfg, reset_options=settings.reset_options or None)
-    ppo = PPOSettings(total_timesteps=settings.rl_timesteps, n_steps=256, batch_size=64,
-                      n_epochs=5, seed=0)
+    inner = ThreadLocalEnv(env_factory) if env_factory is not None else env
+    senv = SteeringEnv(
+        inner,
+        policy,
+        make_concept("ee_speed", filter_tau_s=settings.concept_tau_s),
+        cfg,
+        reset_options=settings.reset_options or None,
+    )
+    ppo = PPOSettings(
+        total_timesteps=settings.rl_timesteps, n_steps=256, batch_size=64, n_epochs=5, seed=0
+    )
     controller, _ = train_rl_controller(senv, ppo, save_to=out)
     if hasattr(senv, "close"):
         senv.close()
+    if inner is not env:
+        inner.close()
     log(f"RL controller: {controller.meta if hasattr(controller, 'meta') else ''}")
     return controller
 
@@ -403,15 +543,26 @@ def run_experiment(
     out: Path,
     log: Log = _quiet,
     extra: dict[str, Any] | None = None,
+    env_factory: Callable[[], Env] | None = None,
 ) -> dict[str, Any]:
-    """Sweep, then every controller row; writes results.json, results.md and the plot."""
+    """Sweep, then every controller row; writes results.json, results.md and the plot.
+
+    ``env_factory`` builds fresh envs for the RL controller's threaded training rollouts.
+    """
     import controllers
 
     torch.set_grad_enabled(False)
     sweep = []
     for a in settings.sweep_alphas:
-        r = run_episodes(env, policy, controllers.make("fixed", value=a), settings,
-                         settings.sweep_episodes, f"sweep a={a:g}", log)
+        r = run_episodes(
+            env,
+            policy,
+            controllers.make("fixed", value=a),
+            settings,
+            settings.sweep_episodes,
+            f"sweep a={a:g}",
+            log,
+        )
         r["alpha"] = a
         sweep.append(r)
     pid_cfg = dict(settings.pid) or pid_from_sweep(sweep, settings)
@@ -419,15 +570,20 @@ def run_experiment(
     rows: list[tuple[str, Controller | None]] = [
         ("none", None),
         (f"fixed a={settings.alpha_weak:g}", controllers.make("fixed", value=settings.alpha_weak)),
-        (f"fixed a={settings.alpha_strong:g}", controllers.make("fixed", value=settings.alpha_strong)),
+        (
+            f"fixed a={settings.alpha_strong:g}",
+            controllers.make("fixed", value=settings.alpha_strong),
+        ),
         ("pid", controllers.make("pid", **pid_cfg)),
     ]
     if settings.rl_timesteps > 0:
         torch.set_grad_enabled(True)
-        rl = train_rl(env, policy, settings, out / "rl_controller", log)
+        rl = train_rl(env, policy, settings, out / "rl_controller", log, env_factory)
         torch.set_grad_enabled(False)
         rows.append(("rl (ppo)", rl))
-    results = [run_episodes(env, policy, c, settings, settings.episodes, name, log) for name, c in rows]
+    results = [
+        run_episodes(env, policy, c, settings, settings.episodes, name, log) for name, c in rows
+    ]
     report = {
         "settings": asdict(settings),
         "pid": pid_cfg,
@@ -461,10 +617,17 @@ def markdown_table(report: dict[str, Any]) -> str:
             f"| {r['overshoot_pct']:.1f} | {r['settling_time_s']:.2f} | {r['settled_fraction']:.2f} |"
         )
     if report.get("sweep"):
-        lines += ["", "Fixed-alpha sweep (dose response):", "",
-                  "| alpha | success | mean speed (m/s) |", "|---|---|---|"]
-        lines += [f"| {r['alpha']:g} | {r['success_rate']:.2f} | {r['mean_speed']:.3f} |"
-                  for r in report["sweep"]]
+        lines += [
+            "",
+            "Fixed-alpha sweep (dose response):",
+            "",
+            "| alpha | success | mean speed (m/s) |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {r['alpha']:g} | {r['success_rate']:.2f} | {r['mean_speed']:.3f} |"
+            for r in report["sweep"]
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -481,8 +644,9 @@ def write_report(report: dict[str, Any], out: Path, rate_hz: float) -> None:
     write_json(out / "results.json", report)
     write_text(out / "results.md", markdown_table(report))
     traces = report["traces"]
-    fig, axes = plt.subplots(2, len(traces), figsize=(3.2 * len(traces), 5.2), sharey="row",
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        2, len(traces), figsize=(3.2 * len(traces), 5.2), sharey="row", squeeze=False
+    )
     sp = report["settings"]["setpoint"]
     for j, (label, eps) in enumerate(traces.items()):
         for i, ep in enumerate(eps[:3]):

@@ -86,7 +86,9 @@ def read_config(path: Path) -> OpenVLAConfig:
         config = OpenVLAConfig.from_dict(raw["openvla"])
     elif raw.get("model_type") in ("openvla", "prismatic"):
         pre = path / "preprocessor_config.json"
-        config = OpenVLAConfig.from_released(raw, json.loads(pre.read_text()) if pre.exists() else None)
+        config = OpenVLAConfig.from_released(
+            raw, json.loads(pre.read_text()) if pre.exists() else None
+        )
     else:
         raise CheckpointError(
             f"{cfg_file} is not an OpenVLA config (policy_type={raw.get('policy_type')!r}, "
@@ -190,7 +192,8 @@ def save_pretrained(
             write_json(tmp / "config.json", cfg.to_released())
         else:
             write_json(
-                tmp / "config.json", {"policy_type": "openvla", "openvla": cfg.to_dict(), **(extra or {})}
+                tmp / "config.json",
+                {"policy_type": "openvla", "openvla": cfg.to_dict(), **(extra or {})},
             )
         tokenizer.save_pretrained(str(tmp))
         if target.exists():

@@ -165,7 +165,9 @@ class OpenVLAModel(nn.Module):
         else:
             emb = torch.cat(
                 [
-                    torch.cat([tok[i : i + 1, : s + 1], patches[i : i + 1], tok[i : i + 1, s + 1 :]], 1)
+                    torch.cat(
+                        [tok[i : i + 1, : s + 1], patches[i : i + 1], tok[i : i + 1, s + 1 :]], 1
+                    )
                     for i, s in enumerate(int(x) for x in starts)
                 ],
                 dim=0,

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from embodied.contracts import Env, Knob, KnobMixin, Policy
 from embodied.errors import CompatibilityError, ConfigError
@@ -68,7 +67,10 @@ class OpenVLAPolicy(KnobMixin, Policy):
             self.hook = SteeringHook(model, intervention).attach()
             self._knobs = {
                 "alpha": Knob.scalar(
-                    "alpha", -alpha_limit, alpha_limit, 0.0,
+                    "alpha",
+                    -alpha_limit,
+                    alpha_limit,
+                    0.0,
                     description=f"steering strength along {intervention.concept or 'the direction'}",
                 )
             }
@@ -136,7 +138,9 @@ class OpenVLAPolicy(KnobMixin, Policy):
         """One action (1, action_dim) from the camera frame and ``obs["instruction"]``."""
         instruction = obs.get("instruction", "")
         if not instruction:
-            raise ConfigError("observation has no instruction", fix="the env must set obs['instruction']")
+            raise ConfigError(
+                "observation has no instruction", fix="the env must set obs['instruction']"
+            )
         return self.predict_batch([self._image(obs)], [str(instruction)])
 
 
@@ -163,6 +167,10 @@ def build_policy(
         path, device=device, dtype=dtype, center_crop=libero if center_crop is None else center_crop
     )
     return OpenVLAPolicy(
-        model, proc, unnorm_key=unnorm_key, intervention=steering, alpha_limit=alpha_limit,
+        model,
+        proc,
+        unnorm_key=unnorm_key,
+        intervention=steering,
+        alpha_limit=alpha_limit,
         flip_image=libero if flip_image is None else flip_image,
     )

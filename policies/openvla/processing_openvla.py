@@ -30,7 +30,9 @@ def build_prompt(instruction: str) -> str:
     """OpenVLA's prompt for ``instruction`` (lower-cased, as in OpenVLA's evaluation code)."""
     text = instruction.strip().lower()
     if not text:
-        raise ConfigError("empty instruction", fix="pass the task instruction, e.g. 'pick up the cube'")
+        raise ConfigError(
+            "empty instruction", fix="pass the task instruction, e.g. 'pick up the cube'"
+        )
     return PROMPT_TEMPLATE.format(instruction=text)
 
 
@@ -161,7 +163,7 @@ class ImageProcessor:
         if isinstance(images, np.ndarray) and images.ndim == 3:
             images = [images]
         arr = np.stack([self.prepare(im) for im in images]).astype(np.float32) / 255.0
-        parts = [(arr - m) / s for m, s in zip(self.means, self.stds)]
+        parts = [(arr - m) / s for m, s in zip(self.means, self.stds, strict=True)]
         stacked = np.concatenate(parts, axis=-1)  # (B, H, W, 6)
         return torch.from_numpy(np.ascontiguousarray(stacked.transpose(0, 3, 1, 2)))
 
@@ -202,7 +204,7 @@ class OpenVLAProcessor:
         """Left-padded ``input_ids`` and ``attention_mask`` (B, T); optional per-row suffix ids."""
         rows = [self.prompt_ids(s) for s in instructions]
         if suffixes is not None:
-            rows = [r + [int(t) for t in suf] for r, suf in zip(rows, suffixes)]
+            rows = [r + [int(t) for t in suf] for r, suf in zip(rows, suffixes, strict=True)]
         width = max(len(r) for r in rows)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -212,14 +214,90 @@ class OpenVLAProcessor:
         return ids, mask
 
 
-TINY_WORDS = (
-    "in out what action should the robot take to ? : . , \n "
-    "move reach go push pick place put lift touch point at on of a an and with toward towards "
-    "slowly quickly fast slow carefully gently normally speed "
-    "red green blue yellow orange purple white black cyan magenta pink gray grey "
-    "target goal cube ball sphere block box marker object button left right front back "
-    "up down top bottom center middle near far table arm gripper end effector hand"
-).split(" ")
+TINY_WORDS = [
+    "in",
+    "out",
+    "what",
+    "action",
+    "should",
+    "the",
+    "robot",
+    "take",
+    "to",
+    "?",
+    ":",
+    ".",
+    ",",
+    "\n",
+    "move",
+    "reach",
+    "go",
+    "push",
+    "pick",
+    "place",
+    "put",
+    "lift",
+    "touch",
+    "point",
+    "at",
+    "on",
+    "of",
+    "a",
+    "an",
+    "and",
+    "with",
+    "toward",
+    "towards",
+    "slowly",
+    "quickly",
+    "fast",
+    "slow",
+    "carefully",
+    "gently",
+    "normally",
+    "speed",
+    "red",
+    "green",
+    "blue",
+    "yellow",
+    "orange",
+    "purple",
+    "white",
+    "black",
+    "cyan",
+    "magenta",
+    "pink",
+    "gray",
+    "grey",
+    "target",
+    "goal",
+    "cube",
+    "ball",
+    "sphere",
+    "block",
+    "box",
+    "marker",
+    "object",
+    "button",
+    "left",
+    "right",
+    "front",
+    "back",
+    "up",
+    "down",
+    "top",
+    "bottom",
+    "center",
+    "middle",
+    "near",
+    "far",
+    "table",
+    "arm",
+    "gripper",
+    "end",
+    "effector",
+    "hand",
+]
 
 
 def build_tiny_tokenizer(extra_words: Sequence[str] = (), vocab_size: int = 384) -> Any:

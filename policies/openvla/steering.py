@@ -59,8 +59,16 @@ class SteeringDirection:
         st, js = _paths(path)
         with atomic_path(st) as tmp:
             save_file({"direction": self.vector.detach().float().cpu().contiguous()}, str(tmp))
-        write_json(js, {"kind": "direction", "layer": self.layer, "concept": self.concept,
-                        "hidden_size": int(self.vector.numel()), "meta": self.meta})
+        write_json(
+            js,
+            {
+                "kind": "direction",
+                "layer": self.layer,
+                "concept": self.concept,
+                "hidden_size": int(self.vector.numel()),
+                "meta": self.meta,
+            },
+        )
         return st
 
     @classmethod
@@ -77,8 +85,12 @@ class SteeringDirection:
         meta = json.loads(js.read_text())
         if meta.get("kind") != "direction":
             raise CheckpointError(f"{js} holds a {meta.get('kind')!r}, not a direction")
-        return cls(load_file(str(st))["direction"], int(meta["layer"]), meta.get("concept", ""),
-                   meta.get("meta", {}))
+        return cls(
+            load_file(str(st))["direction"],
+            int(meta["layer"]),
+            meta.get("concept", ""),
+            meta.get("meta", {}),
+        )
 
 
 @dataclass
@@ -105,10 +117,16 @@ class NeuronCluster:
 
         st, js = _paths(path)
         with atomic_path(st) as tmp:
-            save_file({"neurons": self.neurons.long().cpu().contiguous(),
-                       "values": self.values.float().cpu().contiguous()}, str(tmp))
-        write_json(js, {"kind": "neurons", "layer": self.layer, "concept": self.concept,
-                        "meta": self.meta})
+            save_file(
+                {
+                    "neurons": self.neurons.long().cpu().contiguous(),
+                    "values": self.values.float().cpu().contiguous(),
+                },
+                str(tmp),
+            )
+        write_json(
+            js, {"kind": "neurons", "layer": self.layer, "concept": self.concept, "meta": self.meta}
+        )
         return st
 
     @classmethod
@@ -123,8 +141,13 @@ class NeuronCluster:
         if meta.get("kind") != "neurons":
             raise CheckpointError(f"{js} holds a {meta.get('kind')!r}, not a neuron cluster")
         t = load_file(str(st))
-        return cls(int(meta["layer"]), t["neurons"], t["values"], meta.get("concept", ""),
-                   meta.get("meta", {}))
+        return cls(
+            int(meta["layer"]),
+            t["neurons"],
+            t["values"],
+            meta.get("concept", ""),
+            meta.get("meta", {}),
+        )
 
 
 def load_intervention(path: str | os.PathLike[str]) -> SteeringDirection | NeuronCluster:
@@ -146,7 +169,10 @@ class SteeringHook:
     """
 
     def __init__(
-        self, model: OpenVLAModel, intervention: SteeringDirection | NeuronCluster, alpha: float = 0.0
+        self,
+        model: OpenVLAModel,
+        intervention: SteeringDirection | NeuronCluster,
+        alpha: float = 0.0,
     ) -> None:
         n_layers = len(model.decoder_layers)
         if not 0 <= intervention.layer < n_layers:
@@ -265,18 +291,23 @@ def collect_activations(
         for i in range(0, len(input_ids), batch_size):
             sl = slice(i, i + batch_size)
             emb, mask, pos, _ = model.embed(
-                pixel_values[sl].to(model.device), input_ids[sl].to(model.device),
+                pixel_values[sl].to(model.device),
+                input_ids[sl].to(model.device),
                 attention_mask[sl].to(model.device),
             )
-            model.language_model.model(inputs_embeds=emb, attention_mask=mask, position_ids=pos,
-                                       use_cache=False)
+            model.language_model.model(
+                inputs_embeds=emb, attention_mask=mask, position_ids=pos, use_cache=False
+            )
     finally:
         handle.remove()
     return torch.cat(store, 0)
 
 
 def mean_difference(
-    positive: torch.Tensor, negative: torch.Tensor, layer: int, concept: str = "",
+    positive: torch.Tensor,
+    negative: torch.Tensor,
+    layer: int,
+    concept: str = "",
     meta: dict[str, Any] | None = None,
 ) -> SteeringDirection:
     """Difference-of-means direction ``mean(positive) - mean(negative)`` with its statistics."""
@@ -291,8 +322,10 @@ def mean_difference(
     proj_n = (negative @ vec).numpy()
     pooled = float(np.sqrt(0.5 * (proj_p.var() + proj_n.var())) + 1e-12)
     info = {
-        "n_positive": len(positive), "n_negative": len(negative),
-        "norm": float(vec.norm()), "mean_activation_norm": float(torch.cat([positive, negative]).norm(dim=1).mean()),
+        "n_positive": len(positive),
+        "n_negative": len(negative),
+        "norm": float(vec.norm()),
+        "mean_activation_norm": float(torch.cat([positive, negative]).norm(dim=1).mean()),
         "separation_d": float((proj_p.mean() - proj_n.mean()) / pooled),
         **(meta or {}),
     }
@@ -300,7 +333,11 @@ def mean_difference(
 
 
 def select_neurons(
-    positive: torch.Tensor, negative: torch.Tensor, layer: int, k: int = 16, concept: str = "",
+    positive: torch.Tensor,
+    negative: torch.Tensor,
+    layer: int,
+    k: int = 16,
+    concept: str = "",
     meta: dict[str, Any] | None = None,
 ) -> NeuronCluster:
     """The ``k`` MLP neurons whose mean activation differs most (in pooled std units).
@@ -311,8 +348,13 @@ def select_neurons(
     sd = torch.sqrt(0.5 * (positive.var(0) + negative.var(0))) + 1e-6
     score = (mu_p - mu_n) / sd
     idx = torch.argsort(score.abs(), descending=True)[:k]
-    return NeuronCluster(layer, idx, mu_p[idx].float(), concept,
-                         {"k": k, "scores": score[idx].tolist(), **(meta or {})})
+    return NeuronCluster(
+        layer,
+        idx,
+        mu_p[idx].float(),
+        concept,
+        {"k": k, "scores": score[idx].tolist(), **(meta or {})},
+    )
 
 
 def steer_layers_default(model: OpenVLAModel) -> int:

@@ -55,15 +55,23 @@ class Demos:
         n = len(self.images)
         lens = {len(self.instructions), len(self.actions), len(self.episode), len(self.concept)}
         if lens != {n} or n == 0:
-            raise ConfigError(f"demo arrays must share a non-zero length, got {n} and {sorted(lens)}")
+            raise ConfigError(
+                f"demo arrays must share a non-zero length, got {n} and {sorted(lens)}"
+            )
 
     def __len__(self) -> int:
         return len(self.images)
 
     def subset(self, idx: np.ndarray) -> Demos:
         """The steps at ``idx``."""
-        return Demos(self.images[idx], [self.instructions[i] for i in idx], self.actions[idx],
-                     self.episode[idx], self.concept[idx], dict(self.meta))
+        return Demos(
+            self.images[idx],
+            [self.instructions[i] for i in idx],
+            self.actions[idx],
+            self.episode[idx],
+            self.concept[idx],
+            dict(self.meta),
+        )
 
 
 @dataclass
@@ -113,7 +121,9 @@ def build_tiny_vla(
     """
     tokenizer = build_tiny_tokenizer(tokenizer_words(instructions))
     stats = {unnorm_key: compute_norm_stats(actions, mask)}
-    cfg = OpenVLAConfig.tiny(vocab_size=len(tokenizer) - 1 + 64, norm_stats=stats, **config_overrides)
+    cfg = OpenVLAConfig.tiny(
+        vocab_size=len(tokenizer) - 1 + 64, norm_stats=stats, **config_overrides
+    )
     torch.manual_seed(seed)
     return OpenVLAModel(cfg), OpenVLAProcessor(cfg, tokenizer)
 
@@ -188,8 +198,12 @@ def train_bc(
             model.eval()
             acc = action_token_accuracy(model, batch)
             model.train()
-            row = {"step": step + 1, "loss": running / count, "token_acc": acc,
-                   "seconds": time.perf_counter() - t0}
+            row = {
+                "step": step + 1,
+                "loss": running / count,
+                "token_acc": acc,
+                "seconds": time.perf_counter() - t0,
+            }
             running, count = 0.0, 0
             history.append(row)
             if progress is not None:

@@ -27,17 +27,17 @@ if importlib.util.find_spec("libero") is None or importlib.util.find_spec("robos
         "libero extra not installed (pip install --no-deps libero==0.1.1 && pip install .[libero])"
     )
 
-from embodied.contracts import Env  # noqa: E402
-from sim import ENVS, EnvFamily  # noqa: E402
-from sim.libero.configuration_libero import (  # noqa: E402
+from embodied.contracts import Env
+from sim import ENVS, EnvFamily
+from sim.libero.configuration_libero import (
     DEFAULT_MAX_STEPS,
     GRIPPER_CONVENTIONS,
     SUITES,
     LiberoProtocol,
 )
-from sim.libero.demos import LIBERO_OBS_KEY_MAP, load_demos  # noqa: E402
-from sim.libero.resources import ASSETS_ENV_VAR, ensure_config, resolve_assets  # noqa: E402
-from sim.libero.tasks import LiberoTask, all_tasks, expand, resolve_task, suite_tasks  # noqa: E402
+from sim.libero.demos import LIBERO_OBS_KEY_MAP, load_demos
+from sim.libero.resources import ASSETS_ENV_VAR, ensure_config, resolve_assets
+from sim.libero.tasks import LiberoTask, all_tasks, expand, resolve_task, suite_tasks
 
 
 def make(task: str, **kwargs: Any) -> Env:

@@ -18,11 +18,13 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sim.libero.configuration_libero import SUITES
+from sim.libero.resources import ASSETS_ENV_VAR
 
 
 def _median_rate(times: list[float], steps: int) -> float:
@@ -81,13 +83,19 @@ def _row(suite: str, cameras: tuple[str, ...], steps: int, resets: int) -> dict[
 def rows(quick: bool = False, suites: tuple[str, ...] = SUITES) -> dict[str, Any]:
     """Bench rows ``libero:<suite>`` and ``libero:<suite>:cam`` (see module docstring).
 
-    Needs the LIBERO assets (``$EMBODIED_LIBERO_ASSETS`` or the hub); a suite that cannot be
-    built gets ``{"error": ...}`` instead of figures.
+    Needs the LIBERO assets (``$EMBODIED_LIBERO_ASSETS``, else ``../shared/libero-assets``
+    beside the checkout, else the hub); a suite that cannot be built gets ``{"error": ...}``.
     """
     steps, cam_steps, resets = (40, 20, 2) if quick else (400, 100, 5)
+    shared = Path(__file__).resolve().parents[2].parent / "shared" / "libero-assets"
+    if not os.environ.get(ASSETS_ENV_VAR) and shared.is_dir():  # a checkout beside ../shared
+        os.environ[ASSETS_ENV_VAR] = str(shared)
     out: dict[str, Any] = {}
     for suite in suites:
-        for key, cams, n in ((f"libero:{suite}", (), steps), (f"libero:{suite}:cam", ("agentview",), cam_steps)):
+        for key, cams, n in (
+            (f"libero:{suite}", (), steps),
+            (f"libero:{suite}:cam", ("agentview",), cam_steps),
+        ):
             try:
                 out[key] = _row(suite, cams, n, resets)
             except Exception as exc:  # report, don't abort the other rows

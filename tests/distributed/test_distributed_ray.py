@@ -53,7 +53,9 @@ def test_ray_eval_identical_to_serial(local_ray: Any) -> None:
     """Same grid on Ray actors and inline: identical per-episode outcomes, in grid order."""
     kw: dict[str, Any] = {"envs": ("mujoco:reach_around",), "episodes": 6, "seed": 3}
     events: list[str] = []
-    par = evaluate(EvalConfig(**kw, workers=2, backend="ray"), "expert", lambda k, d: events.append(k))
+    par = evaluate(
+        EvalConfig(**kw, workers=2, backend="ray"), "expert", lambda k, d: events.append(k)
+    )
     ser = evaluate(EvalConfig(**kw, workers=0), "expert")
     assert _outcomes(par) == _outcomes(ser)
     assert [e.spec.index for e in par.episodes] == list(range(6))

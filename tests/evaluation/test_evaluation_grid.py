@@ -78,8 +78,9 @@ def test_libero_suite_expands_to_tasks_with_fixed_init_states() -> None:
     assert [s.init_state for s in task3] == list(range(50))
     assert task3[7].reset_options == {"init_state": 7} and task3[7].seed == 7
     assert sum(s.record_video for s in specs) == 10
-    more = build_grid(EvalConfig("libero:libero_goal:open_the_middle_drawer_of_the_cabinet",
-                                 episodes=60))
+    more = build_grid(
+        EvalConfig("libero:libero_goal:open_the_middle_drawer_of_the_cabinet", episodes=60)
+    )
     assert {s.env_id for s in more} == {"libero:libero_goal:0"}
     assert more[55].init_state == 5  # wraps around the 50 fixed states
     with pytest.raises(UnknownNameError, match="libero_spatial"):

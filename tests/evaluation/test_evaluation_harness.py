@@ -86,8 +86,10 @@ def test_killed_worker_episode_is_rerun_not_lost() -> None:
     assert result.episodes[2].worker != killed[0][1]
     assert len({r.worker for r in result.episodes}) >= 2  # really ran in worker processes
     # The rerun reproduces the episode: same outcome as running the grid in this process.
-    inline = evaluate(EvalConfig("mujoco:reach_around", episodes=6, workers=0),
-                      PolicyLoader("expert", {"speed": 0.3}))
+    inline = evaluate(
+        EvalConfig("mujoco:reach_around", episodes=6, workers=0),
+        PolicyLoader("expert", {"speed": 0.3}),
+    )
     assert [(r.success, r.steps) for r in result.episodes] == [
         (r.success, r.steps) for r in inline.episodes
     ]
@@ -129,9 +131,23 @@ def test_cli_bad_input_lists_what_exists() -> None:
 @pytest.mark.libero
 def test_cli_eval_on_a_libero_task_in_a_worker(tmp_path: Path, shared_dir: Path) -> None:
     proc = _cli(
-        "eval", "--env", "libero:libero_90:0", "--policy", "zero", "--episodes", "2",
-        "--workers", "1", "--max-steps", "6", "--video-episodes", "1", "--out", str(tmp_path),
-        "--libero-assets", str(shared_dir / "libero-assets"),
+        "eval",
+        "--env",
+        "libero:libero_90:0",
+        "--policy",
+        "zero",
+        "--episodes",
+        "2",
+        "--workers",
+        "1",
+        "--max-steps",
+        "6",
+        "--video-episodes",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--libero-assets",
+        str(shared_dir / "libero-assets"),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads((tmp_path / "results.json").read_text())

@@ -39,10 +39,23 @@ def test_wilson_interval_edges_and_bad_input() -> None:
 
 
 def test_task_and_group_stats() -> None:
-    a = task_stats("libero:libero_goal:0", "libero:libero_goal", "default", "open",
-                   [True, True, False, True], [10, 12, 300, 8])
-    b = task_stats("libero:libero_goal:1", "libero:libero_goal", "default", "put",
-                   [False, False], [300, 300], errors=1)
+    a = task_stats(
+        "libero:libero_goal:0",
+        "libero:libero_goal",
+        "default",
+        "open",
+        [True, True, False, True],
+        [10, 12, 300, 8],
+    )
+    b = task_stats(
+        "libero:libero_goal:1",
+        "libero:libero_goal",
+        "default",
+        "put",
+        [False, False],
+        [300, 300],
+        errors=1,
+    )
     assert (a.n, a.successes, a.success_rate, a.mean_steps) == (4, 3, 0.75, 82.5)
     assert (a.ci_low, a.ci_high) == wilson_interval(3, 4)
     assert b.errors == 1 and b.success_rate == 0.0

@@ -25,8 +25,11 @@ def write_libero_demo_file(path: Path, lengths: tuple[int, ...] = (5, 7)) -> dic
     with h5py.File(path, "w") as f:
         data = f.create_group("data")
         data.attrs["problem_info"] = json.dumps(
-            {"problem_name": "libero_tabletop_manipulation", "domain_name": "robosuite",
-             "language_instruction": f" {INSTRUCTION} "}
+            {
+                "problem_name": "libero_tabletop_manipulation",
+                "domain_name": "robosuite",
+                "language_instruction": f" {INSTRUCTION} ",
+            }
         )
         data.attrs["env_args"] = json.dumps({"type": 1, "env_name": "Libero_Tabletop_Manipulation"})
         data.attrs["bddl_file_name"] = "KITCHEN_SCENE1_put_the_black_bowl_on_the_plate.bddl"
@@ -99,7 +102,10 @@ def test_demo_file_without_state_parts_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="ee_pos"):
         load_demos(path)[0]
     assert load_demos(path, obs_keys=("image.agentview",))[0].obs["image.agentview"].shape == (
-        2, 8, 8, 3,
+        2,
+        8,
+        8,
+        3,
     )
     with pytest.raises(DatasetError, match="does not exist"):
         load_demos(tmp_path / "missing.hdf5")

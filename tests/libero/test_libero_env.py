@@ -20,7 +20,7 @@ from libero_goals import force_goal  # noqa: E402
 
 import sim  # noqa: E402
 from embodied.contracts import Policy  # noqa: E402
-from embodied.errors import CompatibilityError, ConfigError, UnknownNameError  # noqa: E402
+from embodied.errors import ActionError, CompatibilityError, ConfigError, UnknownNameError  # noqa: E402
 from embodied.loop import rollout  # noqa: E402
 from embodied.specs import Observation  # noqa: E402
 
@@ -82,9 +82,16 @@ def test_suite_task_resets_steps_renders_and_detects_success(task: str) -> None:
     try:
         suite = task.split(":")[0]
         assert env.env_id == f"libero:{task}"
-        assert env.max_episode_steps == {"libero_spatial": 220, "libero_object": 280,
-                                         "libero_goal": 300, "libero_10": 520,
-                                         "libero_90": 400}[suite]
+        assert (
+            env.max_episode_steps
+            == {
+                "libero_spatial": 220,
+                "libero_object": 280,
+                "libero_goal": 300,
+                "libero_10": 520,
+                "libero_90": 400,
+            }[suite]
+        )
         d = env.describe()
         assert d["protocol"]["num_wait_steps"] == 10 and d["action"]["names"][-1] == "gripper"
         inner = env.raw_env.env
@@ -119,6 +126,8 @@ def test_suite_task_resets_steps_renders_and_detects_success(task: str) -> None:
             env.reset(options={"init_state": 50})
         with pytest.raises(ConfigError, match="'scene'"):
             env.reset(options={"scene": "x"})
+        with pytest.raises(ActionError, match=r"\(3,\)"):
+            env.step(np.zeros(3))
     finally:
         env.close()
 
@@ -131,7 +140,8 @@ class CloseDrawer(Policy):
     def __init__(self, region_pos: np.ndarray) -> None:
         super().__init__()
         r = np.asarray(region_pos)
-        self.waypoints = [r + [0, 0.22, 0.10], r + [0, 0.22, 0.01], r + [0, -0.10, 0.01]]
+        offsets = np.array([[0, 0.22, 0.10], [0, 0.22, 0.01], [0, -0.10, 0.01]])
+        self.waypoints = list(r + offsets)  # above, in front of, then through the drawer
         self.k = 0
 
     def reset(self) -> None:
@@ -247,9 +257,7 @@ def test_config_written_without_stdin_and_missing_assets_error(tmp_path: Path) -
     assert "ConfigError" in err and "--libero-assets" in err
     assert "EMBODIED_LIBERO_ASSETS" in err and "Hugging Face hub" in err
 
-    (cfg_dir / "config.yaml").write_text(
-        (cfg_dir / "config.yaml").read_text() + "# user edit\n"
-    )
+    (cfg_dir / "config.yaml").write_text((cfg_dir / "config.yaml").read_text() + "# user edit\n")
     proc = _run("import sim; sim.list_env_ids()", env, tmp_path)
     assert proc.returncode == 0 and "# user edit" in (cfg_dir / "config.yaml").read_text()
 

@@ -110,3 +110,11 @@ def test_openvla_image_rotates_resizes_and_crops() -> None:
     assert cropped.shape == (224, 224, 3)
     # the crop cuts away most of the 16 px corner: fewer bright pixels than uncropped
     assert (cropped > 128).sum() < (out > 128).sum()
+
+
+def test_protocol_pickles_for_worker_processes() -> None:
+    import pickle
+
+    p = LiberoProtocol.openvla(max_steps_by_suite={"libero_goal": 350})
+    q = pickle.loads(pickle.dumps(p))
+    assert q == p and q.max_steps("libero_goal") == 350 and q.image_size == 224

@@ -47,9 +47,15 @@ def test_action_tokens_round_trip_exhaustively(vocab: int) -> None:
     assert np.abs(tok.decode(t) - a).max() <= half_bin + 1e-12
     # Out-of-range actions clip; stray (non-action) ids clip into the range when decoding.
     assert tok.encode(np.array([5.0, -5.0])).tolist() == [vocab - 256, vocab - 1]
-    assert tok.decode(np.array([0, vocab + 10])).tolist() == [tok.bin_centers[-1], tok.bin_centers[0]]
+    assert tok.decode(np.array([0, vocab + 10])).tolist() == [
+        tok.bin_centers[-1],
+        tok.bin_centers[0],
+    ]
     assert tok.is_action_token(np.array([vocab - 257, vocab - 256, vocab - 1, vocab])).tolist() == [
-        False, True, True, False,
+        False,
+        True,
+        True,
+        False,
     ]
 
 
@@ -68,7 +74,9 @@ def test_unnorm_key_ambiguous_or_unknown_lists_keys() -> None:
     cfg = tiny_config(norm_stats=two)
     with pytest.raises(ConfigError, match=r"ambiguous.*\['other', 'toy_dataset'\]"):
         cfg.resolve_unnorm_key(None)
-    with pytest.raises(ConfigError, match=r"unknown unnorm_key 'bridge'.*\['other', 'toy_dataset'\]"):
+    with pytest.raises(
+        ConfigError, match=r"unknown unnorm_key 'bridge'.*\['other', 'toy_dataset'\]"
+    ):
         cfg.resolve_unnorm_key("bridge")
     assert cfg.action_dim("other") == 7
     with pytest.raises(ConfigError, match="no action statistics"):

@@ -23,14 +23,18 @@ from policies.openvla.steering import (
 
 
 def _inputs(proc, n: int = 2):  # type: ignore[no-untyped-def]
-    imgs = [np.random.default_rng(i).integers(0, 255, (64, 64, 3), dtype=np.uint8) for i in range(n)]
+    imgs = [
+        np.random.default_rng(i).integers(0, 255, (64, 64, 3), dtype=np.uint8) for i in range(n)
+    ]
     ids, mask = proc.encode_prompts(["reach the red cube", "reach the blue cube quickly"][:n])
     return proc.images(imgs), ids, mask
 
 
 def _direction(model, seed: int = 0) -> SteeringDirection:  # type: ignore[no-untyped-def]
     g = torch.Generator().manual_seed(seed)
-    return SteeringDirection(torch.randn(model.config.llm_dim, generator=g), layer=1, concept="ee_speed")
+    return SteeringDirection(
+        torch.randn(model.config.llm_dim, generator=g), layer=1, concept="ee_speed"
+    )
 
 
 def test_alpha_zero_is_bitwise_identical_and_removal_is_clean(tiny: tuple) -> None:
@@ -61,7 +65,9 @@ def test_hook_runs_on_prefill_and_every_cached_decode_step(tiny: tuple) -> None:
     pv, ids, mask = _inputs(proc, 1)
     seen: list[int] = []
     with SteeringHook(model, _direction(model), alpha=1.0) as hook:
-        h2 = model.decoder_layers[1].register_forward_hook(lambda m, a, o: seen.append((o[0] if isinstance(o, tuple) else o).shape[1]))
+        h2 = model.decoder_layers[1].register_forward_hook(
+            lambda m, a, o: seen.append((o[0] if isinstance(o, tuple) else o).shape[1])
+        )
         model.generate_tokens(pv, ids, mask, 7)
         h2.remove()
         assert hook.calls == 7  # one prefill + six cached single-token steps
@@ -85,7 +91,9 @@ def test_alpha_changes_between_steps_take_effect(tiny: tuple) -> None:
 def test_neuron_cluster_overwrites_down_proj_inputs(tiny: tuple) -> None:
     model, proc = tiny
     pv, ids, mask = _inputs(proc, 1)
-    cluster = NeuronCluster(0, torch.tensor([3, 17, 40]), torch.tensor([1.0, -2.0, 0.5]), "ee_speed")
+    cluster = NeuronCluster(
+        0, torch.tensor([3, 17, 40]), torch.tensor([1.0, -2.0, 0.5]), "ee_speed"
+    )
     captured: list[torch.Tensor] = []
     down = model.decoder_layers[0].mlp.down_proj
     base = model.generate_tokens(pv, ids, mask, 7)
@@ -96,7 +104,10 @@ def test_neuron_cluster_overwrites_down_proj_inputs(tiny: tuple) -> None:
         h = down.register_forward_pre_hook(lambda m, a: captured.append(a[0].detach().clone()))
         model.generate_tokens(pv, ids, mask, 2)
         h.remove()
-    torch.testing.assert_close(captured[0][0, :, [3, 17, 40]], torch.tensor([2.0, -4.0, 1.0]).expand(captured[0].shape[1], 3))
+    torch.testing.assert_close(
+        captured[0][0, :, [3, 17, 40]],
+        torch.tensor([2.0, -4.0, 1.0]).expand(captured[0].shape[1], 3),
+    )
     assert not down._forward_pre_hooks
 
 
@@ -136,7 +147,9 @@ def test_mean_difference_recovers_a_planted_direction(tiny: tuple) -> None:
     assert torch.nn.functional.cosine_similarity(d.vector, planted, dim=0) > 0.95
     assert d.meta["separation_d"] > 2
     cl = select_neurons(pos, neg, layer=1, k=4)
-    assert set(cl.neurons.tolist()) <= set(torch.argsort(planted.abs(), descending=True)[:8].tolist())
+    assert set(cl.neurons.tolist()) <= set(
+        torch.argsort(planted.abs(), descending=True)[:8].tolist()
+    )
     with pytest.raises(ConfigError, match="non-empty"):
         mean_difference(pos[:0], neg, layer=1)
 

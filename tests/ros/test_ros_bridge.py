@@ -39,6 +39,8 @@ def graph(ros_ok, tmp_path):
     g = RosTestGraph(DEFAULT_CONFIG, workdir=tmp_path / "graph")
     g.start()
     yield g
+    for name in ("bridge", "sim_robot"):  # shown by pytest when the test failed
+        print(f"--- {name}.log ---\n{g.log_tail(name)}")
     g.stop()
 
 

@@ -70,6 +70,20 @@ def page(server: Any) -> Iterator[Any]:
     shutil.rmtree(profile, ignore_errors=True)
 
 
+def _wait(page: Any, expr: str, timeout_ms: int = TIMEOUT_MS) -> Any:
+    """Wait until ``expr`` is truthy in the page and return its value (JSON); on timeout fail
+    with what the page showed."""
+    try:
+        return page.wait_for_function(expr, timeout=timeout_ms).json_value()
+    except Exception as exc:
+        seen = page.evaluate(
+            "({message: document.getElementById('message').textContent, "
+            "log: document.getElementById('log').innerText.slice(0, 1500), "
+            "last: window.tune.last, status: document.getElementById('status').textContent})"
+        )
+        pytest.fail(f"page never satisfied {expr!r} ({type(exc).__name__}); page showed {seen}")
+
+
 def _fill(page: Any, selector: str, value: str) -> None:
     page.fill(selector, value)
     page.dispatch_event(selector, "input")
@@ -85,9 +99,9 @@ def _message(page: Any) -> tuple[str, str]:
 
 def test_page_streams_telemetry_plots_and_camera(page: Any, server: Any) -> None:
     n0 = page.evaluate("window.tune.samples")
-    page.wait_for_function(f"window.tune.samples >= {n0 + 20}")  # 20 new control steps
+    _wait(page, f"window.tune.samples >= {n0 + 20}")  # 20 new control steps
     assert int(page.inner_text("#sample-count")) >= n0 + 20
-    page.wait_for_function("window.tune.frames >= 2")
+    _wait(page, "window.tune.frames >= 2")
     assert page.get_attribute("#camera", "src").startswith("data:image/jpeg;base64,")
     assert "arm_reach" in page.inner_text("#task")
     assert server.config.telemetry_hz >= 10
@@ -110,21 +124,21 @@ def test_changing_kp_and_setpoint_steers_the_rollout(page: Any, server: Any) -> 
     _fill(page, "#kp", "0.5")
     _fill(page, "#ki", "60")
     page.click("#apply-gains")
-    page.wait_for_function("document.getElementById('message').textContent.startsWith('ok: gains')")
-    page.wait_for_function("window.tune.state.params.pid.kp === 0.5")
+    _wait(page, "document.getElementById('message').textContent.startsWith('ok: gains')")
+    _wait(page, "window.tune.state.params.pid.kp === 0.5")
     assert session.live.params["pid"]["kp"] == 0.5
     pid = session.live.controller("pid")
-    page.wait_for_function("window.tune.last.setpoint !== null")
+    _wait(page, "window.tune.last.setpoint !== null")
     assert pid.config.kp == 0.5 and pid.config.ki == 60.0  # type: ignore[attr-defined]
 
     _fill(page, "#setpoint", "0.25")
     page.click("#apply-setpoint")
     # the arm speeds up to the new setpoint: alpha = log3(0.25 / 0.1) ~ 0.83
-    page.wait_for_function(
-        "window.tune.last.setpoint === 0.25 && Math.abs(window.tune.last.measurement - 0.25) < 0.02 "
-        "&& window.tune.last.output > 0.6"
+    s = _wait(
+        page,
+        "(() => { const s = window.tune.last; return s.setpoint === 0.25 && "
+        "Math.abs(s.measurement - 0.25) < 0.02 && s.output > 0.6 ? s : null; })()",
     )
-    s = _last(page)
     assert s["measurement"] == pytest.approx(0.25, abs=0.02)
     assert s["output"] > 0.6  # the controller raised alpha from ~0.37 (0.15 m/s)
 
@@ -133,7 +147,7 @@ def test_step_response_experiment_reports_figures(page: Any, server: Any) -> Non
     _fill(page, "#step-from", "0.08")
     _fill(page, "#step-to", "0.15")
     page.click("#run-step")
-    page.wait_for_function("window.tune.stepResult !== null")
+    _wait(page, "window.tune.stepResult !== null")
     result = page.evaluate("window.tune.stepResult")
     rise, overshoot, settling = (
         page.inner_text(f"#step-{k}") for k in ("rise", "overshoot", "settling")
@@ -156,22 +170,21 @@ def test_save_and_load_gains(page: Any, server: Any) -> None:
     out_dir = server.session.config.out_dir
     _fill(page, "#save-name", "my_gains")
     page.click("#save")
-    page.wait_for_function(
-        "document.getElementById('message').textContent.includes('saved my_gains.yaml')"
-    )
+    _wait(page, "document.getElementById('message').textContent.includes('saved my_gains.yaml')")
     saved = controllers.load(out_dir / "my_gains.yaml")  # what `embodied eval/deploy` read
     assert saved.config.kp == 0.5 and saved.config.ki == 60.0  # type: ignore[attr-defined]
     assert controllers.read_meta(out_dir / "my_gains.yaml")["setpoint"] == 0.25
 
     _fill(page, "#kp", "3")
     page.click("#apply-gains")
-    page.wait_for_function("window.tune.state.params.pid.kp === 3")
-    page.wait_for_function(
-        "[...document.querySelectorAll('#load-name option')].some(o => o.value === 'my_gains.yaml')"
+    _wait(page, "window.tune.state.params.pid.kp === 3")
+    _wait(
+        page,
+        "[...document.querySelectorAll('#load-name option')].some(o => o.value === 'my_gains.yaml')",
     )
     page.select_option("#load-name", "my_gains.yaml")
     page.click("#load")
-    page.wait_for_function("window.tune.state.params.pid.kp === 0.5")
+    _wait(page, "window.tune.state.params.pid.kp === 0.5")
     assert page.input_value("#kp") == "0.5"
     assert server.session.live.controller("pid").config.kp == 0.5  # type: ignore[attr-defined]
 
@@ -191,9 +204,10 @@ def test_bad_gains_are_refused_with_a_visible_message(
     before = dict(server.session.live.params["pid"]), pid.config
     _fill(page, field, value)
     page.click("#apply-gains")
-    page.wait_for_function(
+    _wait(
+        page,
         f"document.getElementById('message').classList.contains('error') && "
-        f"document.getElementById('message').textContent.includes({expect!r})"
+        f"document.getElementById('message').textContent.includes({expect!r})",
     )
     text, cls = _message(page)
     assert "refused" in text and "error" in cls and page.is_visible("#message")
@@ -204,13 +218,11 @@ def test_bad_gains_are_refused_with_a_visible_message(
 def test_out_of_range_setpoint_is_refused(page: Any, server: Any) -> None:
     _fill(page, "#setpoint", "5")
     page.click("#apply-setpoint")
-    page.wait_for_function(
-        "document.getElementById('message').textContent.includes('setpoint 5 outside')"
-    )
+    _wait(page, "document.getElementById('message').textContent.includes('setpoint 5 outside')")
     assert server.session.setpoint == 0.25
     _fill(page, "#setpoint", "0.15")
     page.click("#apply-setpoint")
-    page.wait_for_function("window.tune.last.setpoint === 0.15")
+    _wait(page, "window.tune.last.setpoint === 0.15")
 
 
 def test_autotune_proposes_gains_and_screenshot(
@@ -219,20 +231,20 @@ def test_autotune_proposes_gains_and_screenshot(
     _fill(page, "#kp", "1")
     _fill(page, "#ki", "20")
     page.click("#apply-gains")
-    page.wait_for_function("window.tune.state.params.pid.ki === 20")
+    _wait(page, "window.tune.state.params.pid.ki === 20")
     _fill(page, "#at-budget", "5")
     page.click("#autotune")
-    page.wait_for_function("window.tune.autotune !== null", timeout=90_000)
+    _wait(page, "window.tune.autotune !== null", timeout_ms=90_000)
     res = page.evaluate("window.tune.autotune")
     assert len(res["candidates"]) == 5
     assert res["score"] <= res["baseline_score"]
     assert page.locator("#at-table tbody tr").count() == 5
     assert "proposal: Kp=" in page.inner_text("#at-result")
     page.click("#apply-proposal")
-    page.wait_for_function(f"window.tune.state.params.pid.ki === {res['proposal']['ki']}")
+    _wait(page, f"window.tune.state.params.pid.ki === {res['proposal']['ki']}")
     # a fresh step test with the proposal, so the screenshot shows tuned figures
     page.click("#run-step")
-    page.wait_for_function(f"window.tune.stepResult.params.ki === {res['proposal']['ki']}")
+    _wait(page, f"window.tune.stepResult.params.ki === {res['proposal']['ki']}")
     page.wait_for_timeout(1500)  # let the live plots refill
     shot = artifacts_dir / "tune_page.png"
     page.screenshot(path=str(shot), full_page=True)

@@ -137,3 +137,10 @@ def test_tune_config_validates() -> None:
         TuneConfig(controller="lqr")
     with pytest.raises(ConfigError, match="settle_band"):
         TuneConfig(settle_band=1.5)
+
+
+def test_every_command_has_a_handler() -> None:
+    from embodied.tune.commands import COMMANDS
+    from embodied.tune.handlers import HANDLERS
+
+    assert set(COMMANDS) == set(HANDLERS)

@@ -58,6 +58,7 @@ def test_http_needs_the_token(server: Any) -> None:
 def test_websocket_needs_the_token_and_same_origin(server: Any) -> None:
     from websockets.exceptions import InvalidStatus
     from websockets.sync.client import connect
+    from websockets.typing import Origin
 
     url = f"ws://127.0.0.1:{server.port}/ws"
     for bad in (url, f"{url}?token=wrong-token-xx"):
@@ -65,7 +66,9 @@ def test_websocket_needs_the_token_and_same_origin(server: Any) -> None:
             connect(bad, open_timeout=10).close()
         assert err.value.response.status_code == 403
     with pytest.raises(InvalidStatus):  # cross-site page trying to drive the robot
-        connect(f"{url}?token={TOKEN}", origin="http://evil.example", open_timeout=10).close()  # type: ignore[arg-type]
+        connect(
+            f"{url}?token={TOKEN}", origin=Origin("http://evil.example"), open_timeout=10
+        ).close()
     with connect(f"{url}?token={TOKEN}", open_timeout=10) as ws:
         hello = json.loads(ws.recv(timeout=10))
         assert hello["type"] == "hello" and hello["state"]["knob"] == "alpha"

@@ -46,7 +46,7 @@ def test_gain_changes_and_mode_switches_are_bumpless() -> None:
     assert live.controller("pid").config.kp == 4.0  # type: ignore[attr-defined]
     # without bumpless transfer the same change jumps by (4 - 1) * 0.03 = 0.09 on top
     raw = controllers.make("pid", kp=1.0, ki=20.0, output_min=-1.0, output_max=1.0)
-    raw.reset(output=0.5)
+    raw.reset(output=0.5)  # type: ignore[call-arg]
     for _ in range(6):
         raw.update(0.12, 0.15, dt)
     b = raw.update(0.12, 0.15, dt)
@@ -87,6 +87,10 @@ def test_save_and_load_gains_round_trip(tmp_path: Path) -> None:
     session.submit({"cmd": "save", "name": "tuned"})
     ctrl = controllers.load(tmp_path / "tuned.yaml")  # the file `embodied eval/deploy` take
     assert (ctrl.config.kp, ctrl.config.ki) == (0.7, 55.0)  # type: ignore[attr-defined]
+    from hardware.deploy import steering_from_file  # `embodied deploy --controller tuned.yaml`
+
+    steer = steering_from_file(tmp_path / "tuned.yaml")
+    assert (steer.concept.name, steer.knob, steer.setpoint) == ("ee_speed", "alpha", 0.2)
     session.submit({"cmd": "gains", "params": {"kp": 3}})
     session.submit({"cmd": "setpoint", "value": 0.1})
     session.submit({"cmd": "controller", "type": "off"})
@@ -172,7 +176,7 @@ def test_experiments_lock_the_controls_and_can_be_stopped(tmp_path: Path) -> Non
     try:
         session.submit({"cmd": "autotune", "budget": 50, "from": 0.08, "to": 0.15})
         _wait(lambda: session.busy)
-        with pytest.raises(ConfigError, match="refused: a step test is running"):
+        with pytest.raises(ConfigError, match="refused: an experiment"):
             session.submit({"cmd": "gains", "params": {"kp": 9}})
         session.submit({"cmd": "stop_job"})
         _wait(lambda: not session.busy)

@@ -114,8 +114,10 @@ def record_demo(
     infos: list[dict[str, Any]] = []
     first_success = [-1]
 
+    render: Any = env.render
+
     def grab(record: StepRecord) -> None:
-        frames.append(np.asarray(env.render(camera) if camera else env.render()).copy())
+        frames.append(np.asarray(render(camera) if camera else render()).copy())
         info = {k: v for k, v in record.info.items() if np.ndim(v) <= 1}
         infos.append(info)
         if record.success and first_success[0] < 0:
@@ -125,7 +127,7 @@ def record_demo(
         return first_success[0] >= 0 and len(frames) > first_success[0] + steps_after_success
 
     _obs, info0 = env.reset(seed=seed, options=dict(reset_options) if reset_options else None)
-    frame0 = np.asarray(env.render(camera) if camera else env.render()).copy()
+    frame0 = np.asarray(render(camera) if camera else render()).copy()
     info0 = {k: v for k, v in info0.items() if np.ndim(v) <= 1}
     ep = rollout(
         env,
@@ -206,7 +208,7 @@ def save_demos(demos: Sequence[LabelledDemo], path: str | os.PathLike[str]) -> P
     for d in demos:
         n = len(d)
         first = int(np.argmax(d.labels)) if d.success else -1
-        meta = {"env_id": d.env_id}
+        meta: dict[str, Any] = {"env_id": d.env_id}
         meta.update({k: v for k, v in d.meta.items() if isinstance(v, str | int | float | bool)})
         writer.add(
             EpisodeData(

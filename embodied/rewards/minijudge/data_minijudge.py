@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -142,7 +143,7 @@ def _arm_episodes(
         **({"image_size": image_size} if image_size else {}),
     )
     rng = np.random.default_rng(seed0)
-    task = env.unwrapped.task  # type: ignore[attr-defined]
+    task: Any = env.unwrapped.task  # type: ignore[attr-defined]
     for i in range(n):
         seed = seed0 + i
         kind = kinds[i % len(kinds)]
@@ -150,9 +151,7 @@ def _arm_episodes(
         policy: Policy = expert
         if kind == "near":
             policy = StopShort(
-                expert,
-                lambda: float(np.linalg.norm(task.target_point() - task.ee_pos)),
-                float(rng.uniform(0.035, 0.08)),
+                expert, partial(_arm_target_dist, task), float(rng.uniform(0.035, 0.08))
             )
         elif kind == "random":
             import policies
@@ -171,6 +170,16 @@ def _arm_episodes(
     env.close()
 
 
+def _ball_goal_dist(task: Any) -> float:
+    """Ball-to-goal distance (m) from the reach_around task state."""
+    return float(np.hypot(task._xv[0] - task.goal[0], task._xv[1] - task.goal[1]))
+
+
+def _arm_target_dist(task: Any) -> float:
+    """Fingertip-to-target distance (m) from the arm_reach task state."""
+    return float(np.linalg.norm(task.target_point() - task.ee_pos))
+
+
 def _ball_episodes(
     n: int, seed0: int, image_size: int | None, kinds: tuple[str, ...] = BALL_KINDS
 ) -> Iterator[LabelledDemo]:
@@ -184,6 +193,7 @@ def _ball_episodes(
         **({"image_size": image_size} if image_size else {}),
     )
     rng = np.random.default_rng(seed0)
+    task: Any = env.unwrapped.task  # type: ignore[attr-defined]
     for i in range(n):
         seed = seed0 + i
         kind = kinds[i % len(kinds)]
@@ -193,14 +203,7 @@ def _ball_episodes(
         options: dict[str, Any] = {}
         if kind == "near":
             policy = StopShort(
-                expert,
-                lambda: float(
-                    np.hypot(
-                        *env.unwrapped.task._xv[:2]  # type: ignore[attr-defined]
-                        - env.unwrapped.task.goal
-                    )
-                ),  # type: ignore[attr-defined]
-                float(rng.uniform(0.045, 0.1)),
+                expert, partial(_ball_goal_dist, task), float(rng.uniform(0.045, 0.1))
             )
         elif kind == "blocked":
             options = {"scene": f"block_{route}"}

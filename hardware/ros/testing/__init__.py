@@ -158,8 +158,8 @@ class RosTestGraph:
             raise
         return self
 
-    def start_node(self) -> None:
-        """(Re)start the sim robot node."""
+    def start_node(self, timeout_s: float = 60) -> None:
+        """(Re)start the sim robot node; return once it has its publishers up."""
         argv = [
             ROS_PYTHON,
             str(HERE / "sim_robot_node.py"),
@@ -172,7 +172,21 @@ class RosTestGraph:
         ]
         if self.bench:
             argv.append("--bench")
-        self._spawn("sim_robot", argv)
+        log = self.workdir / "sim_robot.log"
+        offset = log.stat().st_size if log.exists() else 0
+        proc = self._spawn("sim_robot", argv)
+        deadline = time.monotonic() + timeout_s
+        while b"READY sim_robot" not in log.read_bytes()[offset:]:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise ConfigError(
+                    f"the sim robot node did not start (log {log}):\n{self.log_tail('sim_robot')}"
+                )
+            time.sleep(0.05)
+
+    def log_tail(self, name: str, chars: int = 2000) -> str:
+        """The end of process ``name``'s log (``bridge``, ``sim_robot``, ``rosmaster``)."""
+        log = self.workdir / f"{name}.log"
+        return log.read_text(errors="replace")[-chars:] if log.exists() else ""
 
     def start_endpoint(self, timeout_s: float = 30) -> None:
         """(Re)start the bridge endpoint on :attr:`bridge_port`; return once it listens."""
