@@ -38,6 +38,8 @@ APT_TEST = [
     "python3-trajectory-msgs",
     "python3-geometry-msgs",
     "python3-std-msgs",
+    "python3-std-srvs",
+    "python3-websockets",
     "chromium",
 ]
 EXTRAS = {"demo": "judge", "test": "dev,robosuite,libero,ros,ui,judge,dist"}

@@ -3,8 +3,12 @@
 Training loops stay single-process code and call these helpers; launched with
 ``accelerate launch`` or ``torchrun`` the same code runs data-parallel::
 
-    torchrun --nproc-per-node 2 -m embodied train pdp --data D --out O          # CPU: gloo
-    accelerate launch --num_processes 4 -m embodied train pdp --data D --out O  # 4 GPUs, bf16
+    torchrun --nproc-per-node 2 -m embodied train pdp --data D --out O   # 2 CPU processes, gloo
+    accelerate launch --multi_gpu --num_processes 4 -m embodied train pdp --data D --out O
+                                                                # 4 GPUs, nccl, bf16 autocast
+
+(``accelerate launch --cpu`` starts several CPU processes only through ``mpirun``; torchrun
+needs nothing extra.)
 
 What :class:`Distributed` provides (accelerate does the engine work: process group, DDP
 wrapping, device placement, autocast, gradient sync):

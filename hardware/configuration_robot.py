@@ -196,7 +196,10 @@ class RosConfig:
         camera_name: Name of that camera in observations.
         camera_size: (height, width) the camera images are resized to (pixels).
         estop: Optional e-stop: a ``std_msgs/Bool`` topic or a ``std_srvs/Trigger`` service.
-        enable: Optional ``std_srvs/Trigger`` service called after connecting.
+        enable: Optional ``std_srvs/Trigger`` service that clears a latched robot e-stop
+            (``embodied deploy --clear-estop``, :meth:`Robot.enable`).
+        enable_on_connect: Call ``enable`` on every connect. Off by default: an e-stop stays
+            latched until an operator clears it explicitly.
         link_timeout_ms: No state for this long (ms) marks the link stale: commands stop.
         connect_timeout_s: How long :meth:`connect` waits for the first state (s).
         reconnect_initial_s: First reconnect delay (s); grows by ``reconnect_factor``.
@@ -214,6 +217,7 @@ class RosConfig:
     camera_size: tuple[int, int] = (96, 96)
     estop: TopicConfig | None = None
     enable: TopicConfig | None = None
+    enable_on_connect: bool = False
     link_timeout_ms: float = 100.0
     connect_timeout_s: float = 10.0
     reconnect_initial_s: float = 0.1

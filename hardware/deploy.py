@@ -123,6 +123,7 @@ def deploy(
     policy_kwargs: Mapping[str, Any] | None = None,
     stop_event: threading.Event | None = None,
     robot: Robot | None = None,
+    clear_estop: bool = False,
 ) -> DeployResult:
     """Run ``policy`` on the robot of ``config`` with the safety filter; log episodes to ``out``.
 
@@ -141,6 +142,7 @@ def deploy(
         policy_kwargs: Extra keyword arguments for the policy factory.
         stop_event: Set it (e.g. from a SIGINT handler) to stop at the next control step.
         robot: A robot to use instead of building one from ``config`` (tests).
+        clear_estop: Call the robot's enable service first (clears a latched robot e-stop).
 
     Returns:
         A :class:`DeployResult`. Faults do not raise: they end the run with
@@ -176,6 +178,9 @@ def deploy(
     safety = None
     try:
         with robot:
+            if clear_estop:
+                log.warning("clearing the robot e-stop (enable) on operator request")
+                robot.enable()
             env = RobotEnv(
                 robot,
                 instruction=instruction,
@@ -219,6 +224,9 @@ def deploy(
                     episode.meta.update(meta, deploy_reason=reason)
                     shards.append(writer.add(episode))
                     total_steps += len(episode)
+                    summary["timing_ms_median"] = {
+                        k: float(np.median(v)) for k, v in episode.timings_ms.items() if len(v)
+                    }
                 except (SafetyFault, ActionError) as exc:  # stop, keep the partial episode
                     reason, fault = "fault", str(exc)
                     log.error("fault: %s", exc)

@@ -222,6 +222,10 @@ class Robot(abc.ABC):
         """Trigger the robot's e-stop if it has one, and hold position."""
         self.stop()
 
+    def enable(self) -> object:
+        """Clear a latched robot-side e-stop (an explicit operator action)."""
+        return None
+
     def state_age_s(self) -> float | None:
         """Seconds since the freshest state (or since the link reopened, if later).
 

@@ -90,7 +90,7 @@ class SimRobot(Robot):
             self._advance()
             self.estopped = True
 
-    def enable(self) -> None:
+    def enable(self) -> None:  # type: ignore[override]
         """Clear the simulated e-stop."""
         with self._lock:
             self.estopped = False

@@ -264,6 +264,21 @@ def to_markdown(report: Mapping[str, Any]) -> str:
     for area, o in report["areas"].items():
         status = "ok" if o["ok"] else f"error: {o['error']}".replace("|", "/")
         lines.append(f"| {area} | {status} | {o['seconds']:.1f} |")
+    targeted = [r for r in report["figures"] if r["target"] is not None]
+    n_met = sum(bool(r["met"]) for r in targeted)
+    lines += [
+        "",
+        f"## Targets ({n_met} of {len(targeted)} met)",
+        "",
+        "| area | figure | value | target | met | source |",
+        "|---|---|---:|---|---|---|",
+    ]
+    for r in targeted:
+        ok = "yes" if r["met"] else "**no**"
+        lines.append(
+            f"| {r['area']} | {r['key']} | {_num(r['value'])} | {r['target']} | {ok} | "
+            f"{r['source']} |"
+        )
     lines += [
         "",
         "## Figures",

@@ -9,21 +9,33 @@ rosbridge-v2 endpoint; all on 127.0.0.1) and drives it with the production clien
   that target comes back through the bridge; the time in between, in ms.
 * ``commands_per_s``: commands per second that reach the ROS node while the client sends as
   fast as it can (latest-wins: superseded commands are not counted as delivered).
+* ``disconnect_detect_ms_max``: from SIGKILL of the endpoint to the client's link-down event.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 
+def wait_until(predicate: Callable[[], bool], timeout_s: float) -> None:
+    """Poll ``predicate`` every 1 ms until it holds (TimeoutError after ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {timeout_s} s")
+        time.sleep(0.001)
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     """Run the benchmark; returns the JSON object."""
+    from embodied.errors import SafetyFault
     from hardware.configuration_robot import DEFAULT_CONFIG
-    from hardware.robot import RobotState
+    from hardware.robot import LinkStatus, RobotState
     from hardware.ros.robot import RosRobot
     from hardware.ros.testing import RosTestGraph
 
@@ -51,18 +63,23 @@ def run(quick: bool = False) -> dict[str, Any]:
 
             robot.state_listeners.append(on_state)
             rtts: list[float] = []
-            timeouts = 0
+            timeouts = stale = 0
             for k in range(n_rtt + 20):
                 target = home.copy()
                 target[0] = home[0] + 1e-4 * ((k % 500) + 1) * (1 if k % 2 else -1)
                 arrived.clear()
                 want["q0"] = float(target[0])
+                wait_until(lambda: robot.link_status is LinkStatus.UP, 10)
                 t_send = time.perf_counter()
-                robot.send(target)
+                try:
+                    robot.send(target)
+                except SafetyFault:  # the state stream paused > link timeout (loaded machine)
+                    stale += 1
+                    continue
                 if arrived.wait(1.0):
                     if k >= 20:  # warm-up excluded
                         rtts.append((want["t"] - t_send) * 1e3)
-                else:
+                elif k >= 20:
                     timeouts += 1
                 want["q0"] = None
                 time.sleep(0.002)
@@ -75,12 +92,32 @@ def run(quick: bool = False) -> dict[str, Any]:
             while time.perf_counter() - t0 < window_s:
                 target = home.copy()
                 target[1] = home[1] + 1e-5 * (sent % 1000)
-                robot.send(target)
+                try:
+                    robot.send(target)
+                except SafetyFault:
+                    stale += 1
+                    time.sleep(0.001)
+                    continue
                 sent += 1
             elapsed = time.perf_counter() - t0
             time.sleep(0.5)  # let the last commands arrive and the counter publish
             delivered = (counts[-1] if counts else 0) - c0
             stats = robot.link.stats
+
+            detect_ms: list[float] = []
+            for rep in range(1 if quick else 3):
+                if rep:
+                    graph.start_endpoint()
+                    wait_until(lambda: robot.link_status is LinkStatus.UP, 30)
+                n_changes = len(robot.link_changes)
+                t_kill = time.monotonic()
+                graph.kill_endpoint()
+
+                def changed(n: int = n_changes) -> bool:
+                    return len(robot.link_changes) > n
+
+                wait_until(changed, 5)
+                detect_ms.append((robot.link_changes[n_changes][0] - t_kill) * 1e3)
     arr = np.asarray(rtts)
     return {
         "rtt_ms_p50": float(np.percentile(arr, 50)) if len(arr) else float("nan"),
@@ -88,8 +125,10 @@ def run(quick: bool = False) -> dict[str, Any]:
         "rtt_ms_mean": float(arr.mean()) if len(arr) else float("nan"),
         "rtt_samples": len(arr),
         "rtt_timeouts": timeouts,
+        "sends_refused_link_stale": stale,
         "commands_per_s": delivered / elapsed,
         "commands_accepted_per_s": sent / elapsed,
         "commands_superseded": int(stats.superseded),
+        "disconnect_detect_ms_max": max(detect_ms),
         "transport": "roslibpy (twisted) -> rosbridge-v2 test endpoint -> rospy, loopback",
     }

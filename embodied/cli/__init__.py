@@ -38,7 +38,9 @@ _register_commands()
 def main() -> None:
     """Entry point: run the app; print ``EmbodiedError``s as one clean line and exit 2."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:  # typer.Exit(code) returns its code here
+            sys.exit(code)
     except EmbodiedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

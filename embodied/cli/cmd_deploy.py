@@ -35,6 +35,11 @@ def register(app: typer.Typer) -> None:
         policy_arg: list[str] = typer.Option(
             [], "--policy-arg", help="Policy option key=value (repeatable), e.g. amplitude_rad=0.3."
         ),
+        clear_estop: bool = typer.Option(
+            False,
+            "--clear-estop",
+            help="Call the robot's enable service first (clears a latched robot e-stop).",
+        ),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every safety clip."),
     ) -> None:
         """Run the closed loop on a robot; Ctrl-C (or SIGTERM) stops it safely.
@@ -110,6 +115,7 @@ def register(app: typer.Typer) -> None:
                 instruction=instruction,
                 policy_kwargs=kwargs,
                 stop_event=stop,
+                clear_estop=clear_estop,
             )
         finally:
             signal.signal(signal.SIGINT, old_int)

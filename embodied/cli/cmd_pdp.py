@@ -33,9 +33,10 @@ def experiment_cmd(
     out: Path = typer.Option(..., "--out", help="Output folder (demos, checkpoints, results)."),
     demos: int = typer.Option(100, help="Expert demos to collect."),
     seeds: int = typer.Option(1, help="Training seeds (PDP and DP trained per seed)."),
+    first_seed: int = typer.Option(0, help="First training seed (seeds first..first+n-1)."),
     steps: int | None = typer.Option(None, help="Diffusion training steps [3000]."),
     n_eval: int = typer.Option(30, help="Unshifted evaluation episodes per method."),
-    n_shift_eval: int = typer.Option(20, help="Episodes per shifted scene and method."),
+    n_shift_eval: int = typer.Option(15, help="Episodes per shifted scene and method."),
     scenes: str | None = typer.Option(None, help=_SCENES_HELP),
     threads: int = typer.Option(1, help="torch CPU threads."),
 ) -> None:
@@ -46,7 +47,7 @@ def experiment_cmd(
     summary = run_experiment(
         out,
         n_demos=demos,
-        train_seeds=tuple(range(seeds)),
+        train_seeds=tuple(range(first_seed, first_seed + seeds)),
         overrides={"steps": steps} if steps else None,
         n_eval=n_eval,
         n_shift_eval=n_shift_eval,
@@ -56,13 +57,35 @@ def experiment_cmd(
     print(f"wrote {out / 'results.md'}")
 
 
+@pdp_app.command("aggregate")
+def aggregate_cmd(
+    runs: list[Path] = typer.Argument(..., help="Output folders of `embodied pdp experiment`."),
+    out: Path = typer.Option(..., "--out", help="Folder for the combined results.json/.md."),
+) -> None:
+    """Combine experiment runs (e.g. one per training seed, run in parallel)."""
+    from embodied.io import write_json, write_text
+    from policies.diffusion.experiment import aggregate, aggregate_markdown, results_markdown
+
+    per_seed = []
+    for run in runs:
+        per_seed += json.loads((run / "results.json").read_text())["per_seed"]
+    agg = aggregate(per_seed)
+    write_json(
+        out / "results.json",
+        {"per_seed": per_seed, "aggregate": agg, "runs": [str(r) for r in runs]},
+    )
+    md = aggregate_markdown(agg, len(per_seed))
+    write_text(out / "results.md", md + "\n" + "\n".join(results_markdown(r) for r in per_seed))
+    print(md)
+
+
 @pdp_app.command("eval")
 def eval_cmd(
     pdp: Path = typer.Option(..., "--pdp", help="PDP checkpoint folder (embodied train pdp)."),
     dp: Path = typer.Option(..., "--dp", help="Same policy trained with --z-dim 0."),
     out: Path = typer.Option(..., "--out", help="Folder for results.json/.md and PNGs."),
     n_eval: int = typer.Option(30, help="Unshifted evaluation episodes per method."),
-    n_shift_eval: int = typer.Option(20, help="Episodes per shifted scene and method."),
+    n_shift_eval: int = typer.Option(15, help="Episodes per shifted scene and method."),
     scenes: str | None = typer.Option(None, help=_SCENES_HELP),
     seed: int = typer.Option(1000, help="First evaluation seed."),
     threads: int = typer.Option(1, help="torch CPU threads."),
@@ -96,13 +119,14 @@ def adapt_cmd(
     """Adapt only z to a shifted scene and report success before/after (weights frozen)."""
     import numpy as np
 
-    import policies
     from embodied.errors import ConfigError
     from policies.diffusion.adaptation import adapt_z_from_demo, search_z_cem
     from policies.diffusion.experiment import collect_demos, make_env, run_episodes, success_rate
 
     _threads(threads)
-    pol = policies.load(policy)
+    from policies.diffusion.policy_pdp import PDPPolicy
+
+    pol = PDPPolicy.from_pretrained(policy)
     env = make_env()
     ev = list(range(50000 + seed, 50000 + seed + n_eval))
     before = success_rate(run_episodes(env, pol, ev, scene, z=np.zeros(pol.config.z_dim)))

@@ -35,11 +35,11 @@ def train_pdp_cmd(
     z_dim: int | None = typer.Option(None, help="Behaviour latent size; 0 = plain DP [2]."),
     denoiser: str | None = typer.Option(None, help="mlp (residual MLP) or unet (1D conv) [mlp]."),
     hidden_dim: int | None = typer.Option(None, help="Residual-MLP width [128]."),
-    horizon: int | None = typer.Option(None, help="Predicted action chunk length [16]."),
-    n_action_steps: int | None = typer.Option(None, help="Executed actions per chunk [8]."),
+    horizon: int | None = typer.Option(None, help="Predicted action chunk length [8]."),
+    n_action_steps: int | None = typer.Option(None, help="Executed actions per chunk [4]."),
     n_obs_steps: int | None = typer.Option(None, help="Observation history length [2]."),
     batch_size: int | None = typer.Option(None, help="Windows per batch [128]."),
-    lr: float | None = typer.Option(None, help="AdamW learning rate [1e-3]."),
+    lr: float | None = typer.Option(None, help="AdamW learning rate [2e-3]."),
     exclude_state: str | None = typer.Option(
         None, help="State dims hidden from the denoiser, e.g. vel_x,vel_y (copycat guard)."
     ),
@@ -70,7 +70,7 @@ def train_pdp_cmd(
         "seed": seed,
         "manifold.steps": manifold_steps,
     }
-    overrides = {k: v for k, v in given.items() if v is not None}
+    overrides: dict[str, object] = {k: v for k, v in given.items() if v is not None}
     if exclude_state:
         overrides["obs_exclude"] = [s.strip() for s in exclude_state.split(",") if s.strip()]
     result = train_pdp(

@@ -49,7 +49,9 @@ class Backend(Protocol):
         ...
 
 
-BACKENDS: Registry[Backend] = Registry("evaluation backend")
+BACKENDS: Registry[Backend] = Registry(
+    "evaluation backend", plugins=("embodied.evaluation.ray_backend",)
+)
 """Name -> factory(workers=..., max_retries=..., start_method=...) -> Backend."""
 
 

@@ -14,10 +14,13 @@ recorded as failed (``EpisodeRecord.error``). Episodes are deterministic given t
 (seed, init state), so the merged results equal a serial run's.
 
 Ray is imported lazily: the default ``local`` backend never needs it. Without an address a
-private local Ray instance is started, bound to 127.0.0.1, with no dashboard, and shut down
-afterwards; ``address="auto"`` or ``"HOST:PORT"`` joins an existing cluster (``ray start``);
-``RAY_ADDRESS`` is honoured too. A Ray session already initialised in this process (tests,
-notebooks) is used as is.
+private local Ray instance is started (node IP 127.0.0.1 requested, no dashboard, Ray's
+token authentication on) and shut down afterwards; ``address="auto"`` or ``"HOST:PORT"``
+(``--address``, or ``EMBODIED_RAY_ADDRESS`` / ``RAY_ADDRESS``) joins an existing cluster
+(``ray start --head --node-ip-address 127.0.0.1``). A Ray session already initialised in this
+process (tests, notebooks) is used as is. Note: Ray 2.60 resolves a loopback node IP to the
+host's address and its core gRPC servers (GCS, raylet) listen on all interfaces; Ray offers
+no loopback-only switch, so on shared networks rely on its token authentication or a firewall.
 """
 
 from __future__ import annotations

@@ -182,6 +182,12 @@ class SweepConfig:
                 )
             if "/" in name or "," in name or "=" in name:
                 raise ConfigError(f"grid axis name {name!r} may not contain '/', ',' or '='")
+        bad = [v for v in grid.get("setpoint", ()) if not isinstance(v, int | float)]
+        if bad:
+            raise ConfigError(
+                f"setpoint values must be numbers (concept units), got {bad}",
+                fix="e.g. --grid setpoint=0.08,0.12",
+            )
         if "setpoint" not in grid and self.setpoint is None:
             raise ConfigError(
                 "the sweep has no setpoint: give --setpoint or a grid axis 'setpoint'",

@@ -106,7 +106,7 @@ class JudgeReward(gym.Wrapper):  # type: ignore[type-arg]
         obs, env_reward, terminated, truncated, info = self.env.step(action)
         self._frames.append(self._frame(obs))
         t = len(self._frames) - 1
-        if t % self.every == 0 or not self._frames:
+        if t % self.every == 0 or t == 1:
             clip = np.stack([self._frames[i] for i in context_indices(t, self.n_context)])
             prob = float(self.judge.score(clip, self._text))
             self._last = (prob, prob >= self.threshold)

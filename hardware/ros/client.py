@@ -35,6 +35,17 @@ from hardware.ros import messages
 
 log = logging.getLogger("hardware.ros")
 
+
+class _DropStalePongs(logging.Filter):
+    """Autobahn counts any incoming data as liveness and discards the pending ping, so a late
+    pong for it is logged as "non-pending"; with a 100 Hz state stream that is routine noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "non-pending pong" not in record.getMessage()
+
+
+logging.getLogger("twisted").addFilter(_DropStalePongs())
+
 _REACTOR_LOCK = threading.Lock()
 _REACTOR_THREAD: threading.Thread | None = None
 
@@ -127,6 +138,7 @@ class RosbridgeLink:
         self._ros: Any = None
         self._subs: dict[str, _Sub] = {}
         self._adverts: dict[str, str] = {}
+        self._latched: set[str] = set()
         self._pending: dict[str, bytes] = {}
         self._scheduled: set[str] = set()
         self._ids = 0
@@ -156,6 +168,16 @@ class RosbridgeLink:
         factory.on("ready", self._on_ready)
         factory.on("close", self._on_close)
         self._ros = ros
+
+        def adopt() -> None:  # reactor thread, so serialised with the "ready" event
+            # roslibpy.Ros connects in its constructor: the socket may have opened before our
+            # listener was registered; then adopt that protocol here.
+            if factory._proto is not None and self._proto is None:
+                self._on_ready(factory._proto)
+
+        from twisted.internet import reactor
+
+        reactor.callFromThread(adopt)  # type: ignore[attr-defined]
         try:
             ros.run(timeout=timeout_s)
         except Exception as exc:
@@ -264,7 +286,7 @@ class RosbridgeLink:
             "id": self._next_id("advertise", topic),
             "topic": topic,
             "type": msg_type,
-            "latch": False,
+            "latch": topic in self._latched,
             "queue_size": 1,
         }
 
@@ -283,11 +305,17 @@ class RosbridgeLink:
     def _send_now(proto: Any, message: Mapping[str, Any]) -> None:
         proto.send_message(json.dumps(message).encode("utf8"))
 
-    def advertise(self, topic: str, msg_type: str) -> None:
-        """Declare ``topic`` as ours (re-advertised after every reconnect)."""
+    def advertise(self, topic: str, msg_type: str, latch: bool = False) -> None:
+        """Declare ``topic`` as ours (re-advertised after every reconnect).
+
+        ``latch=True`` makes the server keep the last message for subscribers that connect
+        later (ROS 1 connections form asynchronously; use it for e-stops).
+        """
         messages.schema(msg_type, self.ros_version)  # unknown type -> MessageError now
         with self._lock:
             self._adverts[topic] = msg_type
+            if latch:
+                self._latched.add(topic)
             proto = self._proto
         if proto is not None:
             self._send_now(proto, self._advertise_msg(topic, msg_type))

@@ -12,6 +12,7 @@ at once - else ``UP``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -67,10 +68,7 @@ class RosRobot(Robot):
             if self.bad_states <= 3:
                 log.error("bad joint state ignored: %s", exc)
             return
-        images = {}
-        if self._image is not None:
-            images[self.ros.camera_name] = self._image
-        state = RobotState(pos, vel, stamp, time.monotonic(), images)
+        state = RobotState(pos, vel, stamp, time.monotonic())
         with self._state_lock:
             self._state = state
         for listener in self.state_listeners:
@@ -118,19 +116,21 @@ class RosRobot(Robot):
             link.subscribe(self.ros.camera.topic, self.ros.camera.type, self._on_image)
         link.advertise(self.ros.command.topic, self.ros.command.type)
         if self.ros.estop is not None and self.ros.estop.type == "std_msgs/Bool":
-            link.advertise(self.ros.estop.topic, self.ros.estop.type)
+            link.advertise(self.ros.estop.topic, self.ros.estop.type, latch=True)
         deadline = time.monotonic() + self.ros.connect_timeout_s
-        while self._state is None:
+        while self._state is None or (self.ros.camera is not None and self._image is None):
             if time.monotonic() > deadline:
                 link.close()
                 self.link = None
+                what = self.ros.state if self._state is None else self.ros.camera
+                assert what is not None
                 raise SafetyFault(
-                    f"no {self.ros.state.type} on {self.ros.state.topic} within "
+                    f"no {what.type} on {what.topic} within "
                     f"{self.ros.connect_timeout_s} s (rosbridge ws://{host}:{port} is up)",
-                    fix="check the state topic name/type in the robot config and the driver",
+                    fix="check the topic name/type in the robot config and the robot driver",
                 )
             time.sleep(0.005)
-        if self.ros.enable is not None:
+        if self.ros.enable is not None and self.ros.enable_on_connect:
             self.enable()
 
     def _disconnect(self) -> None:
@@ -141,7 +141,10 @@ class RosRobot(Robot):
 
     def _latest(self) -> RobotState | None:
         with self._state_lock:
-            return self._state
+            state, image = self._state, self._image
+        if state is not None and image is not None:
+            state = dataclasses.replace(state, images={self.ros.camera_name: image})
+        return state
 
     def _publish(self, target_rad: np.ndarray) -> None:
         assert self.link is not None
@@ -165,9 +168,18 @@ class RosRobot(Robot):
         return self.link.publish(self.ros.command.topic, msg)
 
     def enable(self) -> dict[str, Any]:
-        """Call the ``enable`` Trigger service (clears the robot-side e-stop)."""
-        if self.ros.enable is None or self.link is None:
-            return {}
+        """Call the ``enable`` Trigger service: clears a latched robot-side e-stop.
+
+        Raises:
+            SafetyFault: no ``ros.enable`` service configured, link down, or the robot refused.
+        """
+        if self.ros.enable is None:
+            raise SafetyFault(
+                f"robot {self.config.name!r} has no enable service configured",
+                fix="add ros.enable: {topic: /..., type: std_srvs/Trigger} to the robot config",
+            )
+        if self.link is None:
+            raise SafetyFault("enable() before connect()", fix="connect the robot first")
         result = self.link.call_service(self.ros.enable.topic, self.ros.enable.type)
         if not result.get("success", False):
             raise SafetyFault(

@@ -39,9 +39,9 @@ class ManifoldConfig:
         geo_weight: Weight of the geometric loss L_geo (paper: 1.0).
         sdtw_gamma: Soft-DTW smoothing (on normalised paths in [-1, 1]).
         path_points: Points of each end-effector path used for soft-DTW.
-        standardize_z: Store per-dimension mean/std of the demo latents and work in the
-            standardised space, so the prior N(0, I) covers the demos whatever scale the
-            encoder settled on (the KL weight is small).
+        standardize_z: Store the mean and ZCA-whitening matrix of the demo latents and use
+            the whitened space as knob space, so the prior N(0, I) covers the demos whatever
+            scale and orientation the encoder settled on (the KL weight is small).
         lr: Adam learning rate.
         steps: Training steps.
         batch_size: Demos per batch (L_geo uses all pairs in a batch).
@@ -141,8 +141,8 @@ class PDPConfig:
     state_dim: int = 4
     action_dim: int = 2
     n_obs_steps: int = 2
-    horizon: int = 16
-    n_action_steps: int = 8
+    horizon: int = 8
+    n_action_steps: int = 4
     z_dim: int = 2
     z_bound: float = 3.0
     denoiser: str = "mlp"
@@ -156,7 +156,7 @@ class PDPConfig:
     num_inference_steps: int = 8
     beta_schedule: str = "squaredcos_cap_v2"
     clip_sample: bool = True
-    lr: float = 1e-3
+    lr: float = 2e-3
     weight_decay: float = 1e-6
     batch_size: int = 128
     steps: int = 3000
@@ -238,8 +238,10 @@ class PDPConfig:
             f"path_dims {self.path_dims} out of range for state_dim={self.state_dim}",
             "give indices of the end-effector position inside the state vector",
         )
-        self.obs_dims = tuple(range(self.state_dim)) if self.obs_dims is None else tuple(
-            int(i) for i in self.obs_dims
+        self.obs_dims = (
+            tuple(range(self.state_dim))
+            if self.obs_dims is None
+            else tuple(int(i) for i in self.obs_dims)
         )
         bad = [i for i in self.obs_dims if not 0 <= i < self.state_dim]
         _check(

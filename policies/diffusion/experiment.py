@@ -28,6 +28,9 @@ from embodied.io import write_json, write_text
 from policies.diffusion.processing_pdp import Demos
 
 ENV_ID = "mujoco:reach_around"
+OBS_EXCLUDE = ("vel_x", "vel_y", "goal_x", "goal_y")
+"""State dims the experiment's policies do not see: velocity (= the last action, a copycat
+shortcut) and the absolute goal (redundant with position + goal offset)."""
 SHIFTED_SCENES = (
     "block_left",
     "block_center",
@@ -73,7 +76,9 @@ def collect_demos(
 
     env = make_env()
     writer = DatasetWriter(out_dir, env_args=env.describe()) if out_dir is not None else None
-    states, actions, labels = [], [], []
+    states: list[np.ndarray] = []
+    actions: list[np.ndarray] = []
+    labels: list[str] = []
     s = seed
     while len(states) < n:
         expert = env.unwrapped.expert(route=route, avoid_blocked=True)
@@ -96,7 +101,7 @@ def run_episodes(
     policy: Any,
     seeds: Sequence[int],
     scene: str = "default",
-    z: np.ndarray | Sequence[np.ndarray] | None = None,
+    z: np.ndarray | Sequence[np.ndarray] | Sequence[float] | None = None,
 ) -> list[dict[str, Any]]:
     """Roll out ``policy`` once per seed; ``z`` is one latent or one per seed."""
     from embodied.loop import rollout
@@ -143,11 +148,11 @@ def evaluate(
     out_dir: str | Path,
     *,
     n_eval: int = 30,
-    n_coverage: int = 60,
+    n_coverage: int = 45,
     scenes: Sequence[str] = SHIFTED_SCENES,
-    n_shift_eval: int = 20,
-    cem_iterations: int = 4,
-    cem_population: int = 12,
+    n_shift_eval: int = 15,
+    cem_iterations: int = 3,
+    cem_population: int = 8,
     cem_rollouts: int = 2,
     adapt_steps: int = 300,
     seed: int = 1000,
@@ -170,16 +175,16 @@ def evaluate(
         seed: First evaluation seed (training demos use seeds < 1000 by default).
         plots: Write PNG plots.
     """
-    import policies
     from policies.diffusion.adaptation import adapt_z_from_demo, search_z_cem
+    from policies.diffusion.policy_pdp import PDPPolicy
     from policies.diffusion.training import load_train_latents
 
     t0 = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     env = make_env()
-    pdp = policies.load(pdp_dir)
-    dp = policies.load(dp_dir)
+    pdp = PDPPolicy.from_pretrained(pdp_dir)
+    dp = PDPPolicy.from_pretrained(dp_dir)
     latents, labels = load_train_latents(pdp_dir)
     centroids = route_centroids(latents, labels)
     rng = np.random.default_rng(seed)
@@ -209,7 +214,8 @@ def evaluate(
         ok = [r["route"] for r in rr if r["success"]]
         counts = Counter(ok)
         p = np.array([counts.get(k, 0) for k in ("left", "center", "right")], float)
-        ent = float(-(p[p > 0] / p.sum() * np.log(p[p > 0] / p.sum())).sum()) if p.sum() else 0.0
+        q = p[p > 0] / max(p.sum(), 1.0)
+        ent = max(0.0, float(-(q * np.log(q)).sum()))
         res["coverage"][name] = {
             "classes_covered": int((p > 0).sum()),
             "coverage": float((p > 0).sum() / n_routes),
@@ -265,6 +271,7 @@ def evaluate(
             bound=pdp.config.z_bound,
             iterations=cem_iterations,
             population=cem_population,
+            elites=max(1, cem_population // 4),
             seed=si,
         )
         entry["cem_seconds"] = time.perf_counter() - t_c
@@ -338,7 +345,9 @@ def results_markdown(res: dict[str, Any]) -> str:
         "| scene | DP | PDP z=0 | PDP + one-demo adaptation | PDP + constraint search (CEM) |",
         "|---|---|---|---|---|",
     ]
-    means = {k: [] for k in ("dp", "pdp_z0", "pdp_adapt_demo", "pdp_constraint_cem")}
+    means: dict[str, list[float]] = {
+        k: [] for k in ("dp", "pdp_z0", "pdp_adapt_demo", "pdp_constraint_cem")
+    }
     for scene, v in res["shifted"].items():
         lines.append(
             f"| {scene} | {pct(v['dp'])} | {pct(v['pdp_z0'])} | "
@@ -451,13 +460,18 @@ def run_experiment(
                     demo_dir,
                     root / name,
                     None,
-                    overrides={**(overrides or {}), "z_dim": z_dim, "seed": s},
+                    overrides={
+                        "obs_exclude": list(OBS_EXCLUDE),
+                        **(overrides or {}),
+                        "z_dim": z_dim,
+                        "seed": s,
+                    },
                     resume=resume,
                     progress=progress,
                 )
         res = evaluate(root / "pdp", root / "dp", root / "eval", seed=1000 + 100000 * s, **eval_kw)
         per_seed.append(res)
-    summary = {
+    summary: dict[str, Any] = {
         "per_seed": per_seed,
         "aggregate": aggregate(per_seed),
         "train_seeds": list(train_seeds),
@@ -506,7 +520,7 @@ def quick_demo(
         demos,
         out / "pdp",
         None,
-        overrides={"steps": 2000, "seed": seed},
+        overrides={"steps": 2000, "seed": seed, "obs_exclude": list(OBS_EXCLUDE)},
         progress=False,
         budget_s=train_budget,
         checkpoint_every=250,
@@ -523,6 +537,12 @@ def quick_demo(
             "success": row["success"],
             "steps": row["steps"],
         }
+    rng = np.random.default_rng(seed)
+    prior = []
+    for i in range(3):  # z sampled from the manifold's prior
+        z = rng.standard_normal(policy.config.z_dim)
+        row = run_episodes(env, policy, [seed + 900 + i], z=z)[0]
+        prior.append({"z": z.tolist(), "route_taken": row["route"], "success": row["success"]})
     from policies.diffusion.plots import plot_interpolation
 
     plot = plot_interpolation(out / "interpolation.png", policy, env, centroids, seed=seed + 777)
@@ -532,6 +552,7 @@ def quick_demo(
         "train_seconds": round(result.seconds, 1),
         "final_loss": result.final_loss,
         "routes": routes,
+        "prior_samples": prior,
         "success_rate": float(np.mean([r["success"] for r in routes.values()])),
         "route_match": float(np.mean([r["route_taken"] == k for k, r in routes.items()])),
         "plot": str(plot),

@@ -13,6 +13,7 @@ Two architectures share one signature ``forward(x, t, obs, z) -> eps``:
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
@@ -144,9 +145,9 @@ class ResidualMLPDenoiser(nn.Module):
         """FiLM ``(mult, add)`` of every layer: input, each block, output."""
         cond = self.cond(t, obs)
         out: list[Film] = [self._zfilm(self.in_film, z)]
-        for block in self.blocks:
-            cs = block.cond_film.proj(cond)  # type: ignore[union-attr,operator].chunk(2, dim=-1)
-            out.append(_compose((cs[0], cs[1]), self._zfilm(block.z_film, z)))  # type: ignore[arg-type]
+        for block in cast("list[_ResBlock]", self.blocks):
+            cs = block.cond_film.proj(cond).chunk(2, dim=-1)
+            out.append(_compose((cs[0], cs[1]), self._zfilm(block.z_film, z)))
         out.append(self._zfilm(self.out_film, z))
         return out
 
@@ -155,10 +156,10 @@ class ResidualMLPDenoiser(nn.Module):
         h = self.inp(x.flatten(1))
         if films[0] is not None:
             h = torch.addcmul(films[0][1], h, films[0][0])
-        for block, film in zip(self.blocks, films[1:-1], strict=True):
-            y = block.fc1(block.norm(h))  # type: ignore[operator]
+        for block, film in zip(cast("list[_ResBlock]", self.blocks), films[1:-1], strict=True):
+            y = block.fc1(block.norm(h))
             y = torch.addcmul(film[1], y, film[0])  # type: ignore[index]
-            h = h + block.fc2(block.act(y))  # type: ignore[operator]
+            h = h + block.fc2(block.act(y))
         h = self.out_norm(h)
         if films[-1] is not None:
             h = torch.addcmul(films[-1][1], h, films[-1][0])
@@ -247,15 +248,17 @@ class ConditionalUnet1D(nn.Module):
         cond = self.cond(t, obs)
         h = x.transpose(1, 2)
         skips = []
-        for block, down in self.down:  # type: ignore[misc,has-type]
-            h = block(h, cond, z)
+        for level in self.down:
+            res_block, down = level[0], level[1]  # type: ignore[index]
+            h = res_block(h, cond, z)
             skips.append(h)
             h = down(h)
         h = self.mid(h, cond, z)
         skips.pop()
-        for upsample, block in self.up:  # type: ignore[misc,has-type]
+        for level in self.up:
+            upsample, up_block = level[0], level[1]  # type: ignore[index]
             h = upsample(h)
-            h = block(torch.cat((h, skips.pop()), dim=1), cond, z)
+            h = up_block(torch.cat((h, skips.pop()), dim=1), cond, z)
         return self.final(h).transpose(1, 2)
 
 

@@ -20,12 +20,16 @@ from policies.diffusion.configuration_pdp import PDPConfig
 from policies.diffusion.modeling_denoiser import DENOISER_CLASSES, ResidualMLPDenoiser
 from policies.diffusion.modeling_manifold import TrajectoryVAE
 
-STAT_KEYS = ("state_min", "state_max", "action_min", "action_max", "z_mean", "z_std")
+STAT_KEYS = ("state_min", "state_max", "action_min", "action_max", "z_mean", "z_whiten")
 """Normalisation statistics stored inside every checkpoint (``normalizer.<key>``)."""
 
 
 class Normalizer(nn.Module):
-    """Min-max normalisation of states/actions to [-1, 1] and standardisation of z.
+    """Min-max normalisation of states/actions to [-1, 1] and whitening of z.
+
+    The knob space of z is the ZCA-whitened encoder latent, ``k = W (z - mean)`` with
+    ``W = Cov(z)^(-1/2)`` over the training demos, so the prior N(0, I) matches the demos'
+    spread and orientation whatever scale the encoder settled on.
 
     Statistics are buffers initialised to NaN: using a normaliser whose statistics were
     never set (or failed to load) raises instead of passing values through.
@@ -36,7 +40,7 @@ class Normalizer(nn.Module):
     action_min: torch.Tensor
     action_max: torch.Tensor
     z_mean: torch.Tensor
-    z_std: torch.Tensor
+    z_whiten: torch.Tensor
 
     def __init__(self, state_dim: int, action_dim: int, z_dim: int) -> None:
         super().__init__()
@@ -46,7 +50,7 @@ class Normalizer(nn.Module):
         self.register_buffer("action_min", torch.full((action_dim,), nan))
         self.register_buffer("action_max", torch.full((action_dim,), nan))
         self.register_buffer("z_mean", torch.zeros(max(z_dim, 1)))
-        self.register_buffer("z_std", torch.ones(max(z_dim, 1)))
+        self.register_buffer("z_whiten", torch.eye(max(z_dim, 1)))
 
     def set_stats(self, **stats: np.ndarray | torch.Tensor) -> None:
         """Set statistics by name (see :data:`STAT_KEYS`), checking their shapes."""
@@ -71,8 +75,11 @@ class Normalizer(nn.Module):
                     f"normaliser statistic {key!r} is not set (contains NaN/inf)",
                     fix="train with `embodied train pdp` or load a checkpoint holding the stats",
                 )
-        if (self.z_std <= 0).any():
-            raise CheckpointError(f"normaliser z_std {self.z_std.tolist()} must be > 0")
+        if torch.linalg.matrix_rank(self.z_whiten.double()) < self.z_whiten.shape[0]:
+            raise CheckpointError(
+                f"normaliser z_whiten {self.z_whiten.tolist()} is singular",
+                fix="re-train: the demo latents collapsed (raise kl/geo weights)",
+            )
 
     @staticmethod
     def _scale(lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -96,11 +103,11 @@ class Normalizer(nn.Module):
 
     def latent_to_knob(self, z: torch.Tensor) -> torch.Tensor:
         """Raw encoder latent -> knob space (standardised)."""
-        return (z - self.z_mean) / self.z_std
+        return (z - self.z_mean) @ self.z_whiten.T
 
     def knob_to_latent(self, k: torch.Tensor) -> torch.Tensor:
         """Knob space -> raw encoder latent (what the denoiser was trained with)."""
-        return k * self.z_std + self.z_mean
+        return k @ torch.linalg.inv(self.z_whiten).T + self.z_mean
 
 
 class PDPModel(nn.Module):

@@ -150,11 +150,16 @@ def make_windows(
 
 
 def ee_paths(demos: Demos, path_dims: Sequence[int], n_points: int) -> np.ndarray:
-    """End-effector paths (N, n_points, len(path_dims)), resampled and scaled to ~[-1, 1]."""
+    """End-effector paths (N, n_points, len(path_dims)) relative to their start, resampled.
+
+    Paths start at the origin (like the encoder's input, so L_geo compares path shapes,
+    not start positions) and share one scale that maps them into ~[-1, 1].
+    """
     from policies.diffusion.modeling_manifold import resample
 
     dims = list(path_dims)
     paths = np.stack([resample(s[:, dims], n_points) for s in demos.states])
+    paths = paths - paths[:, :1]
     lo = paths.reshape(-1, len(dims)).min(0)
     hi = paths.reshape(-1, len(dims)).max(0)
     half = np.maximum((hi - lo).max() / 2.0, 1e-6)  # one scale for all dims keeps geometry

@@ -177,8 +177,10 @@ def _obs_dims_without(names: tuple[str, ...], state_dim: int, exclude: Any) -> t
         )
     unknown = [n for n in drop if n not in names]
     if unknown:
-        raise ConfigError(f"unknown state dims {unknown}; state dims: {list(names)}",
-                          fix="exclude names from that list")
+        raise ConfigError(
+            f"unknown state dims {unknown}; state dims: {list(names)}",
+            fix="exclude names from that list",
+        )
     return tuple(i for i, n in enumerate(names) if n not in drop)
 
 
@@ -251,6 +253,8 @@ def train_pdp(
             "env_id": str(spec.get("env_id", base.env_id)),
         }
         kw = {**base.to_dict(), **derived}
+        if base.state_dim != demos.state_dim:  # index fields of another state layout
+            kw["obs_dims"] = kw["path_dims"] = None
         for key, value in (overrides or {}).items():
             if key == "obs_exclude":  # state dim names the denoiser must not see
                 kw["obs_dims"] = _obs_dims_without(tuple(names), demos.state_dim, value)
@@ -312,8 +316,8 @@ def train_pdp(
                 model, demos, gen, log, on_step=lambda s: bar.update(task, completed=s + 1)
             )
             if cfg.manifold.standardize_z:
-                std = np.maximum(latents_raw.std(0), 1e-3)
-                model.normalizer.set_stats(z_mean=latents_raw.mean(0), z_std=std)
+                model.normalizer.set_stats(z_mean=latents_raw.mean(0),
+                                           z_whiten=zca_whitening(latents_raw))
             ema.load_state_dict(model.state_dict())
         else:
             latents_raw = np.zeros((len(demos), 0))
@@ -393,7 +397,19 @@ def load_train_latents(out_dir: str | os.PathLike[str]) -> tuple[np.ndarray, lis
     meta = json.loads((out / STATE_JSON).read_text())
     tensors = load_file(str(out / meta["tensors"]))
     raw = tensors["demo_latents"]
-    mean, std = tensors.get("ema.normalizer.z_mean"), tensors.get("ema.normalizer.z_std")
-    if raw.shape[1] == 0 or mean is None or std is None:
+    mean, w = tensors.get("ema.normalizer.z_mean"), tensors.get("ema.normalizer.z_whiten")
+    if raw.shape[1] == 0 or mean is None or w is None:
         return raw.numpy(), list(meta.get("labels", []))
-    return ((raw - mean) / std).numpy(), list(meta.get("labels", []))
+    return ((raw - mean) @ w.T).numpy(), list(meta.get("labels", []))
+
+
+def zca_whitening(latents: np.ndarray, floor: float = 1e-2) -> np.ndarray:
+    """ZCA whitening matrix ``Cov^(-1/2)`` of latents (N, d).
+
+    Eigenvalues below ``floor`` x the largest are raised to it, so a (near-)degenerate
+    latent direction is not blown up into noise.
+    """
+    cov = np.atleast_2d(np.cov(latents, rowvar=False))
+    vals, vecs = np.linalg.eigh(cov)
+    vals = np.maximum(vals, max(1e-8, floor * float(vals.max())))
+    return (vecs / np.sqrt(vals)) @ vecs.T

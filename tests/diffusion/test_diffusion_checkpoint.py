@@ -26,7 +26,7 @@ def _policy() -> PDPPolicy:
         action_min=-np.ones(2) * 0.5,
         action_max=np.ones(2) * 0.5,
         z_mean=np.array([0.1, -0.2]),
-        z_std=np.array([2.0, 0.5]),
+        z_whiten=np.array([[2.0, 0.0], [0.5, 1.0]]),
     )
     return PDPPolicy(model)
 
@@ -39,7 +39,7 @@ def test_roundtrip_same_actions_no_pickle(tmp_path: Path) -> None:
     cfg = json.loads((tmp_path / "config.json").read_text())
     assert cfg["policy_type"] == "pdp" and cfg["horizon"] == 8
     weights = load_file(str(tmp_path / "model.safetensors"))
-    assert torch.equal(weights["normalizer.z_std"], torch.tensor([2.0, 0.5]))
+    assert torch.equal(weights["normalizer.z_whiten"], torch.tensor([[2.0, 0.0], [0.5, 1.0]]))
     loaded = policies.load(tmp_path)  # through CHECKPOINT_LOADERS["pdp"]
     assert isinstance(loaded, PDPPolicy)
     loaded.set_knob("z", [1.0, -1.0])

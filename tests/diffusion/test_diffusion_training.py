@@ -70,6 +70,9 @@ def test_latents_separate_route_classes(demos: Demos, tmp_path: Path) -> None:
     res = train_pdp(demos, tmp_path, cfg, progress=False, tensorboard=False)
     lat, labels = load_train_latents(tmp_path)
     np.testing.assert_allclose(lat, res.demo_latents, rtol=1e-5, atol=1e-5)
+    # whitened: unit variance along the principal axis, never more along any axis
+    eig = np.linalg.eigvalsh(np.cov(lat, rowvar=False))
+    assert eig.max() == pytest.approx(1.0, abs=1e-3) and eig.min() <= 1.0 + 1e-3
     lab = np.asarray(labels)
     left, right = lat[lab == "left"], lat[lab == "right"]
     gap = np.linalg.norm(left.mean(0) - right.mean(0))
@@ -107,6 +110,8 @@ def test_cli_trains_on_real_env_dataset(reach_dataset: Path, tmp_path: Path) -> 
             "16",
             "--checkpoint-every",
             "3",
+            "--exclude-state",
+            "vel_x,vel_y",
             "--no-progress",
         ],
     )
@@ -115,5 +120,33 @@ def test_cli_trains_on_real_env_dataset(reach_dataset: Path, tmp_path: Path) -> 
     assert summary["steps"] == 6
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["env_id"] == "mujoco:reach_around" and cfg["state_names"][0] == "pos_x"
+    assert cfg["obs_dims"] == [0, 1, 4, 5, 6, 7]  # velocities hidden from the denoiser
     assert list((out / "tb").glob("events.out.tfevents.*"))
     assert not list(out.rglob("*.pt")) and not list(out.rglob("*.pkl"))
+
+
+def test_dims_derived_from_data_not_base_config(reach_dataset: Path, tmp_path: Path) -> None:
+    res = train_pdp(
+        reach_dataset,
+        tmp_path,
+        tiny_config(state_dim=4, steps=1),
+        progress=False,
+        tensorboard=False,
+    )
+    cfg = json.loads((res.out_dir / "config.json").read_text())
+    assert cfg["state_dim"] == 8 and cfg["obs_dims"] == list(range(8))
+    assert cfg["path_dims"] == [0, 1]
+
+
+def test_exclude_unknown_state_name_is_an_error(reach_dataset: Path, tmp_path: Path) -> None:
+    from embodied.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="vel_q"):
+        train_pdp(
+            reach_dataset,
+            tmp_path,
+            tiny_config(),
+            overrides={"obs_exclude": ["vel_q"]},
+            progress=False,
+            tensorboard=False,
+        )

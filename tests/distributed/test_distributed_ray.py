@@ -122,3 +122,47 @@ def test_sweep_on_ray_matches_inline_and_writes_table(local_ray: Any, tmp_path: 
     md = (tmp_path / "sweep.md").read_text()
     assert md.count("\n| 0.5 |") == 2 and "tracking RMSE (m/s)" in md
     assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_bad_input_names_value_and_fix() -> None:
+    """Bad axes, a missing setpoint and an unknown controller gain are refused up front."""
+    from embodied.errors import ConfigError
+    from embodied.evaluation.sweep import parse_axis
+
+    assert parse_axis("kp=1,2.5,x") == ("kp", (1, 2.5, "x"))
+    with pytest.raises(ConfigError, match="'kp'.*NAME=V1,V2"):
+        parse_axis("kp")
+    base: dict[str, Any] = {"env": "mujoco:arm_reach", "policy": "expert_speed_knob"}
+    with pytest.raises(ConfigError, match="no setpoint") as info:
+        SweepConfig(**base, grid={"kp": (1, 2)})
+    assert "--setpoint" in str(info.value)
+    with pytest.raises(ConfigError, match="setpoint values must be numbers"):
+        SweepConfig(**base, grid={"setpoint": ("fast",)})
+    with pytest.raises(ConfigError, match="kq"):
+        run_sweep(
+            SweepConfig(
+                **base, grid={"kq": (1.0,)}, setpoint=0.1, workers=0, max_steps=5,
+                env_kwargs={"camera": False},
+            )
+        )  # fmt: skip
+
+
+def test_sweep_cli_local_backend(tmp_path: Path) -> None:
+    """`embodied sweep` from the command line (local backend): table, JSON and plot."""
+    from typer.testing import CliRunner
+
+    from embodied.cli import app
+
+    res = CliRunner().invoke(
+        app,
+        ["sweep", "--env", "mujoco:arm_reach", "--policy", "expert_speed_knob",
+         "--grid", "kp=0.5,2", "--setpoint", "0.1", "--set", "ki=50", "--set", "output_min=-1",
+         "--set", "output_max=1", "--episodes", "1", "--max-steps", "20", "--workers", "0",
+         "--env-arg", "camera=false", "--out", str(tmp_path)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "| 0.5 |" in res.stdout and "| 2 |" in res.stdout
+    rows = json.loads((tmp_path / "sweep.json").read_text())["rows"]
+    assert [r["point"]["kp"] for r in rows] == [0.5, 2]
+    assert all(r["n"] == 1 and r["errors"] == 0 for r in rows)
+    assert (tmp_path / "sweep.png").stat().st_size > 10_000

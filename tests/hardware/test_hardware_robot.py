@@ -57,7 +57,7 @@ def test_robot_context_manager_commands_stop_on_exit_and_on_exception(config):
         time.sleep(0.02)
         raise RuntimeError("boom")
     assert not robot.connected
-    last_t, last_target = robot.history[-1]
+    _last_t, last_target = robot.history[-1]
     assert len(robot.history) == 2
     # the final command is a hold at the measured position, not the 0.5 rad step
     assert np.all(np.abs(last_target - q) < 0.3) and np.all(last_target > q)
@@ -176,18 +176,47 @@ def test_keyboard_interrupt_mid_rollout_sends_stop(config, tmp_path):
 def test_cli_dry_run(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "embodied", "deploy", "--robot", str(DEFAULT_CONFIG),
-         "--policy", "hold", "--dry-run", "--max-seconds", "0.5", "--rate", "20",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "embodied",
+            "deploy",
+            "--robot",
+            str(DEFAULT_CONFIG),
+            "--policy",
+            "hold",
+            "--dry-run",
+            "--max-seconds",
+            "0.5",
+            "--rate",
+            "20",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert '"reason": "max_steps"' in proc.stdout
     assert (out / "episodes" / "episode_000000.hdf5").exists()
     bad = subprocess.run(
-        [sys.executable, "-m", "embodied", "deploy", "--robot", "nope.yaml", "--policy", "hold",
-         "--dry-run", "--out", str(out)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "embodied",
+            "deploy",
+            "--robot",
+            "nope.yaml",
+            "--policy",
+            "hold",
+            "--dry-run",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert bad.returncode == 2 and "robot config 'nope.yaml' does not exist" in bad.stderr
 
@@ -195,8 +224,9 @@ def test_cli_dry_run(tmp_path):
 # ------------------------------------------------------------------ messages
 def test_joint_trajectory_validates_in_both_ros_versions():
     for version in (1, 2):
-        msg = messages.joint_command("trajectory_msgs/JointTrajectory", ["a", "b"],
-                                     np.array([0.1, 0.2]), version, 0.05)
+        msg = messages.joint_command(
+            "trajectory_msgs/JointTrajectory", ["a", "b"], np.array([0.1, 0.2]), version, 0.05
+        )
         messages.validate("trajectory_msgs/JointTrajectory", msg, version)
     ros1 = messages.joint_command("trajectory_msgs/JointTrajectory", ["a"], np.array([0.1]), 1)
     with pytest.raises(messages.MessageError, match="unknown field\\(s\\) \\['seq'\\]"):
@@ -238,12 +268,47 @@ def test_stamps_and_joint_state_parsing():
     assert messages.to_stamp(12.5, 2) == {"sec": 12, "nanosec": 500_000_000}
     assert messages.from_stamp({"sec": 3, "nanosec": 250_000_000}) == pytest.approx(3.25)
     assert messages.from_stamp({"secs": 3, "nsecs": 250_000_000}) == pytest.approx(3.25)
-    msg = {"header": {"stamp": {"sec": 1, "nanosec": 0}, "frame_id": ""},
-           "name": ["extra", "b", "a"], "position": [9.0, 2.0, 1.0], "velocity": [0, 0.2, 0.1],
-           "effort": []}
+    msg = {
+        "header": {"stamp": {"sec": 1, "nanosec": 0}, "frame_id": ""},
+        "name": ["extra", "b", "a"],
+        "position": [9.0, 2.0, 1.0],
+        "velocity": [0, 0.2, 0.1],
+        "effort": [],
+    }
     pos, vel, stamp = messages.parse_joint_state(msg, ["a", "b"])
     np.testing.assert_allclose(pos, [1.0, 2.0])
     np.testing.assert_allclose(vel, [0.1, 0.2])
     assert stamp == 1.0
     with pytest.raises(messages.MessageError, match="lacks joints \\['c'\\]"):
         messages.parse_joint_state(msg, ["a", "c"])
+
+
+def test_controller_file_needs_meta_and_a_steerable_policy(config, tmp_path):
+    from embodied.errors import CompatibilityError, ConfigError
+
+    gains = tmp_path / "gains.yaml"
+    gains.write_text("type: pid\nkp: 0.5\n")
+    with pytest.raises(ConfigError, match="lacks meta \\['concept', 'setpoint'\\]"):
+        deploy(config, "hold", tmp_path / "a", dry_run=True, controller=gains)
+    gains.write_text("type: pid\nkp: 0.5\nmeta: {concept: ee_speed, setpoint: 0.05}\n")
+    robot = SimRobot(config)
+    with pytest.raises(CompatibilityError, match="steering needs a Steerable policy"):
+        deploy(config, "hold", tmp_path / "b", robot=robot, controller=gains)
+    assert not robot.connected and robot.history  # refused before the first step, stopped
+
+
+def test_ros_robot_without_a_server_fails_fast_with_the_fix(config):
+    import dataclasses
+
+    from hardware.ros.robot import RosRobot
+    from hardware.ros.testing import free_port
+
+    url = f"rosbridge://127.0.0.1:{free_port()}"
+    cfg = config.with_url(url)
+    cfg = dataclasses.replace(cfg, ros=dataclasses.replace(cfg.ros, connect_timeout_s=1.0))
+    robot = RosRobot(cfg)
+    with pytest.raises(SafetyFault, match="no rosbridge server answered at ws://127.0.0.1"):
+        robot.connect()
+    assert not robot.connected
+    with pytest.raises(SafetyFault, match="before connect"):
+        robot.send(np.zeros(4))

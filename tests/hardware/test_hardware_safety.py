@@ -165,8 +165,11 @@ def test_faults_can_be_configured_not_to_latch(config):
 
 
 def test_workspace_needs_kinematics(config):
-    data = {"name": "x", "joints": [{"name": "a", "lower_rad": -1, "upper_rad": 1}],
-            "safety": {"workspace": {"low_m": [0, 0, 0], "high_m": [1, 1, 1]}}}
+    data = {
+        "name": "x",
+        "joints": [{"name": "a", "lower_rad": -1, "upper_rad": 1}],
+        "safety": {"workspace": {"low_m": [0, 0, 0], "high_m": [1, 1, 1]}},
+    }
     with pytest.raises(ConfigError, match="safety.workspace needs forward kinematics"):
         robot_config_from_dict(data)
     with pytest.raises(ConfigError, match="needs an fk function"):
@@ -177,13 +180,19 @@ def test_workspace_needs_kinematics(config):
     ("patch", "message"),
     [
         ({"joints": [{"name": "a", "lower_rad": 1, "upper_rad": -1}]}, "lower_rad 1 >= upper_rad"),
-        ({"joints": [{"name": "a", "lower_rad": -1, "upper_rad": 1, "speed": 2}]},
-         "unknown key\\(s\\) \\['speed'\\]"),
+        (
+            {"joints": [{"name": "a", "lower_rad": -1, "upper_rad": 1, "speed": 2}]},
+            "unknown key\\(s\\) \\['speed'\\]",
+        ),
         ({"ros": {"url": "http://x:1"}}, "is not rosbridge://host:port"),
-        ({"ros": {"command": {"topic": "/c", "type": "std_msgs/String"}}},
-         "ros.command.type 'std_msgs/String' is not supported"),
-        ({"ros": {"state": {"topic": "joint_states", "type": "sensor_msgs/JointState"}}},
-         "is not absolute"),
+        (
+            {"ros": {"command": {"topic": "/c", "type": "std_msgs/String"}}},
+            "ros.command.type 'std_msgs/String' is not supported",
+        ),
+        (
+            {"ros": {"state": {"topic": "joint_states", "type": "sensor_msgs/JointState"}}},
+            "is not absolute",
+        ),
         ({"safety": {"max_step_rad": 0}}, "max_step_rad 0 must be > 0"),
         ({"control_rate_hz": -5}, "control_rate_hz -5 must be > 0"),
         ({"home_rad": [5.0]}, "outside its limits"),

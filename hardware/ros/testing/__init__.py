@@ -213,8 +213,9 @@ class RosTestGraph:
 
     def stop(self) -> None:
         """Stop every process this graph started (SIGTERM to all, then SIGKILL stragglers)."""
-        procs = [(n, self.procs.pop(n)) for n in ("bridge", "sim_robot", "rosmaster")
-                 if n in self.procs]
+        procs = [
+            (n, self.procs.pop(n)) for n in ("bridge", "sim_robot", "rosmaster") if n in self.procs
+        ]
         for _name, proc in procs:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):

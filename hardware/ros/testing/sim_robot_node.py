@@ -22,16 +22,37 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import struct
 import sys
 import threading
 import time
+import zlib
 
 import rospy
 import yaml
-from sensor_msgs.msg import JointState
+from sensor_msgs.msg import CompressedImage, JointState
 from std_msgs.msg import Bool, Float64MultiArray, UInt64
 from std_srvs.srv import Trigger, TriggerResponse
 from trajectory_msgs.msg import JointTrajectory
+
+
+def png_rgb(width: int, height: int, pixel) -> bytes:
+    """A PNG (RGB, 8 bit) of ``pixel(x, y) -> (r, g, b)``, encoded with zlib only."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(
+        b"\x00" + bytes(c for x in range(width) for c in pixel(x, y)) for y in range(height)
+    )
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
 
 
 class SimRobotNode:
@@ -82,6 +103,11 @@ class SimRobotNode:
             rospy.Subscriber(estop["topic"], Bool, self.on_estop, queue_size=10)
         elif estop:
             rospy.Service(estop["topic"], Trigger, self.on_estop_service)
+        camera = ros.get("camera")
+        self.camera_pub = None
+        if camera:
+            self.camera_pub = rospy.Publisher(camera["topic"], CompressedImage, queue_size=1)
+        self.frame = 0
         enable = ros.get("enable")
         if enable:
             rospy.Service(enable["topic"], Trigger, self.on_enable)
@@ -171,6 +197,16 @@ class SimRobotNode:
             msg.velocity = list(self.qd)
         self.pub.publish(msg)
 
+    def publish_image(self) -> None:
+        """A 32x32 test image whose red channel follows joint 0 (so it changes with motion)."""
+        if self.camera_pub is None:
+            return
+        red = int(127 + 120 * math.tanh(self.q[0]))
+        msg = CompressedImage(format="png")
+        msg.header.stamp = rospy.Time.now()
+        msg.data = png_rgb(32, 32, lambda x, y: (red, 8 * x, 8 * y))
+        self.camera_pub.publish(msg)
+
     def spin(self) -> None:
         period = 1.0 / self.rate_hz
         next_t = time.monotonic()
@@ -179,8 +215,9 @@ class SimRobotNode:
             self.step(period)
             self.publish()
             now = time.monotonic()
-            if now - last_count > 0.1:
+            if now - last_count > 0.1:  # 10 Hz: command counter and camera
                 self.count_pub.publish(UInt64(data=self.received))
+                self.publish_image()
                 last_count = now
             next_t += period
             delay = next_t - time.monotonic()

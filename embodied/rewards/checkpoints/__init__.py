@@ -1,0 +1,1 @@
+"""Checkpoints shipped with the project (data-only packages, so pip installs them)."""

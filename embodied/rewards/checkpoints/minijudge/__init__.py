@@ -1,0 +1,1 @@
+"""The shipped minijudge checkpoint: config.json, model.safetensors, calibration.json."""
