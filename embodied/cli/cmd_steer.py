@@ -60,12 +60,14 @@ def _train(
     lr: float,
     reset: dict[str, Any],
     targets: list[str],
+    llm_layers: int = 4,
 ) -> Any:
     from policies.openvla.experiment_steer import train_tiny_on_env
     from policies.openvla.training_openvla import BCSettings
 
     bc = BCSettings(steps=steps, batch_size=batch, lr=lr, log_every=max(1, steps // 8))
-    return train_tiny_on_env(env, out, demo_episodes, bc, reset, targets, log=_log)
+    return train_tiny_on_env(env, out, demo_episodes, bc, reset, targets, log=_log,
+                             text={"num_hidden_layers": llm_layers})
 
 
 def _train_vla_command(
@@ -79,13 +81,14 @@ def _train_vla_command(
     lr: float = typer.Option(2e-3, help="Peak learning rate."),
     layout: str = typer.Option("fixed", help="arm_reach cube layout: fixed | random."),
     image_size: int = typer.Option(64, help="Camera size in pixels (mujoco envs)."),
+    llm_layers: int = typer.Option(4, help="Llama decoder layers of the tiny model."),
 ) -> None:
     """Behaviour-clone a tiny OpenVLA (same classes as openvla-7b) on speed-varied demos."""
     import torch
 
     torch.set_num_threads(1)
     env, reset, targets = _env(env_id, image_size, layout)
-    _train(env, out, demo_episodes, steps, batch_size, lr, reset, targets)
+    _train(env, out, demo_episodes, steps, batch_size, lr, reset, targets, llm_layers)
     print(json.dumps({"checkpoint": str(out)}))
 
 
@@ -101,6 +104,8 @@ def extract_cmd(
     demo_episodes: int = typer.Option(1, help="Fresh demo episodes per (level, target)."),
     layout: str = typer.Option("fixed", help="arm_reach cube layout: fixed | random."),
     unnorm_key: str | None = typer.Option(None, help="Dataset statistics key."),
+    positions: str = typer.Option("action", help="Contrast positions: action | last | text."),
+    neurons: int = typer.Option(64, help="Neurons in a neuron cluster."),
 ) -> None:
     """Difference-of-means speed direction (fast vs slow demo steps) or a neuron cluster."""
     import torch
@@ -119,7 +124,8 @@ def extract_cmd(
     else:
         env, reset, targets = _env(env_id, m.config.image_size, layout)
         demos = collect_speed_demos(env, demo_episodes, 0, None, reset, targets, _log)
-    inter = extract_intervention(m, proc, demos, layer, kind, unnorm_key=unnorm_key)
+    inter = extract_intervention(m, proc, demos, layer, kind, neurons=neurons,
+                                 unnorm_key=unnorm_key, positions=positions)
     path = inter.save(out)
     print(json.dumps({"path": str(path), "layer": inter.layer, "meta": inter.meta}))
 
@@ -135,6 +141,10 @@ def experiment_cmd(
     dataset: Path | None = typer.Option(None, help="Demos for extraction (LIBERO: required)."),
     image_key: str = typer.Option("image.front", help="Camera key in --dataset."),
     kind: str = typer.Option("direction", help="direction | neurons (fixed-alpha baseline)."),
+    layer: int | None = typer.Option(None, help="Decoder layer to steer (default: (n-1)//2)."),
+    positions: str = typer.Option("action", help="Contrast positions: action | last | text."),
+    neurons: int = typer.Option(64, help="Neurons in a neuron cluster (--kind neurons)."),
+    llm_layers: int = typer.Option(4, help="Tiny model: Llama decoder layers."),
     unnorm_key: str | None = typer.Option(None, help="Dataset statistics key of --model."),
     setpoint: float = typer.Option(0.18, help="Target end-effector speed (m/s)."),
     episodes: int = typer.Option(12, help="Evaluation episodes per controller."),
@@ -199,7 +209,8 @@ def experiment_cmd(
                     fix="pass --direction or --dataset (e.g. a LIBERO hdf5)",
                 )
             demos = collect_speed_demos(env, 1, 0, None, reset, targets, _log)
-        inter = extract_intervention(m, proc, demos, kind=kind, unnorm_key=unnorm_key)
+        inter = extract_intervention(m, proc, demos, layer, kind, neurons=neurons,
+                                     unnorm_key=unnorm_key, positions=positions)
         inter.save(out / f"speed_{kind}")
         _log(f"{kind} at layer {inter.layer}: {json.dumps(inter.meta)[:300]}")
     policy = OpenVLAPolicy(
@@ -237,6 +248,7 @@ def experiment_cmd(
         settings,
         out,
         _log,
+        env_factory=lambda: _env(env_id, image_size, layout)[0],
         extra={
             "model": model_name,
             "env_id": env_id,

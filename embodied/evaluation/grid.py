@@ -5,14 +5,17 @@ Env families may provide hooks (duck-typed on the object registered in ``sim.ENV
 * ``expand(task) -> list[str]``: the task ids a (suite) id names;
 * ``group(task) -> str``: the averaging group of a task (e.g. its suite);
 * ``num_init_states(task) -> int``: fixed init states; episode ``k`` uses ``k % N``;
-* ``default_episodes(task) -> int``: episodes per task of the family's protocol.
+* ``default_episodes(task, env_kwargs) -> int``: episodes per task of the family's protocol
+  (``env_kwargs``: the family's kwargs from :attr:`EvalConfig.env_kwargs`).
 
 Families without hooks are single tasks, grouped by their own id, with seeds only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from embodied.errors import UnknownNameError
 from embodied.evaluation.configuration_evaluation import EpisodeSpec, EvalConfig
@@ -31,8 +34,8 @@ class TaskEntry:
     default_episodes: int
 
 
-def expand_tasks(env_id: str) -> list[TaskEntry]:
-    """The tasks ``env_id`` names, with their group and init-state count."""
+def expand_tasks(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> list[TaskEntry]:
+    """The tasks ``env_id`` names, with their group, init-state count and default episodes."""
     import sim
 
     family_name, task = sim.split_env_id(env_id)
@@ -58,7 +61,9 @@ def expand_tasks(env_id: str) -> list[TaskEntry]:
                 env_id=f"{family_name}:{t}",
                 group=group_fn(t) if group_fn else f"{family_name}:{t}",
                 num_init_states=n_init_fn(t) if n_init_fn else None,
-                default_episodes=default_fn(t) if default_fn else DEFAULT_EPISODES,
+                default_episodes=default_fn(t, dict(env_kwargs or {}))
+                if default_fn
+                else DEFAULT_EPISODES,
             )
         )
     return out
@@ -74,7 +79,8 @@ def build_grid(config: EvalConfig) -> list[EpisodeSpec]:
     specs: list[EpisodeSpec] = []
     seen: set[str] = set()
     for env_id in config.env_ids:
-        for entry in expand_tasks(env_id):
+        family = env_id.partition(":")[0]
+        for entry in expand_tasks(env_id, config.env_kwargs.get(family)):
             if entry.env_id in seen:
                 continue
             seen.add(entry.env_id)

@@ -208,7 +208,7 @@ class RayBackend:
         runner: EpisodeRunner,
         on_event: EventCallback | None,
     ) -> dict[int, EpisodeRecord]:
-        from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
+        from ray.exceptions import RayError, RayTaskError
 
         pending: deque[EpisodeSpec] = deque(specs)
         results: dict[int, EpisodeRecord] = {}
@@ -237,19 +237,19 @@ class RayBackend:
                     spec = held
                     try:
                         record: EpisodeRecord = ray.get(ref)
-                    except (RayActorError, WorkerCrashedError) as exc:
-                        self._died(ray, slot, spec, exc, pending, results, on_event)
-                        slot.handle = None
-                        (fresh,) = self._spawn(actor_cls, runner_ref, 1)
-                        slots[slots.index(slot)] = fresh
-                        continue
-                    except RayTaskError as exc:
+                    except RayTaskError as exc:  # the episode itself raised
                         cause = getattr(exc, "cause", None)
                         if isinstance(cause, EmbodiedError):
                             raise cause from None  # same for every episode: stop now
                         raise EvaluationError(
                             f"episode {spec.index} failed in Ray actor {slot.pid}:\n{exc}"
                         ) from None
+                    except RayError as exc:  # actor/worker/node died, OOM kill, object lost
+                        self._died(ray, slot, spec, exc, pending, results, on_event)
+                        slot.handle = None
+                        (fresh,) = self._spawn(actor_cls, runner_ref, 1)
+                        slots[slots.index(slot)] = fresh
+                        continue
                     slot.current = None
                     if spec.index in results:  # cannot happen: one attempt in flight per spec
                         continue

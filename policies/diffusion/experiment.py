@@ -155,6 +155,8 @@ def evaluate(
     cem_population: int = 8,
     cem_rollouts: int = 2,
     adapt_steps: int = 300,
+    n_control: int = 15,
+    plot_grid: int = 7,
     seed: int = 1000,
     plots: bool = True,
 ) -> dict[str, Any]:
@@ -168,6 +170,8 @@ def evaluate(
         n_coverage: Episodes with z ~ N(0, I) for mode coverage.
         scenes: Shifted scenes evaluated.
         n_shift_eval: Evaluation episodes per shifted scene and method.
+        n_control: Episodes per route for route control (z = the route's mean latent).
+        plot_grid: Latent grid size (per axis) of the route-map plot.
         cem_iterations: CEM iterations of the constraint search.
         cem_population: CEM candidates per iteration.
         cem_rollouts: Search rollouts per candidate (seeds disjoint from evaluation).
@@ -228,7 +232,7 @@ def evaluate(
     res["coverage"]["demos"] = {"route_counts": dict(demo_counts)}
     control = {}
     for route, zc in centroids.items():
-        rr = run_episodes(env, pdp, eval_seeds[: max(10, n_eval // 2)], z=zc)
+        rr = run_episodes(env, pdp, list(range(seed + 7000, seed + 7000 + n_control)), z=zc)
         control[route] = {
             "z": zc.tolist(),
             "route_match": float(np.mean([r["route"] == route for r in rr])),
@@ -286,7 +290,15 @@ def evaluate(
 
         res["plots"] = {
             "latents": str(
-                plot_latents(out / "latent_space.png", latents, labels, pdp, env, seed=seed + 20000)
+                plot_latents(
+                    out / "latent_space.png",
+                    latents,
+                    labels,
+                    pdp,
+                    env,
+                    seed=seed + 20000,
+                    grid=plot_grid,
+                )
             ),
             "interpolation": str(
                 plot_interpolation(

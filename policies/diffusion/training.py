@@ -71,8 +71,12 @@ def train_manifold(
     generator: torch.Generator,
     log: Logger | None = None,
     on_step: Callable[[int], None] | None = None,
+    deadline: float | None = None,
 ) -> np.ndarray:
-    """Train ``model.manifold`` on whole demos; return encoder means (N, z_dim), raw space."""
+    """Train ``model.manifold`` on whole demos; return encoder means (N, z_dim), raw space.
+
+    ``deadline`` (a ``time.perf_counter()`` value) ends training early, after >= 10 steps.
+    """
     assert model.manifold is not None
     mcfg = model.config.manifold
     stats = demos.stats()
@@ -88,6 +92,8 @@ def train_manifold(
     n = len(demos)
     bs = min(mcfg.batch_size, n)
     for step in range(mcfg.steps):
+        if deadline is not None and step >= 10 and time.perf_counter() > deadline:
+            break
         idx = torch.randperm(n, generator=generator)[:bs]
         for g in opt.param_groups:
             g["lr"] = mcfg.lr * cosine_lr(step, mcfg.steps, 20)
@@ -313,11 +319,17 @@ def train_pdp(
         elif cfg.uses_z:
             task = bar.add_task("manifold", total=cfg.manifold.steps, info="")
             latents_raw = train_manifold(
-                model, demos, gen, log, on_step=lambda s: bar.update(task, completed=s + 1)
+                model,
+                demos,
+                gen,
+                log,
+                on_step=lambda s: bar.update(task, completed=s + 1),
+                deadline=None if budget_s is None else t0 + 0.3 * budget_s,
             )
             if cfg.manifold.standardize_z:
-                model.normalizer.set_stats(z_mean=latents_raw.mean(0),
-                                           z_whiten=zca_whitening(latents_raw))
+                model.normalizer.set_stats(
+                    z_mean=latents_raw.mean(0), z_whiten=zca_whitening(latents_raw)
+                )
             ema.load_state_dict(model.state_dict())
         else:
             latents_raw = np.zeros((len(demos), 0))

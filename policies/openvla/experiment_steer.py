@@ -213,6 +213,7 @@ def train_tiny_on_env(
     targets: Sequence[str] = (),
     seed: int = 0,
     log: Log = _quiet,
+    **config_overrides: Any,
 ) -> tuple[OpenVLAModel, OpenVLAProcessor, Demos]:
     """Collect speed demos, behaviour-clone a tiny OpenVLA, save it to ``out``."""
     from policies.openvla.loading_openvla import save_pretrained
@@ -224,7 +225,13 @@ def train_tiny_on_env(
     key = env.env_id.replace(":", "_")
     image = env.observation_spec.cameras[demos.meta["camera"].removeprefix("image.")]
     model, proc = build_tiny_vla(
-        demos.instructions, demos.actions, key, mask, seed, image_size=min(64, image.height)
+        demos.instructions,
+        demos.actions,
+        key,
+        mask,
+        seed,
+        image_size=min(64, image.height),
+        **config_overrides,
     )
     log(f"tiny OpenVLA: {model.num_parameters() / 1e6:.2f} M parameters, {len(demos)} demo steps")
     hist = train_bc(
@@ -286,7 +293,7 @@ def extract_intervention(
     neurons: int = 16,
     unnorm_key: str | None = None,
     seed: int = 0,
-    positions: str = "last",
+    positions: str = "action",
 ) -> SteeringDirection | NeuronCluster:
     """Difference-of-means direction (or neuron cluster) between fast and slow demo steps.
 
@@ -297,7 +304,7 @@ def extract_intervention(
     """
     if positions not in ("last", "text", "action"):
         raise ConfigError(f"unknown positions {positions!r}; use 'last', 'text' or 'action'")
-    layer = len(model.decoder_layers) // 2 if layer is None else int(layer)
+    layer = (len(model.decoder_layers) - 1) // 2 if layer is None else int(layer)
     pos, neg = contrast_masks(demos.concept)
     rng = np.random.default_rng(seed)
     stats = action_stats(model.config, unnorm_key)

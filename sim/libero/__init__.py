@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ if importlib.util.find_spec("libero") is None or importlib.util.find_spec("robos
     )
 
 from embodied.contracts import Env
+from embodied.errors import ConfigError
 from sim import ENVS, EnvFamily
 from sim.libero.configuration_libero import (
     DEFAULT_MAX_STEPS,
@@ -42,8 +44,17 @@ from sim.libero.tasks import LiberoTask, all_tasks, expand, resolve_task, suite_
 
 def make(task: str, **kwargs: Any) -> Env:
     """Build ``LiberoEnv(task, **kwargs)``; ``task`` is ``suite[:index or name]``."""
+    import inspect
+
     from sim.libero.env import LiberoEnv
 
+    params = inspect.signature(LiberoEnv).parameters
+    unknown = sorted(set(kwargs) - set(params))
+    if unknown:
+        raise ConfigError(
+            f"libero:{task} got unknown options {unknown}",
+            fix=f"LIBERO envs take {sorted(k for k in params if k != 'task')}",
+        )
     return LiberoEnv(task, **kwargs)
 
 
@@ -75,9 +86,10 @@ class LiberoFamily(EnvFamily):
 
         return len(load_init_states(resolve_task(task).init_states_file()))
 
-    def default_episodes(self, task: str) -> int:
-        """Episodes per task of the standard protocol (50)."""
-        return LiberoProtocol().trials_per_task
+    def default_episodes(self, task: str, env_kwargs: Mapping[str, Any] | None = None) -> int:
+        """Episodes per task: ``trials_per_task`` of the protocol in ``env_kwargs`` (50)."""
+        protocol = (env_kwargs or {}).get("protocol") or LiberoProtocol()
+        return int(protocol.trials_per_task)
 
 
 FAMILY = LiberoFamily("libero", make, tasks)

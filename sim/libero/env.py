@@ -83,7 +83,8 @@ class LiberoEnv(Env):
         task: ``suite``, ``suite:<index>`` or ``suite:<task name>`` (bare suite: task 0), or
             a resolved :class:`~sim.libero.tasks.LiberoTask`.
         protocol: Evaluation protocol (max steps, wait steps, rate, image size, gripper).
-        cameras: Cameras to observe (keys of :data:`CAMERAS`); ``()`` for state only, the
+        cameras: Cameras to observe (keys of :data:`CAMERAS`, or one comma-separated
+            string); ``()`` for state only, the
             fastest (a camera costs ~90-180 ms per frame on a CPU).
         assets_dir: Local LIBERO assets folder (else ``$EMBODIED_LIBERO_ASSETS``, else the hub).
         hard_reset: Rebuild the MuJoCo model on every reset (LIBERO's default; ~3 s instead of
@@ -101,6 +102,8 @@ class LiberoEnv(Env):
     ) -> None:
         self.protocol = protocol or LiberoProtocol()
         self.task = task if isinstance(task, LiberoTask) else resolve_task(task)
+        if isinstance(cameras, str):  # "agentview,eye_in_hand" from a CLI
+            cameras = [c for c in cameras.split(",") if c]
         unknown = [c for c in cameras if c not in CAMERAS]
         if unknown:
             raise ConfigError(

@@ -32,6 +32,8 @@ def test_evaluate_writes_tables_and_plots(reach_dataset: Path, tmp_path: Path) -
         cem_population=2,
         cem_rollouts=1,
         adapt_steps=3,
+        n_control=1,
+        plot_grid=2,
     )
     for key in ("unshifted", "coverage", "route_control", "shifted"):
         assert key in res

@@ -96,3 +96,36 @@ def test_incompatible_env_and_state_refused() -> None:
 def test_registered_name_requires_path() -> None:
     with pytest.raises(ConfigError, match="path="):
         policies.load("pdp")
+
+
+class _Proportional:
+    """A minimal proportional controller (the Controller protocol) for the steering test."""
+
+    def reset(self) -> None:
+        pass
+
+    def update(self, measurement: float, setpoint: float, dt: float) -> float:
+        return float(np.clip(5.0 * (setpoint - measurement), -3.0, 3.0))
+
+
+def test_closed_loop_controller_drives_knob_z() -> None:
+    from embodied.concepts import make_concept
+    from embodied.loop import Steering
+
+    env = sim.make("mujoco:reach_around")
+    policy = _reach_policy(film_scale=0.5)
+    steering = Steering(
+        concept=make_concept("ee_speed"),
+        controller=_Proportional(),
+        knob="z",
+        setpoint=0.3,
+        to_knob=lambda c: np.array([c, -c]),
+    )
+    ep = rollout(env, policy, steering=steering, seed=1, max_steps=10, record_images=False)
+    z = ep.knobs["z"]
+    assert z.shape == (10, 2)
+    np.testing.assert_allclose(z[0], [1.5, -1.5])  # speed 0 at reset -> 5 * 0.3
+    np.testing.assert_allclose(z[:, 0], -z[:, 1])
+    np.testing.assert_allclose(
+        ep.measurements[1:], np.linalg.norm(ep.observations["state"][1:, 2:4], axis=1), atol=1e-5
+    )

@@ -90,6 +90,22 @@ def test_ray_killed_worker_episode_is_rerun(local_ray: Any) -> None:
     assert _outcomes(par) == _outcomes(ser)
 
 
+def test_ray_episode_error_is_raised_with_its_cause(local_ray: Any) -> None:
+    """An episode that raises inside an actor stops the run with the original error."""
+    from embodied.errors import UnknownNameError
+
+    config = EvalConfig(
+        envs=("mujoco:reach_around",),
+        episodes=2,
+        workers=2,
+        backend="ray",
+        preflight=False,
+        env_kwargs={"mujoco": {"bogus_option": 1}},
+    )
+    with pytest.raises(UnknownNameError, match="bogus_option"):
+        evaluate(config, "expert")
+
+
 def test_sweep_on_ray_matches_inline_and_writes_table(local_ray: Any, tmp_path: Path) -> None:
     """PID gains x setpoints on Ray: one JSON + markdown table and one PNG; equal to inline."""
     kw: dict[str, Any] = {

@@ -85,3 +85,9 @@ def test_libero_suite_expands_to_tasks_with_fixed_init_states() -> None:
     assert more[55].init_state == 5  # wraps around the 50 fixed states
     with pytest.raises(UnknownNameError, match="libero_spatial"):
         build_grid(EvalConfig("libero:libero_spatail"))
+    from sim.libero import LiberoProtocol
+
+    short = EvalConfig(
+        "libero:libero_10:2", env_kwargs={"libero": {"protocol": LiberoProtocol(trials_per_task=5)}}
+    )
+    assert len(build_grid(short)) == 5  # the protocol's trials per task

@@ -71,6 +71,9 @@ def test_unknown_suite_and_task_list_what_exists() -> None:
         sim.make("libero:libero_object:fly_to_the_moon")
     with pytest.raises(ConfigError, match="'thermal'"):
         sim.make("libero:libero_spatial:0", cameras=("thermal",))
+    with pytest.raises(ConfigError, match="'camera'") as info:
+        sim.make("libero:libero_spatial:0", camera=True)
+    assert "cameras" in str(info.value) and "protocol" in str(info.value)
 
 
 @pytest.mark.parametrize(

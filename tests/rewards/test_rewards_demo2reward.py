@@ -144,5 +144,5 @@ def test_persistence_and_cli(tmp_path: Path, minijudge, arm_demos: list[Labelled
         ],
     )
     assert res.exit_code == 0, res.output
-    report = json.loads(res.output)
+    report = json.loads(res.stdout)
     assert len(report["episodes"]) == 1 and "{task}" in report["template"]

@@ -28,27 +28,29 @@ def test_shipped_checkpoint_is_small_safetensors_and_json() -> None:
     assert not any("encoder.layer" in k for k in keys)  # MiniLM is not copied
 
 
-def test_judge_separates_success_from_near_miss(
+def test_judge_agrees_with_oracle_on_unseen_episodes(
     minijudge: MiniJudge, arm_demos: list[LabelledDemo]
 ) -> None:
-    expert, near = arm_demos[4], arm_demos[3]
-    assert expert.success and not near.success
-    p_success = minijudge.score(expert.clips(4, [len(expert) - 1])[0], expert.task)
-    p_near = minijudge.score(near.clips(4, [len(near) - 1])[0], near.task)
-    p_start = minijudge.score(expert.clips(4, [0])[0], expert.task)
-    assert p_success > minijudge.threshold > max(p_near, p_start)
+    probs = np.concatenate([minijudge.score_batch(d.clips(4), d.task) for d in arm_demos])
+    labels = np.concatenate([d.labels for d in arm_demos])
+    assert probs[labels].mean() > probs[~labels].mean() + 0.3
+    accuracy = ((probs >= minijudge.threshold) == labels).mean()
+    assert accuracy > 0.8, accuracy  # seeds 40000+ were never trained on
 
 
 def test_text_side_responds_to_wording(minijudge: MiniJudge, arm_demos: list[LabelledDemo]) -> None:
-    demo = arm_demos[4]
-    clip = demo.clips(4, [len(demo) - 1])[0]
-    color = demo.task.split()[2]
-    others = [c for c in ("red", "green", "blue", "yellow") if c != color]
-    right = minijudge.score(clip, demo.task)
-    wrong = [minijudge.score(clip, demo.task.replace(color, c)) for c in others]
-    assert right > max(wrong)
-    far = minijudge.score(clip, f"the arm is far away from the {color} cube")
-    assert right > far
+    right, wrong, far = [], [], []
+    for demo in (d for d in arm_demos if d.success):
+        clips = demo.clips(4, np.flatnonzero(demo.labels))
+        color = demo.task.split()[2]
+        right.append(minijudge.score_batch(clips, demo.task).mean())
+        for other in {"red", "green", "blue", "yellow"} - {color}:
+            wrong.append(minijudge.score_batch(clips, demo.task.replace(color, other)).mean())
+        far.append(
+            minijudge.score_batch(clips, f"the arm is far away from the {color} cube").mean()
+        )
+    assert np.mean(right) > np.mean(wrong) + 0.2
+    assert np.mean(right) > np.mean(far) + 0.2
 
 
 def test_batched_equals_single_and_save_load_roundtrip(

@@ -113,10 +113,13 @@ def _cached(folder: str | None, name: str, make: Any) -> list[LabelledDemo]:
 
 
 def _augment(x: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
-    """Random +-2 px translation and +-10 % brightness, the same over a clip."""
+    """Random +-2 px translation, horizontal flip of half the clips (no caption says left or
+    right, so flips keep the labels) and +-10 % brightness, the same over a clip."""
     b = x.shape[0]
     dx, dy = rng.integers(-2, 3, 2)
     x = torch.roll(x, shifts=(int(dy), int(dx)), dims=(-2, -1))
+    flip = torch.from_numpy(rng.random(b) < 0.5)
+    x[flip] = x[flip].flip(-1)
     gain = torch.from_numpy(rng.uniform(0.9, 1.1, (b, 1, 1, 1, 1)).astype(np.float32))
     return ((x + 0.5) * gain - 0.5).clamp_(-0.5, 0.5)
 
@@ -145,6 +148,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--stride", type=int, default=2, help="frames between training clips")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--extra-arm-experts",
+        type=int,
+        default=32,
+        help="additional arm_reach expert episodes (positives are rare)",
+    )
     ap.add_argument("--cache", default=None, help="folder to cache recorded episodes (npz)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -154,6 +163,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     config = MiniJudgeConfig(device="cpu")
     train = _cached(args.cache, "train", lambda: make_demos(args.n_arm, args.n_ball, args.seed))
+    if args.extra_arm_experts:
+        from embodied.rewards.minijudge.data_minijudge import record_episodes
+
+        train += _cached(
+            args.cache,
+            f"extra_arm_{args.extra_arm_experts}",
+            lambda: record_episodes(
+                "mujoco:arm_reach", args.extra_arm_experts, 9000 + args.seed, kinds=("expert",)
+            ),
+        )
     val = _cached(args.cache, "val", lambda: make_demos(args.n_val, args.n_val, 5000 + args.seed))
     t_data = time.perf_counter() - t0
     pairs = PairSet(train, config.image_size, args.stride, args.seed)
