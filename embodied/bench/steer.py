@@ -50,11 +50,12 @@ def run(quick: bool = False) -> dict[str, Any]:
         once(False)
         once(True)
     reps = 10 if quick else 60
-    plain, steered = [], []
+    plain: list[float] = []
+    steered: list[float] = []
     for i in range(reps):
         order = (False, True) if i % 2 == 0 else (True, False)
-        for s in order:
-            (steered if s else plain).append(once(s))
+        for with_hook in order:
+            (steered if with_hook else plain).append(once(with_hook))
     p, s = statistics.median(plain), statistics.median(steered)
     result: dict[str, Any] = {
         "generate_ms_plain": round(p, 3),

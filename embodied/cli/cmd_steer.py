@@ -66,8 +66,16 @@ def _train(
     from policies.openvla.training_openvla import BCSettings
 
     bc = BCSettings(steps=steps, batch_size=batch, lr=lr, log_every=max(1, steps // 8))
-    return train_tiny_on_env(env, out, demo_episodes, bc, reset, targets, log=_log,
-                             text={"num_hidden_layers": llm_layers})
+    return train_tiny_on_env(
+        env,
+        out,
+        demo_episodes,
+        bc,
+        reset,
+        targets,
+        log=_log,
+        text={"num_hidden_layers": llm_layers},
+    )
 
 
 def _train_vla_command(
@@ -124,8 +132,9 @@ def extract_cmd(
     else:
         env, reset, targets = _env(env_id, m.config.image_size, layout)
         demos = collect_speed_demos(env, demo_episodes, 0, None, reset, targets, _log)
-    inter = extract_intervention(m, proc, demos, layer, kind, neurons=neurons,
-                                 unnorm_key=unnorm_key, positions=positions)
+    inter = extract_intervention(
+        m, proc, demos, layer, kind, neurons=neurons, unnorm_key=unnorm_key, positions=positions
+    )
     path = inter.save(out)
     print(json.dumps({"path": str(path), "layer": inter.layer, "meta": inter.meta}))
 
@@ -148,11 +157,12 @@ def experiment_cmd(
     unnorm_key: str | None = typer.Option(None, help="Dataset statistics key of --model."),
     setpoint: float = typer.Option(0.18, help="Target end-effector speed (m/s)."),
     episodes: int = typer.Option(12, help="Evaluation episodes per controller."),
-    alpha_weak: float = typer.Option(0.5, help="Weak fixed alpha."),
-    alpha_strong: float = typer.Option(4.0, help="Strong fixed alpha."),
-    alpha_limit: float = typer.Option(4.0, help="Knob / controller output limit (+/-)."),
+    alpha_weak: float = typer.Option(3.0, help="Weak fixed alpha."),
+    alpha_strong: float = typer.Option(8.0, help="Strong fixed alpha."),
+    alpha_limit: float = typer.Option(8.0, help="Knob / controller output limit (+/-)."),
     sweep_episodes: int = typer.Option(3, help="Episodes per fixed-alpha sweep point (0 = skip)."),
     rl_timesteps: int = typer.Option(2048, help="PPO timesteps (0 = no RL row)."),
+    sweep_alphas: str = typer.Option("-1,0,1,2,3,4,6,8", help="Fixed alphas of the sweep."),
     pid_kp: float | None = typer.Option(None, help="PID kp (default: from the sweep)."),
     pid_ki: float | None = typer.Option(None, help="PID ki (1/s)."),
     demo_episodes: int = typer.Option(2, help="Tiny model: demo episodes per (level, target)."),
@@ -209,8 +219,9 @@ def experiment_cmd(
                     fix="pass --direction or --dataset (e.g. a LIBERO hdf5)",
                 )
             demos = collect_speed_demos(env, 1, 0, None, reset, targets, _log)
-        inter = extract_intervention(m, proc, demos, layer, kind, neurons=neurons,
-                                     unnorm_key=unnorm_key, positions=positions)
+        inter = extract_intervention(
+            m, proc, demos, layer, kind, neurons=neurons, unnorm_key=unnorm_key, positions=positions
+        )
         inter.save(out / f"speed_{kind}")
         _log(f"{kind} at layer {inter.layer}: {json.dumps(inter.meta)[:300]}")
     policy = OpenVLAPolicy(
@@ -221,7 +232,7 @@ def experiment_cmd(
         alpha_limit=alpha_limit,
         flip_image=env_id.startswith("libero"),
     )
-    pid = {}
+    pid: dict[str, Any] = {}
     if pid_kp is not None or pid_ki is not None:
         pid = {
             "kp": pid_kp or 0.0,
@@ -237,7 +248,9 @@ def experiment_cmd(
         alpha_strong=alpha_strong,
         alpha_limit=alpha_limit,
         sweep_episodes=sweep_episodes,
-        sweep_alphas=ExperimentSettings.sweep_alphas if sweep_episodes > 0 else (),
+        sweep_alphas=tuple(float(a) for a in sweep_alphas.split(",") if a.strip())
+        if sweep_episodes > 0
+        else (),
         pid=pid,
         rl_timesteps=rl_timesteps,
         reset_options=reset,

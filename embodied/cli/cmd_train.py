@@ -88,7 +88,7 @@ def train_pdp_cmd(
             {
                 "out": str(result.out_dir),
                 "steps": result.steps,
-                "final_loss": result.final_loss,
+                "final_loss": None if result.final_loss != result.final_loss else result.final_loss,
                 "seconds": round(result.seconds, 1),
             }
         )

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from embodied.errors import ConfigError
+from policies.diffusion.modeling_manifold import demo_tensors
 from policies.diffusion.policy_pdp import PDPPolicy
 from policies.diffusion.processing_pdp import Demos, make_windows
 
@@ -43,6 +44,38 @@ def _require_z(policy: PDPPolicy) -> int:
     return policy.config.z_dim
 
 
+def encode_demo(policy: PDPPolicy, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """Knob-space z of one demo from the manifold encoder (amortised inference, no search).
+
+    Args:
+        policy: A PDP (z_dim > 0) whose checkpoint holds the manifold.
+        states: (T, state_dim) states of the demo.
+        actions: (T, action_dim) actions of the demo.
+
+    Returns:
+        (z_dim,) encoder mean mapped to knob space, clipped to the knob bounds.
+    """
+    _require_z(policy)
+    model = policy.model
+    assert model.manifold is not None
+    norm = model.normalizer
+    smin, smax = norm.state_min.numpy(), norm.state_max.numpy()
+    scale = np.maximum((smax - smin) / 2.0, 1e-6)
+    s, a = demo_tensors(
+        [np.asarray(states, np.float64)],
+        [np.asarray(actions, np.float64)],
+        scale,
+        norm.action_min.numpy().astype(np.float64),
+        norm.action_max.numpy().astype(np.float64),
+        policy.config.manifold.seq_len,
+    )
+    with torch.no_grad():
+        mu, _ = model.manifold.encode(s, a)
+        k = norm.latent_to_knob(mu)[0].numpy().astype(np.float64)
+    b = policy.config.z_bound
+    return np.clip(k, -b, b)
+
+
 def adapt_z_from_demo(
     policy: PDPPolicy,
     states: np.ndarray,
@@ -52,7 +85,7 @@ def adapt_z_from_demo(
     lr: float = 3e-3,
     grad_clip: float = 1.0,
     batch_size: int = 64,
-    z_init: np.ndarray | None = None,
+    z_init: np.ndarray | str | None = None,
     seed: int = 0,
     set_knob: bool = True,
 ) -> AdaptResult:
@@ -70,7 +103,8 @@ def adapt_z_from_demo(
         lr: Adam learning rate.
         grad_clip: Gradient-norm clip on z.
         batch_size: Windows x noise draws per step (windows are sampled with replacement).
-        z_init: Start (knob space); default the prior mean 0.
+        z_init: Start (knob space): None = the prior mean 0 (the paper), ``"encoder"`` =
+            the manifold encoder's guess for this demo (refined by the same loss), or a value.
         seed: Seed of noise/timestep/window draws.
         set_knob: Set the policy's ``z`` knob to the result.
 
@@ -96,7 +130,12 @@ def adapt_z_from_demo(
     with torch.no_grad():
         obs = model.encode_obs(torch.as_tensor(obs_np, dtype=torch.float32))
         act = model.normalizer.norm_action(torch.as_tensor(chunks_np, dtype=torch.float32))
-    z0 = np.zeros(z_dim) if z_init is None else np.asarray(z_init, dtype=np.float64)
+    if isinstance(z_init, str):
+        if z_init != "encoder":
+            raise ConfigError(f"unknown z_init {z_init!r}", fix="use None, 'encoder' or a vector")
+        z0 = encode_demo(policy, states, actions)
+    else:
+        z0 = np.zeros(z_dim) if z_init is None else np.asarray(z_init, dtype=np.float64)
     z = torch.tensor(z0, dtype=torch.float32, requires_grad=True)
     opt = torch.optim.Adam([z], lr=lr)
     gen = torch.Generator().manual_seed(seed)

@@ -31,6 +31,15 @@ ENV_ID = "mujoco:reach_around"
 OBS_EXCLUDE = ("vel_x", "vel_y", "goal_x", "goal_y")
 """State dims the experiment's policies do not see: velocity (= the last action, a copycat
 shortcut) and the absolute goal (redundant with position + goal offset)."""
+SHIFT_METHODS: dict[str, str] = {
+    "dp": "DP",
+    "pdp_z0": "PDP z=0",
+    "pdp_adapt_demo": "PDP + one-demo adaptation (paper: z from 0)",
+    "pdp_encoder_demo": "PDP + encoder z of the demo",
+    "pdp_adapt_demo_enc": "PDP + one-demo adaptation from encoder z",
+    "pdp_constraint_cem": "PDP + constraint search (CEM)",
+}
+"""Shifted-scene methods (result key -> table header)."""
 SHIFTED_SCENES = (
     "block_left",
     "block_center",
@@ -179,7 +188,7 @@ def evaluate(
         seed: First evaluation seed (training demos use seeds < 1000 by default).
         plots: Write PNG plots.
     """
-    from policies.diffusion.adaptation import adapt_z_from_demo, search_z_cem
+    from policies.diffusion.adaptation import adapt_z_from_demo, encode_demo, search_z_cem
     from policies.diffusion.policy_pdp import PDPPolicy
     from policies.diffusion.training import load_train_latents
 
@@ -256,6 +265,15 @@ def evaluate(
         entry["pdp_adapt_demo"] = success_rate(run_episodes(env, pdp, ev, scene, z=ad.z))
         entry["adapt_z"] = ad.z.tolist()
         entry["adapt_demo_route"] = demo.labels[0]
+        # beyond the paper: the encoder's guess for the demo, alone and refined
+        z_enc = encode_demo(pdp, demo.states[0], demo.actions[0])
+        entry["pdp_encoder_demo"] = success_rate(run_episodes(env, pdp, ev, scene, z=z_enc))
+        ad_enc = adapt_z_from_demo(
+            pdp, demo.states[0], demo.actions[0], steps=adapt_steps, seed=si, z_init=z_enc
+        )
+        entry["pdp_adapt_demo_enc"] = success_rate(run_episodes(env, pdp, ev, scene, z=ad_enc.z))
+        entry["encoder_z"] = z_enc.tolist()
+        entry["adapt_enc_z"] = ad_enc.z.tolist()
         # constraint only: CEM over z, cost = failure (wall hit / timeout) of search rollouts
         search_seeds = list(range(base + 600, base + 600 + cem_rollouts))
 
@@ -354,17 +372,12 @@ def results_markdown(res: dict[str, Any]) -> str:
         "",
         "## Shifted scenes (success)",
         "",
-        "| scene | DP | PDP z=0 | PDP + one-demo adaptation | PDP + constraint search (CEM) |",
-        "|---|---|---|---|---|",
+        "| scene | " + " | ".join(SHIFT_METHODS.values()) + " |",
+        "|---|" + "---|" * len(SHIFT_METHODS),
     ]
-    means: dict[str, list[float]] = {
-        k: [] for k in ("dp", "pdp_z0", "pdp_adapt_demo", "pdp_constraint_cem")
-    }
+    means: dict[str, list[float]] = {k: [] for k in SHIFT_METHODS}
     for scene, v in res["shifted"].items():
-        lines.append(
-            f"| {scene} | {pct(v['dp'])} | {pct(v['pdp_z0'])} | "
-            f"{pct(v['pdp_adapt_demo'])} | {pct(v['pdp_constraint_cem'])} |"
-        )
+        lines.append(f"| {scene} | " + " | ".join(pct(v[k]) for k in SHIFT_METHODS) + " |")
         for k in means:
             means[k].append(v[k])
     if res["shifted"]:
@@ -397,7 +410,7 @@ def aggregate(per_seed: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 if route in r["route_control"]
             ]
         )
-    methods = ("dp", "pdp_z0", "pdp_adapt_demo", "pdp_constraint_cem")
+    methods = tuple(SHIFT_METHODS)
     for scene in per_seed[0]["shifted"]:
         out["shifted"][scene] = {
             m: stat([r["shifted"][scene][m] for r in per_seed]) for m in methods
@@ -430,15 +443,11 @@ def aggregate_markdown(agg: dict[str, Any], n_seeds: int) -> str:
         + " | ".join(f(v) for v in agg["route_control"].values())
         + " |",
         "",
-        "| shifted scene | DP | PDP z=0 | PDP + one-demo adaptation | PDP + constraint (CEM) |",
-        "|---|---|---|---|---|",
+        "| shifted scene | " + " | ".join(SHIFT_METHODS.values()) + " |",
+        "|---|" + "---|" * len(SHIFT_METHODS),
     ]
     for scene, v in agg["shifted"].items():
-        lines.append(
-            f"| {scene} | "
-            + " | ".join(f(v[m]) for m in ("dp", "pdp_z0", "pdp_adapt_demo", "pdp_constraint_cem"))
-            + " |"
-        )
+        lines.append(f"| {scene} | " + " | ".join(f(v[m]) for m in SHIFT_METHODS) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -532,7 +541,7 @@ def quick_demo(
         demos,
         out / "pdp",
         None,
-        overrides={"steps": 2000, "seed": seed, "obs_exclude": list(OBS_EXCLUDE)},
+        overrides={"steps": 3000, "seed": seed, "obs_exclude": list(OBS_EXCLUDE)},
         progress=False,
         budget_s=train_budget,
         checkpoint_every=250,

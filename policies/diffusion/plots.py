@@ -65,7 +65,7 @@ def plot_latents(
             c=ROUTE_COLORS.get(route, "k"),
             label=f"{route} ({int(m.sum())})",
         )
-    ax.set_title("demo latents (encoder mean, standardised)")
+    ax.set_title("demo latents (encoder mean, whitened knob space)")
     ax.set_xlabel("z[0]")
     ax.set_ylabel("z[1]")
     ax.legend(fontsize=8)

@@ -119,6 +119,10 @@ def load_demos(
         raise DatasetError(
             f"dataset {str(path)!r} has no successful demos", fix="collect successful expert demos"
         )
+    if not any(labels) and ds.env_args.get("env_id") == "mujoco:reach_around":
+        from sim.mujoco import classify_route  # label by geometry when not recorded
+
+        labels = [str(classify_route(s[:, :2])) for s in states]
     return Demos(states, actions, labels, dict(ds.env_args))
 
 

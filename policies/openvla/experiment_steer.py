@@ -80,12 +80,12 @@ class ExperimentSettings:
     setpoint: float = 0.18
     episodes: int = 12
     seed: int = 10_000
-    alpha_weak: float = 0.5
-    alpha_strong: float = 4.0
-    alpha_limit: float = 4.0
+    alpha_weak: float = 3.0
+    alpha_strong: float = 8.0
+    alpha_limit: float = 8.0
     sweep_alphas: tuple[float, ...] = (-1.0, 0.0, 0.5, 1.0, 2.0, 4.0)
     sweep_episodes: int = 4
-    pid: dict[str, float] = field(default_factory=dict)
+    pid: dict[str, Any] = field(default_factory=dict)
     rl_timesteps: int = 2048
     concept_tau_s: float = 0.1
     band: float = 0.1
@@ -417,16 +417,16 @@ def summarize(episodes: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def pid_from_sweep(sweep: list[dict[str, Any]], settings: ExperimentSettings) -> dict[str, float]:
-    """PI gains from the fixed-alpha sweep: static gain K = d speed / d alpha around 0.
+def pid_from_sweep(sweep: list[dict[str, Any]], settings: ExperimentSettings) -> dict[str, Any]:
+    """PI gains from the fixed-alpha sweep: static gain K = d speed / d alpha (|alpha| <= limit/2).
 
     IMC tuning of a first-order plant (gain K, time constant ~0.2 s) with closed-loop time
-    constant 0.4 s: ``kp = T / (K lambda)``, ``ki = 1 / (K lambda)``.
+    constant 1 s: ``kp = T / (K lambda)``, ``ki = 1 / (K lambda)``.
     """
     pts = sorted(
         (r["alpha"], r["summary"]["mean_speed"])
         for r in sweep
-        if np.isfinite(r["summary"]["mean_speed"]) and 0 <= r["alpha"] <= 2
+        if np.isfinite(r["summary"]["mean_speed"]) and abs(r["alpha"]) <= settings.alpha_limit / 2
     )
     gain = math.nan
     if len(pts) >= 2:
@@ -434,7 +434,7 @@ def pid_from_sweep(sweep: list[dict[str, Any]], settings: ExperimentSettings) ->
         gain = float(np.polyfit(a, v, 1)[0])
     if not np.isfinite(gain) or gain <= 1e-3:
         gain = 0.05  # m/s per unit alpha: a conservative fallback
-    lam, tau = 0.4, 0.2
+    lam, tau = 1.0, 0.2
     return {
         "kp": tau / (gain * lam),
         "ki": 1.0 / (gain * lam),

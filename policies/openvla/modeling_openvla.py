@@ -34,7 +34,7 @@ from policies.openvla.configuration_openvla import OpenVLAConfig
 IGNORE_INDEX = -100
 
 
-def siglip_core(model: nn.Module) -> nn.Module:
+def siglip_core(model: nn.Module) -> Any:
     """The module holding ``embeddings``/``encoder`` in a ``SiglipVisionModel`` (any version)."""
     return getattr(model, "vision_model", model)
 

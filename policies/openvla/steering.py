@@ -210,7 +210,8 @@ class SteeringHook:
             if isinstance(self.intervention, SteeringDirection):
                 self._handle = layer.register_forward_hook(self._add)
             else:
-                self._handle = layer.mlp.down_proj.register_forward_pre_hook(self._overwrite)
+                mlp: Any = layer.mlp
+                self._handle = mlp.down_proj.register_forward_pre_hook(self._overwrite)
         return self
 
     def remove(self) -> None:
@@ -284,7 +285,8 @@ def collect_activations(
             lambda m, a, o: grab(o[0] if isinstance(o, tuple) else o)
         )
     elif site == "mlp":
-        handle = target.mlp.down_proj.register_forward_pre_hook(lambda m, a: grab(a[0]))
+        mlp: Any = target.mlp
+        handle = mlp.down_proj.register_forward_pre_hook(lambda m, a: grab(a[0]))
     else:
         raise ConfigError(f"unknown activation site {site!r}; use 'residual' or 'mlp'")
     try:

@@ -37,6 +37,21 @@ def test_one_demo_adaptation_changes_only_z(trained: PDPPolicy, demos: Demos) ->
     assert len(res.history) == 40 and np.all(np.isfinite(res.history))
 
 
+def test_encoder_init_is_the_training_latent(
+    trained: PDPPolicy, demos: Demos, tmp_path: Path
+) -> None:
+    from policies.diffusion.adaptation import encode_demo
+    from policies.diffusion.training import load_train_latents
+
+    latents, _ = load_train_latents(tmp_path)
+    z = encode_demo(trained, demos.states[3], demos.actions[3])
+    np.testing.assert_allclose(z, latents[3], rtol=1e-4, atol=1e-4)
+    res = adapt_z_from_demo(trained, demos.states[3], demos.actions[3], steps=2, z_init="encoder")
+    assert np.linalg.norm(res.z - z) < 0.1  # started at the encoder's guess
+    with pytest.raises(ConfigError, match="z_init"):
+        adapt_z_from_demo(trained, demos.states[3], demos.actions[3], z_init="random")
+
+
 def test_adaptation_lowers_the_demo_loss(trained: PDPPolicy, demos: Demos) -> None:
     res = adapt_z_from_demo(
         trained, demos.states[0], demos.actions[0], steps=120, lr=3e-2, batch_size=128, seed=1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from policies.diffusion.experiment import evaluate, quick_demo
+from policies.diffusion.experiment import SHIFT_METHODS, evaluate, quick_demo
 from policies.diffusion.training import train_pdp
 from tests.diffusion.conftest import tiny_config
 
@@ -38,12 +38,12 @@ def test_evaluate_writes_tables_and_plots(reach_dataset: Path, tmp_path: Path) -
     for key in ("unshifted", "coverage", "route_control", "shifted"):
         assert key in res
     row = res["shifted"]["block_left"]
-    for method in ("dp", "pdp_z0", "pdp_adapt_demo", "pdp_constraint_cem"):
+    for method in SHIFT_METHODS:
         assert 0.0 <= row[method] <= 1.0
     saved = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert saved["shifted"]["block_left"]["cem_rollouts"] == 2
     md = (tmp_path / "eval" / "results.md").read_text()
-    assert "PDP + one-demo adaptation" in md and "block_left" in md
+    assert "PDP + one-demo adaptation (paper: z from 0)" in md and "block_left" in md
     for png in ("latent_space.png", "interpolation.png"):
         assert (tmp_path / "eval" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -150,3 +150,16 @@ def test_exclude_unknown_state_name_is_an_error(reach_dataset: Path, tmp_path: P
             progress=False,
             tensorboard=False,
         )
+
+
+def test_unet_denoiser_trains_and_acts(demos: Demos, tmp_path: Path) -> None:
+    from policies.diffusion.policy_pdp import PDPPolicy
+
+    res = train_pdp(
+        demos, tmp_path, tiny_config(denoiser="unet", steps=3), progress=False, tensorboard=False
+    )
+    assert res.steps == 3 and np.isfinite(res.final_loss)
+    policy = PDPPolicy.from_pretrained(tmp_path)
+    assert policy.config.denoiser == "unet"
+    chunk = policy.predict_action_chunk({"state": demos.states[0][0].astype(np.float32)})
+    assert chunk.shape == (8, 2) and np.isfinite(chunk).all()

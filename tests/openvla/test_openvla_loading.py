@@ -16,6 +16,7 @@ from policies.openvla.convert_openvla import native_to_released
 from policies.openvla.loading_openvla import load_pretrained, save_pretrained
 from policies.openvla.modeling_openvla import OpenVLAModel
 from policies.openvla.processing_openvla import OpenVLAProcessor
+from tests.openvla.conftest import tiny_config
 
 
 def _timm_vit(
@@ -102,11 +103,7 @@ def test_native_vision_matches_timm_semantics_of_released_keys(tiny: tuple) -> N
 
 
 def test_released_key_naming() -> None:
-    keys = set(
-        native_to_released(
-            OpenVLAModel(__import__("tests.openvla.conftest", fromlist=["x"]).tiny_config())
-        )
-    )
+    keys = set(native_to_released(OpenVLAModel(tiny_config())))
     for k in (
         "vision_backbone.featurizer.cls_token",
         "vision_backbone.featurizer.reg_token",

@@ -161,8 +161,9 @@ def _arm_episodes(
             env,
             policy,
             seed,
-            max_steps=90 if kind != "expert" else 150,
-            steps_after_success=int(rng.integers(5, 25)),
+            # hold lengths overlap between kinds, so "still for long" is no shortcut for failure
+            max_steps=int(rng.integers(50, 121)) if kind != "expert" else 150,
+            steps_after_success=int(rng.integers(5, 61)),
         )
         demo.meta["cubes"] = {c: task.cube_pos[j].copy() for j, c in enumerate(ARM_COLORS)}
         demo.meta["kind"] = kind
@@ -215,9 +216,9 @@ def _ball_episodes(
             env,
             policy,
             seed,
-            max_steps=100,
+            max_steps=int(rng.integers(60, 121)),
             reset_options=options,
-            steps_after_success=int(rng.integers(5, 25)),
+            steps_after_success=int(rng.integers(5, 61)),
         )
         demo.meta["kind"] = kind
         yield demo

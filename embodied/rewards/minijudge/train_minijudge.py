@@ -32,6 +32,19 @@ from embodied.rewards.minijudge.configuration_minijudge import MiniJudgeConfig
 from embodied.rewards.minijudge.data_minijudge import make_demos, make_samples
 from embodied.rewards.minijudge.modeling_minijudge import MiniJudge, resize_frames
 
+OTHER, TASK, WRONG_OBJECT = 0, 1, 2
+
+
+def _kind(text: str, task: str, success: bool) -> int:
+    """Caption kind: the task itself, the task naming another object on a success frame
+    (e.g. 'reach the blue cube' while the red one is reached), or another caption."""
+    if text == task:
+        return TASK
+    a, b = text.split(), task.split()
+    if success and len(a) == len(b) and sum(x != y for x, y in zip(a, b, strict=True)) == 1:
+        return WRONG_OBJECT
+    return OTHER
+
 
 class PairSet:
     """(clip, caption, label) pairs over resized demo frames, sampled in balanced batches."""
@@ -44,23 +57,33 @@ class PairSet:
         rows = []
         for s in samples:
             task = demos[s.demo].task
+            success = bool(demos[s.demo].labels[s.step])
             for text, label in s.captions:
                 idx = texts.setdefault(text, len(texts))
-                rows.append((s.demo, s.step, idx, bool(label), text == task))
+                rows.append((s.demo, s.step, idx, bool(label), _kind(text, task, success)))
             if task not in {t for t, _ in s.captions}:  # the episode's own task instruction
                 idx = texts.setdefault(task, len(texts))
-                rows.append((s.demo, s.step, idx, bool(demos[s.demo].labels[s.step]), True))
+                rows.append((s.demo, s.step, idx, success, TASK))
         self.texts = list(texts)
         arr = np.array(rows, dtype=np.int64)
         self.demo, self.step, self.text = arr[:, 0], arr[:, 1], arr[:, 2]
-        self.label, self.instr = arr[:, 3].astype(bool), arr[:, 4].astype(bool)
-        # pools: the episode's own task instruction on success / non-success frames (hard
-        # negatives: approach, near misses, blocked), other captions true / false
+        self.label, self.kind = arr[:, 3].astype(bool), arr[:, 4]
+        env_of = np.array([d.env_id for d in demos])[self.demo]
+        # pools per env: the episode's own task instruction on success / non-success frames
+        # (hard negatives: approach, near misses, blocked), the same instruction naming another
+        # object on success frames (binds the object word), other captions true / false
         self.pools = [
-            np.flatnonzero((self.instr == i) & (self.label == lab))
-            for i in (True, False)
-            for lab in (True, False)
+            np.flatnonzero((env_of == env) & (self.kind == kind) & (self.label == lab))
+            for env in sorted(set(env_of.tolist()))
+            for kind, lab in (
+                (TASK, True),
+                (TASK, False),
+                (WRONG_OBJECT, False),
+                (OTHER, True),
+                (OTHER, False),
+            )
         ]
+        self.pools = [p for p in self.pools if len(p)]
         self.n_context = 4
 
     def clips(self, demo: np.ndarray, step: np.ndarray) -> torch.Tensor:
@@ -72,7 +95,7 @@ class PairSet:
         return torch.stack(out).float().div_(255.0).sub_(0.5)
 
     def batch(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Pair indices: a quarter from each (instruction?, label) pool."""
+        """Pair indices: the same number from each (env, task instruction?, label) pool."""
         per = n // len(self.pools)
         return np.concatenate([rng.choice(p, per) for p in self.pools if len(p)])
 
@@ -243,8 +266,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         f"{judge.calibration['oracle_agreement']}",
         flush=True,
     )
-    for env_id, r in per_env.items():
-        print(f"  {env_id}: {r}")
+    for env_id, env_rates in per_env.items():
+        print(f"  {env_id}: {env_rates}")
     return judge.calibration
 
 
