@@ -112,7 +112,7 @@ def extract_cmd(
     demo_episodes: int = typer.Option(1, help="Fresh demo episodes per (level, target)."),
     layout: str = typer.Option("fixed", help="arm_reach cube layout: fixed | random."),
     unnorm_key: str | None = typer.Option(None, help="Dataset statistics key."),
-    positions: str = typer.Option("action", help="Contrast positions: action | last | text."),
+    positions: str = typer.Option("last", help="Contrast positions: last | action | text."),
     neurons: int = typer.Option(64, help="Neurons in a neuron cluster."),
 ) -> None:
     """Difference-of-means speed direction (fast vs slow demo steps) or a neuron cluster."""
@@ -151,18 +151,18 @@ def experiment_cmd(
     image_key: str = typer.Option("image.front", help="Camera key in --dataset."),
     kind: str = typer.Option("direction", help="direction | neurons (fixed-alpha baseline)."),
     layer: int | None = typer.Option(None, help="Decoder layer to steer (default: (n-1)//2)."),
-    positions: str = typer.Option("action", help="Contrast positions: action | last | text."),
+    positions: str = typer.Option("last", help="Contrast positions: last | action | text."),
     neurons: int = typer.Option(64, help="Neurons in a neuron cluster (--kind neurons)."),
     llm_layers: int = typer.Option(4, help="Tiny model: Llama decoder layers."),
     unnorm_key: str | None = typer.Option(None, help="Dataset statistics key of --model."),
-    setpoint: float = typer.Option(0.18, help="Target end-effector speed (m/s)."),
+    setpoint: float = typer.Option(0.06, help="Target end-effector speed (m/s)."),
     episodes: int = typer.Option(12, help="Evaluation episodes per controller."),
-    alpha_weak: float = typer.Option(3.0, help="Weak fixed alpha."),
-    alpha_strong: float = typer.Option(8.0, help="Strong fixed alpha."),
-    alpha_limit: float = typer.Option(8.0, help="Knob / controller output limit (+/-)."),
+    alpha_weak: float = typer.Option(-0.5, help="Weak fixed alpha."),
+    alpha_strong: float = typer.Option(-4.0, help="Strong fixed alpha."),
+    alpha_limit: float = typer.Option(4.0, help="Knob / controller output limit (+/-)."),
     sweep_episodes: int = typer.Option(3, help="Episodes per fixed-alpha sweep point (0 = skip)."),
     rl_timesteps: int = typer.Option(2048, help="PPO timesteps (0 = no RL row)."),
-    sweep_alphas: str = typer.Option("-1,0,1,2,3,4,6,8", help="Fixed alphas of the sweep."),
+    sweep_alphas: str = typer.Option("-4,-2,-1,-0.5,-0.25,0", help="Fixed alphas of the sweep."),
     pid_kp: float | None = typer.Option(None, help="PID kp (default: from the sweep)."),
     pid_ki: float | None = typer.Option(None, help="PID ki (1/s)."),
     demo_episodes: int = typer.Option(2, help="Tiny model: demo episodes per (level, target)."),
@@ -181,11 +181,11 @@ def experiment_cmd(
         collect_speed_demos,
         demos_from_dataset,
         extract_intervention,
-        markdown_table,
         run_experiment,
     )
     from policies.openvla.loading_openvla import load_pretrained
     from policies.openvla.policy_openvla import OpenVLAPolicy
+    from policies.openvla.report_steer import markdown_table
     from policies.openvla.steering import load_intervention
 
     torch.set_num_threads(1)
@@ -261,7 +261,6 @@ def experiment_cmd(
         settings,
         out,
         _log,
-        env_factory=lambda: _env(env_id, image_size, layout)[0],
         extra={
             "model": model_name,
             "env_id": env_id,

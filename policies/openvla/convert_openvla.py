@@ -30,8 +30,13 @@ Tensor = torch.Tensor
 DINO = "vision_backbone.featurizer."
 SIG = "vision_backbone.fused_featurizer."
 
-OPTIONAL_NATIVE = (re.compile(r"^vision_backbone\.featurizer\.embeddings\.mask_token$"),)
-"""Native parameters a released checkpoint does not carry (unused at inference)."""
+OPTIONAL_NATIVE = (
+    re.compile(r"^vision_backbone\.featurizer\.embeddings\.mask_token$"),
+    # Unused by second-to-last-layer features; a checkpoint may omit them (timm heads).
+    re.compile(r"^vision_backbone\.featurizer\.layernorm\."),
+    re.compile(r"^vision_backbone\.fused_featurizer\.(vision_model\.)?(head|post_layernorm)\."),
+)
+"""Native parameters a released checkpoint need not carry (unused at inference)."""
 
 
 def _names(model: nn.Module) -> tuple[str, str]:

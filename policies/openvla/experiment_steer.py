@@ -32,6 +32,7 @@ from embodied.contracts import Controller, Env, Policy
 from embodied.errors import ConfigError
 from policies.openvla.modeling_openvla import OpenVLAModel
 from policies.openvla.processing_openvla import OpenVLAProcessor, action_stats, normalize
+from policies.openvla.report_steer import write_report
 from policies.openvla.steering import (
     NeuronCluster,
     SteeringDirection,
@@ -77,13 +78,13 @@ class ExperimentSettings:
         reset_options: Inner-env reset options (e.g. a fixed cube layout).
     """
 
-    setpoint: float = 0.18
+    setpoint: float = 0.06
     episodes: int = 12
     seed: int = 10_000
-    alpha_weak: float = 3.0
-    alpha_strong: float = 8.0
-    alpha_limit: float = 8.0
-    sweep_alphas: tuple[float, ...] = (-1.0, 0.0, 0.5, 1.0, 2.0, 4.0)
+    alpha_weak: float = -0.5
+    alpha_strong: float = -4.0
+    alpha_limit: float = 4.0
+    sweep_alphas: tuple[float, ...] = (-4.0, -2.0, -1.0, -0.5, -0.25, 0.0)
     sweep_episodes: int = 4
     pid: dict[str, Any] = field(default_factory=dict)
     rl_timesteps: int = 2048
@@ -293,7 +294,7 @@ def extract_intervention(
     neurons: int = 16,
     unnorm_key: str | None = None,
     seed: int = 0,
-    positions: str = "action",
+    positions: str = "last",
 ) -> SteeringDirection | NeuronCluster:
     """Difference-of-means direction (or neuron cluster) between fast and slow demo steps.
 
@@ -447,65 +448,12 @@ def pid_from_sweep(sweep: list[dict[str, Any]], settings: ExperimentSettings) ->
     }
 
 
-class ThreadLocalEnv(Env):
-    """One inner env per thread, built by ``factory`` (EGL contexts are bound to a thread).
-
-    The RL steering env runs each inner rollout in a worker thread; MuJoCo's offscreen GL
-    context cannot be made current in a second thread, so each thread gets its own env.
-    Envs of finished threads are closed on the next reset.
-    """
-
-    def __init__(self, factory: Callable[[], Env]) -> None:
-        import threading
-
-        self._factory = factory
-        self._envs: dict[threading.Thread, Env] = {}
-        proto = factory()
-        self._proto = proto
-        self.observation_spec, self.action_spec = proto.observation_spec, proto.action_spec
-        self.control_rate_hz, self.max_episode_steps = (
-            proto.control_rate_hz,
-            proto.max_episode_steps,
-        )
-        self.env_id = proto.env_id
-
-    def _current(self) -> Env:
-        import threading
-
-        me = threading.current_thread()
-        if me not in self._envs:
-            for th in [t for t in self._envs if not t.is_alive()]:
-                self._envs.pop(th).close()
-            self._envs[me] = self._factory()
-        return self._envs[me]
-
-    @property
-    def instruction(self) -> str:  # type: ignore[override]
-        """The current thread's env instruction."""
-        return self._current().instruction
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
-        """Reset this thread's env."""
-        return self._current().reset(seed=seed, options=options)
-
-    def step(self, action: np.ndarray) -> Any:
-        """Step this thread's env."""
-        return self._current().step(action)
-
-    def close(self) -> None:
-        """Close every env."""
-        for env in [*self._envs.values(), self._proto]:
-            env.close()
-        self._envs.clear()
-
-
 def train_rl(
     env: Env,
     policy: Policy,
     settings: ExperimentSettings,
     out: Path,
     log: Log = _quiet,
-    env_factory: Callable[[], Env] | None = None,
 ) -> Controller:
     """PPO controller trained on steered rollouts of the frozen policy."""
     from controllers.rl import RLControllerConfig, SteeringEnv
@@ -523,9 +471,8 @@ def train_rl(
         lambda_delta=0.05,
         beta_success=2.0,
     )
-    inner = ThreadLocalEnv(env_factory) if env_factory is not None else env
     senv = SteeringEnv(
-        inner,
+        env,
         policy,
         make_concept("ee_speed", filter_tau_s=settings.concept_tau_s),
         cfg,
@@ -537,8 +484,6 @@ def train_rl(
     controller, _ = train_rl_controller(senv, ppo, save_to=out)
     if hasattr(senv, "close"):
         senv.close()
-    if inner is not env:
-        inner.close()
     log(f"RL controller: {controller.meta if hasattr(controller, 'meta') else ''}")
     return controller
 
@@ -550,12 +495,8 @@ def run_experiment(
     out: Path,
     log: Log = _quiet,
     extra: dict[str, Any] | None = None,
-    env_factory: Callable[[], Env] | None = None,
 ) -> dict[str, Any]:
-    """Sweep, then every controller row; writes results.json, results.md and the plot.
-
-    ``env_factory`` builds fresh envs for the RL controller's threaded training rollouts.
-    """
+    """Sweep, then every controller row; writes results.json, results.md and the plot."""
     import controllers
 
     torch.set_grad_enabled(False)
@@ -585,7 +526,7 @@ def run_experiment(
     ]
     if settings.rl_timesteps > 0:
         torch.set_grad_enabled(True)
-        rl = train_rl(env, policy, settings, out / "rl_controller", log, env_factory)
+        rl = train_rl(env, policy, settings, out / "rl_controller", log)
         torch.set_grad_enabled(False)
         rows.append(("rl (ppo)", rl))
     results = [
@@ -602,72 +543,3 @@ def run_experiment(
     }
     write_report(report, out, env.control_rate_hz)
     return report
-
-
-# ---------------------------------------------------------------------------------------------
-# report
-# ---------------------------------------------------------------------------------------------
-
-
-def markdown_table(report: dict[str, Any]) -> str:
-    """The results table (and sweep) as markdown."""
-    sp = report["settings"]["setpoint"]
-    lines = [
-        f"Target end-effector speed: {sp} m/s; {report['settings']['episodes']} episodes per row.",
-        "",
-        "| controller | success | RMSE (m/s) | mean speed (m/s) | overshoot (%) | settling (s) | settled |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in report["rows"]:
-        lines.append(
-            f"| {r['controller']} | {r['success_rate']:.2f} | {r['rmse']:.4f} | {r['mean_speed']:.3f} "
-            f"| {r['overshoot_pct']:.1f} | {r['settling_time_s']:.2f} | {r['settled_fraction']:.2f} |"
-        )
-    if report.get("sweep"):
-        lines += [
-            "",
-            "Fixed-alpha sweep (dose response):",
-            "",
-            "| alpha | success | mean speed (m/s) |",
-            "|---|---|---|",
-        ]
-        lines += [
-            f"| {r['alpha']:g} | {r['success_rate']:.2f} | {r['mean_speed']:.3f} |"
-            for r in report["sweep"]
-        ]
-    return "\n".join(lines) + "\n"
-
-
-def write_report(report: dict[str, Any], out: Path, rate_hz: float) -> None:
-    """results.json, results.md and speed_alpha.png (first episode of each controller)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from embodied.io import atomic_path, write_json, write_text
-
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "results.json", report)
-    write_text(out / "results.md", markdown_table(report))
-    traces = report["traces"]
-    fig, axes = plt.subplots(
-        2, len(traces), figsize=(3.2 * len(traces), 5.2), sharey="row", squeeze=False
-    )
-    sp = report["settings"]["setpoint"]
-    for j, (label, eps) in enumerate(traces.items()):
-        for i, ep in enumerate(eps[:3]):
-            t = np.arange(len(ep["speed"])) / rate_hz
-            style = {"alpha": 1.0 if i == 0 else 0.35, "lw": 1.4 if i == 0 else 0.9}
-            axes[0, j].plot(t, ep["speed"], color="C0", **style)
-            axes[1, j].plot(t, ep["alpha"], color="C3", **style)
-        axes[0, j].axhline(sp, ls="--", color="k", lw=0.8)
-        ok = report["rows"][j]["success_rate"]
-        axes[0, j].set_title(f"{label}\nsuccess {ok:.2f}", fontsize=9)
-        axes[1, j].set_xlabel("time (s)")
-    axes[0, 0].set_ylabel("ee speed (m/s)")
-    axes[1, 0].set_ylabel("alpha_t")
-    fig.tight_layout()
-    with atomic_path(out / "speed_alpha.png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)

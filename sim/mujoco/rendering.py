@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import threading
 import weakref
 from typing import Any
 
@@ -23,7 +24,9 @@ GL_FIX = (
 class CameraRenderer:
     """Renders named cameras of one model into uint8 (H, W, 3) arrays.
 
-    The GL context is created on first use, so envs without cameras never touch GL. Contexts
+    The GL context is created on first use, so envs without cameras never touch GL; each
+    thread that renders gets its own context (an EGL context is current in one thread only),
+    so an env may be stepped from a worker thread (tuning server, RL training). Contexts
     are released by :meth:`close`, or at interpreter exit (before GL libraries unload).
 
     Args:
@@ -36,12 +39,13 @@ class CameraRenderer:
         self.model = model
         self.height = int(height)
         self.width = int(width)
-        self._holder: dict[str, Any] = {}
+        self._holder: dict[int, Any] = {}  # thread id -> renderer (GL contexts are per thread)
         self._cam_ids: dict[str, int] = {}
         self._finalizer = weakref.finalize(self, _close_holder, self._holder)
 
     def _renderer(self) -> mujoco.Renderer:
-        renderer = self._holder.get("renderer")
+        thread = threading.get_ident()
+        renderer = self._holder.get(thread)
         if renderer is None:
             backend = os.environ.get("MUJOCO_GL", "(unset)")
             try:
@@ -52,7 +56,7 @@ class CameraRenderer:
                     f"{type(exc).__name__}: {exc}",
                     fix=GL_FIX,
                 ) from exc
-            self._holder["renderer"] = renderer
+            self._holder[thread] = renderer
             _LIVE.add(self)
             _register_exit_hook()
         return renderer
@@ -102,8 +106,8 @@ def _close_all() -> None:
         r.close()
 
 
-def _close_holder(holder: dict[str, Any]) -> None:
-    renderer = holder.pop("renderer", None)
-    if renderer is not None:
+def _close_holder(holder: dict[int, Any]) -> None:
+    while holder:
+        _, renderer = holder.popitem()
         with contextlib.suppress(Exception):
             renderer.close()
