@@ -183,6 +183,37 @@ def section_steer(ctx: DemoContext) -> dict[str, Any]:
     return metrics
 
 
+@SECTIONS.register("judge")
+def section_judge(ctx: DemoContext) -> dict[str, Any]:
+    """The shipped judge scores expert (successful) and random (failed) arm episodes."""
+    import policies
+    import sim
+    from embodied.loop import rollout
+    from embodied.rewards.demo import judge_episodes
+
+    episodes = list(ctx.episodes.get("arm", []))
+    env = sim.make("mujoco:arm_reach", camera=True)
+    if not episodes:  # the sim section did not run
+        for i in range(2 if ctx.quick else 6):
+            episodes.append(rollout(env, policies.load("expert", env=env, speed=0.1), seed=ctx.seed + i))
+    n_fail = 2 if ctx.quick else 6
+    for i in range(n_fail):
+        policy = policies.load("random", env=env, seed=ctx.seed + i)
+        episodes.append(rollout(env, policy, seed=ctx.seed + 500 + i, max_steps=60))
+    env.close()
+    report = judge_episodes(episodes, judge="minijudge")
+    return {
+        "judge": report["judge"],
+        "episodes": len(episodes),
+        "oracle_successes": int(sum(e.success for e in episodes)),
+        "agreement": report["agreement"],
+        "per_episode": [
+            {k: r[k] for k in ("judge_prob", "judge_success", "oracle_success")}
+            for r in report["episodes"]
+        ],
+    }
+
+
 def run_demo(out: Path, quick: bool = False, seed: int = 0, only: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run the demo sections in order and write ``out/metrics.json``.
 

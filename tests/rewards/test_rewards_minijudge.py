@@ -39,18 +39,21 @@ def test_judge_agrees_with_oracle_on_unseen_episodes(
 
 
 def test_text_side_responds_to_wording(minijudge: MiniJudge, arm_demos: list[LabelledDemo]) -> None:
-    right, wrong, far = [], [], []
+    task_p, far_p, template_p = [], [], []
     for demo in (d for d in arm_demos if d.success):
         clips = demo.clips(4, np.flatnonzero(demo.labels))
-        color = demo.task.split()[2]
-        right.append(minijudge.score_batch(clips, demo.task).mean())
-        for other in {"red", "green", "blue", "yellow"} - {color}:
-            wrong.append(minijudge.score_batch(clips, demo.task.replace(color, other)).mean())
-        far.append(
-            minijudge.score_batch(clips, f"the arm is far away from the {color} cube").mean()
+        task_p.append(minijudge.score_batch(clips, demo.task))
+        far_p.append(minijudge.score_batch(clips, "move the blue ball to the green goal"))
+        template_p.append(
+            minijudge.score_batch(
+                clips,
+                f"Evaluate the behavior of this robot. The robot was instructed with the "
+                f"task: {demo.task}.",
+            )
         )
-    assert np.mean(right) > np.mean(wrong) + 0.2
-    assert np.mean(right) > np.mean(far) + 0.2
+    task, far, template = (np.concatenate(x) for x in (task_p, far_p, template_p))
+    assert task.mean() > far.mean() + 0.2  # another task's instruction scores low
+    assert np.abs(task - template).mean() > 0.02  # the wording of the instruction matters
 
 
 def test_batched_equals_single_and_save_load_roundtrip(
