@@ -146,7 +146,7 @@ def section_pdp(ctx: DemoContext) -> dict[str, Any]:
     """A small parameterized diffusion policy, rolled out with z per route and from the prior."""
     from policies.diffusion.experiment import quick_demo
 
-    metrics = quick_demo(ctx.out / "pdp", budget_s=40.0 if ctx.quick else 120.0, seed=ctx.seed)
+    metrics = quick_demo(ctx.out / "pdp", budget_s=40.0 if ctx.quick else 200.0, seed=ctx.seed)
     metrics["plot"] = str(Path(metrics["plot"]).relative_to(ctx.out))
     metrics["checkpoint"] = str(Path(metrics["checkpoint"]).relative_to(ctx.out))
     return metrics

@@ -3,7 +3,12 @@
 Per task: record a few expert demos (success partway, seeds from 20000), optimise the
 instruction on them, then compare the starting and the frozen instruction on held-out
 episodes of every kind (expert, near misses, blocked, random; seeds from 30000) that the
-optimiser never saw.
+optimiser never saw. The held-out set holds the realistic false-positive sources: near
+misses, the arm hovering just above the target, the arm reaching the WRONG cube (arm_reach),
+blocked routes (reach_around) and random motion.
+
+The judge's decision threshold is calibrated as a user would: on the demos, with the starting
+instruction (balanced accuracy), then kept fixed for both instructions.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from embodied.contracts import Judge
+from embodied.rewards.calibration import best_threshold
 from embodied.rewards.demo2reward.loop import Demo2RewardConfig, optimize_instruction
 from embodied.rewards.demo2reward.objective import DemoSet
 from embodied.rewards.demo2reward.proposers import OfflineProposer, Proposer
@@ -19,6 +25,11 @@ from embodied.rewards.demo2reward.proposers import OfflineProposer, Proposer
 BUILTIN_TASKS = ("mujoco:arm_reach", "mujoco:reach_around")
 DEMO_SEED0 = 20000
 HELDOUT_SEED0 = 30000
+HELDOUT_KINDS: dict[str, tuple[str, ...]] = {
+    "mujoco:arm_reach": ("expert", "wrong", "near", "hover", "random"),
+    "mujoco:reach_around": ("expert", "near", "blocked", "random"),
+}
+"""Env id -> kinds of held-out episodes (cycled), the false-positive sources included."""
 
 
 def heldout_experiment(
@@ -29,11 +40,23 @@ def heldout_experiment(
     config: Demo2RewardConfig | None = None,
     proposer: Proposer | None = None,
     progress: Callable[[str], None] | None = None,
+    calibrate: bool = True,
 ) -> dict[str, Any]:
     """Run Demo2Reward per task and report held-out rates before and after.
 
+    Args:
+        judge: The judge (its threshold is restored afterwards).
+        env_ids: Built-in tasks.
+        n_demos: Expert demos per task (the optimiser's only data).
+        n_heldout: Held-out episodes per task (kinds from :data:`HELDOUT_KINDS`).
+        config: Demo2Reward settings.
+        proposer: Instruction proposer (default: the offline one).
+        progress: Called with progress lines.
+        calibrate: Calibrate the threshold on the demos with the starting instruction
+            (else keep the judge's shipped threshold).
+
     Returns:
-        ``{"tasks": {env_id: {"template", "demos": {before, after}, "heldout": {before,
+        ``{"tasks": {env_id: {"template", "threshold", "demos": {before, after}, "heldout": {before,
         after}, "history"}}, "config": ...}`` with rates in percent.
     """
     from embodied.rewards.minijudge.data_minijudge import record_episodes
@@ -55,14 +78,25 @@ def heldout_experiment(
         say = progress or (lambda _msg: None)
         say(f"{env_id}: recording {n_demos} demos + {n_heldout} held-out episodes")
         demos = record_episodes(env_id, n_demos, DEMO_SEED0, kinds=("expert",))
-        heldout = record_episodes(env_id, n_heldout, HELDOUT_SEED0)
-        say(f"{env_id}: optimising the instruction")
-        result = optimize_instruction(judge, demos, proposer or OfflineProposer(), cfg)
-        hs = DemoSet(heldout, cfg.n_context, cfg.stride)
-        before = hs.evaluate(judge, cfg.template)
-        after = hs.evaluate(judge, result.template)
+        heldout = record_episodes(env_id, n_heldout, HELDOUT_SEED0, kinds=HELDOUT_KINDS.get(env_id))
+        shipped = float(getattr(judge, "threshold", 0.5))
+        threshold = shipped
+        if calibrate:
+            ds = DemoSet(demos, cfg.n_context, cfg.stride)
+            threshold = best_threshold(ds.score(judge, cfg.template), ds.labels)
+        say(f"{env_id}: optimising the instruction (threshold {threshold:.3f})")
+        try:
+            judge.threshold = threshold  # type: ignore[attr-defined]
+            result = optimize_instruction(judge, demos, proposer or OfflineProposer(), cfg)
+            hs = DemoSet(heldout, cfg.n_context, cfg.stride)
+            before = hs.evaluate(judge, cfg.template)
+            after = hs.evaluate(judge, result.template)
+        finally:
+            judge.threshold = shipped  # type: ignore[attr-defined]
         out["tasks"][env_id] = {
             "template": result.template,
+            "threshold": threshold,
+            "heldout_kinds": list(HELDOUT_KINDS.get(env_id, ())),
             "demos": {"before": result.initial.to_dict(), "after": result.best.to_dict()},
             "heldout": {
                 "before": before.to_dict(),

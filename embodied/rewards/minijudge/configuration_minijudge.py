@@ -36,6 +36,10 @@ class MiniJudgeConfig:
         threshold: Calibrated decision threshold (probability).
         batch_size: Clips per forward pass.
         device: ``"auto"``, ``"cpu"`` or ``"cuda[:N]"``.
+        film_layer: Index of the CNN layer whose output is FiLM-modulated (per-channel scale
+            and shift) by the instruction's sentence embedding, so the image features depend
+            on the named object (e.g. which cube's colour to localise the gripper against);
+            ``-1`` disables FiLM (plain dot-product scoring of independent towers).
         judge_type: Checkpoint type tag (``"minijudge"``).
     """
 
@@ -52,6 +56,7 @@ class MiniJudgeConfig:
     threshold: float = 0.5
     batch_size: int = 16
     device: str = "auto"
+    film_layer: int = -1
     judge_type: str = JUDGE_TYPE
 
     def __post_init__(self) -> None:
@@ -68,6 +73,12 @@ class MiniJudgeConfig:
                 f"image_size {self.image_size} must be >= 16 and divisible by "
                 f"{self._reduction} (stem patch {self.stem_patch}, then one halving per conv)",
                 fix="use image_size=64 with stem_patch=4 and 3 channel entries",
+            )
+        if not -1 <= self.film_layer < len(self.channels):
+            raise ConfigError(
+                f"film_layer {self.film_layer} must be -1 (off) or a CNN layer index "
+                f"0..{len(self.channels) - 1}",
+                fix="use film_layer=1 (after the second conv) or -1",
             )
         if self.n_context < 0:
             raise ConfigError(f"n_context must be >= 0, got {self.n_context}")

@@ -149,22 +149,30 @@ def _arm_episodes(
         kind = kinds[i % len(kinds)]
         expert = env.unwrapped.expert(speed=float(rng.uniform(0.08, 0.25)))  # type: ignore[attr-defined]
         policy: Policy = expert
-        if kind == "near":
-            policy = StopShort(
-                expert, partial(_arm_target_dist, task), float(rng.uniform(0.035, 0.08))
-            )
+        if kind in ("near", "hover"):  # hover: stops just above the target, 2.8-4 cm away
+            lo, hi = (0.035, 0.08) if kind == "near" else (0.028, 0.04)
+            policy = StopShort(expert, partial(_arm_target_dist, task), float(rng.uniform(lo, hi)))
         elif kind == "random":
             import policies
 
             policy = policies.load("random", env=env, seed=seed)
+        options: dict[str, Any] = {}
+        named: str | None = None
+        if kind == "wrong":  # the expert reaches cube B while the instruction names cube A
+            reached, named = (str(c) for c in rng.choice(ARM_COLORS, 2, replace=False))
+            options = {"target": reached}
         demo = record_demo(
             env,
             policy,
             seed,
             # hold lengths overlap between kinds, so "still for long" is no shortcut for failure
-            max_steps=int(rng.integers(50, 121)) if kind != "expert" else 150,
+            max_steps=int(rng.integers(50, 121)) if kind not in ("expert", "wrong") else 150,
             steps_after_success=int(rng.integers(5, 61)),
+            reset_options=options,
+            task=f"reach the {named} cube" if named else None,
         )
+        if named:  # the named cube is never reached: every frame is a failure of the task
+            demo.labels[:] = False
         demo.meta["cubes"] = {c: task.cube_pos[j].copy() for j, c in enumerate(ARM_COLORS)}
         demo.meta["kind"] = kind
         yield demo
@@ -239,6 +247,8 @@ def record_episodes(
     """Record ``n`` labelled episodes of ``env_id`` cycling through ``kinds``.
 
     Kinds: ``expert`` (succeeds, holds a few steps), ``near`` (stops 3.5-10 cm short),
+    ``wrong`` (arm_reach: the expert reaches another cube than the instruction names),
+    ``hover`` (arm_reach: stops 2.8-4 cm above the target, just outside the success radius),
     ``blocked`` (reach_around: the chosen passage is walled off), ``random``.
 
     Raises:
@@ -275,6 +285,24 @@ def make_samples(demos: list[LabelledDemo], stride: int, rng: np.random.Generato
     """Samples every ``stride`` frames of every demo, with their captions."""
     out = []
     for i, demo in enumerate(demos):
-        for t in range(0, len(demo), stride):
+        steps = set(range(0, len(demo), stride)) | set(arrival_steps(demo, before=3))
+        for t in sorted(steps):
             out.append(Sample(i, t, captions_for(demo, t, rng)))
     return out
+
+
+def first_env_success(demo: LabelledDemo) -> int:
+    """First frame where the env reported success (for ``wrong`` episodes: the other cube),
+    or -1."""
+    hits = [t for t, info in enumerate(demo.infos) if info.get("success")]
+    return hits[0] if hits else -1
+
+
+def arrival_steps(demo: LabelledDemo, before: int = 0, after: int = 2) -> list[int]:
+    """Frames around the moment the env first reports success: ``before`` frames before it
+    and ``after`` frames from it on. A rollout that stops at success ends on such a frame,
+    so the judge must get exactly these right, not only the frames of a long hold."""
+    first = first_env_success(demo)
+    if first < 0:
+        return []
+    return [t for t in range(first - before, first + after) if 0 <= t < len(demo)]

@@ -81,12 +81,21 @@ class MiniJudgeModel(nn.Module):
         # Early fusion: the clip's frames are stacked on the channel axis, a patchify stem
         # (kernel = stride = 4) and stride-2 3x3 convs follow, then an MLP to the embedding.
         c_in = 3 * config.n_frames
-        layers: list[nn.Module] = []
+        convs: list[nn.Module] = []
         for i, c in enumerate(config.channels):
             k, stride, pad = (config.stem_patch, config.stem_patch, 0) if i == 0 else (3, 2, 1)
-            layers += [nn.Conv2d(c_in, c, k, stride=stride, padding=pad), nn.ReLU()]
+            convs.append(nn.Conv2d(c_in, c, k, stride=stride, padding=pad))
             c_in = c
-        self.cnn = nn.Sequential(*layers, nn.Flatten())
+        self.convs = nn.ModuleList(convs)
+        # FiLM: the instruction scales and shifts one layer's channels (identity at init)
+        self.film = (
+            nn.Linear(config.text_dim, 2 * config.channels[config.film_layer])
+            if config.film_layer >= 0
+            else None
+        )
+        if self.film is not None:
+            nn.init.zeros_(self.film.weight)
+            nn.init.zeros_(self.film.bias)
         self.image_head = nn.Sequential(
             nn.Linear(c_in * config.feature_side**2, config.image_hidden),
             nn.ReLU(),
@@ -100,9 +109,28 @@ class MiniJudgeModel(nn.Module):
         self.log_scale = nn.Parameter(torch.tensor(np.log(10.0), dtype=torch.float32))
         self.bias = nn.Parameter(torch.tensor(-2.0))
 
-    def embed_images(self, pixels: torch.Tensor) -> torch.Tensor:
-        """(B, F, 3, S, S) float pixels in [-0.5, 0.5] -> (B, embed_dim) unit vectors."""
-        return F.normalize(self.image_head(self.cnn(pixels.flatten(1, 2))), dim=-1)
+    def film_params(self, sentence_emb: torch.Tensor) -> torch.Tensor | None:
+        """(N, text_dim) sentence embeddings -> (N, 2 * C) FiLM scale/shift (None: no FiLM)."""
+        return None if self.film is None else self.film(sentence_emb)
+
+    def embed_images(
+        self, pixels: torch.Tensor, film: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(B, F, 3, S, S) float pixels in [-0.5, 0.5] -> (B, embed_dim) unit vectors.
+
+        ``film`` ((B, 2C) or (1, 2C), from :meth:`film_params`) conditions the features on
+        the instruction; it is required when the config enables FiLM.
+        """
+        x = pixels.flatten(1, 2)
+        for i, conv in enumerate(self.convs):
+            x = conv(x)
+            if i == self.config.film_layer:
+                if film is None:
+                    raise ValueError("this model is FiLM-conditioned: pass film=film_params(...)")
+                gamma, beta = film[:, :, None, None].chunk(2, dim=1)
+                x = x * (1.0 + gamma) + beta
+            x = F.relu(x)
+        return F.normalize(self.image_head(x.flatten(1)), dim=-1)
 
     def embed_texts(self, sentence_emb: torch.Tensor) -> torch.Tensor:
         """(N, text_dim) sentence embeddings -> (N, embed_dim) unit vectors."""
@@ -114,7 +142,8 @@ class MiniJudgeModel(nn.Module):
 
     def forward(self, pixels: torch.Tensor, sentence_emb: torch.Tensor) -> torch.Tensor:
         """Success logits of clip/instruction pairs, (B,)."""
-        return self.logits(self.embed_images(pixels), self.embed_texts(sentence_emb))
+        img = self.embed_images(pixels, self.film_params(sentence_emb))
+        return self.logits(img, self.embed_texts(sentence_emb))
 
 
 def resize_frames(frames: np.ndarray | torch.Tensor, size: int) -> torch.Tensor:
@@ -168,7 +197,7 @@ class MiniJudge(BaseJudge):
         self.text = text_encoder or TextEncoder(
             self.config.text_model, self.config.max_text_tokens, self.device
         )
-        self._text_emb: dict[str, torch.Tensor] = {}
+        self._text_emb: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
         self.calibration: dict[str, Any] = {}
 
     @classmethod
@@ -193,8 +222,14 @@ class MiniJudge(BaseJudge):
                 fix="retrain with `python -m embodied.rewards.minijudge.train --out DIR`",
             )
         model = MiniJudgeModel(config)
+        state = load_file(str(weights))
+        # checkpoints before FiLM kept the convs in nn.Sequential "cnn" (conv, ReLU, ...)
+        state = {
+            (f"convs.{int(k.split('.')[1]) // 2}.{k.split('.')[2]}" if k.startswith("cnn.") else k): v
+            for k, v in state.items()
+        }
         try:
-            model.load_state_dict(load_file(str(weights)))
+            model.load_state_dict(state)
         except RuntimeError as exc:
             raise CheckpointError(f"{weights} does not fit its config.json: {exc}") from exc
         judge = cls(config, model, **kw)
@@ -222,18 +257,30 @@ class MiniJudge(BaseJudge):
 
     def text_embeddings(self, instructions: Sequence[str]) -> torch.Tensor:
         """Projected unit text embeddings (N, embed_dim), cached per string."""
-        todo = sorted({t for t in instructions if t not in self._text_emb})
-        if todo:
+        return torch.stack([self._text_cached(t)[0] for t in instructions])
+
+    def _text_cached(self, text: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(projected unit embedding, FiLM params or None) of one instruction, cached."""
+        hit = self._text_emb.get(text)
+        if hit is None:
             with torch.inference_mode():
-                emb = self.model.embed_texts(self.text.encode(todo))
-            self._text_emb.update(zip(todo, emb, strict=False))
-        return torch.stack([self._text_emb[t] for t in instructions])
+                sent = self.text.encode([text])
+                hit = (self.model.embed_texts(sent)[0], self.model.film_params(sent))
+            self._text_emb[text] = hit
+        return hit
 
     def _score_clips(self, clips: list[np.ndarray], instructions: list[str]) -> np.ndarray:
         pixels = clips_to_pixels(clips, self.config.image_size, self.device)
         with torch.inference_mode():
-            img = self.model.embed_images(pixels)
-            logits = self.model.logits(img, self.text_embeddings(instructions))
+            if len(set(instructions)) == 1:  # one instruction: broadcast, no per-clip copies
+                txt, film = self._text_cached(instructions[0])
+                txt = txt[None]
+            else:
+                pairs = [self._text_cached(t) for t in instructions]
+                txt = torch.stack([p[0] for p in pairs])
+                film = None if pairs[0][1] is None else torch.cat([p[1] for p in pairs])
+            img = self.model.embed_images(pixels, film)
+            logits = self.model.logits(img, txt)
         return torch.sigmoid(logits).cpu().numpy().astype(np.float64)
 
     def clear_cache(self) -> None:

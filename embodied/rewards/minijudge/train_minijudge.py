@@ -29,7 +29,11 @@ from embodied.rewards.calibration import best_threshold, calibration_table, rate
 from embodied.rewards.clips import context_indices
 from embodied.rewards.demo2reward.demos import LabelledDemo
 from embodied.rewards.minijudge.configuration_minijudge import MiniJudgeConfig
-from embodied.rewards.minijudge.data_minijudge import make_demos, make_samples
+from embodied.rewards.minijudge.data_minijudge import (
+    first_env_success,
+    make_demos,
+    make_samples,
+)
 from embodied.rewards.minijudge.modeling_minijudge import MiniJudge, resize_frames
 
 OTHER, TASK, WRONG_OBJECT = 0, 1, 2
@@ -49,7 +53,14 @@ def _kind(text: str, task: str, success: bool) -> int:
 class PairSet:
     """(clip, caption, label) pairs over resized demo frames, sampled in balanced batches."""
 
-    def __init__(self, demos: Sequence[LabelledDemo], size: int, stride: int, seed: int) -> None:
+    def __init__(
+        self,
+        demos: Sequence[LabelledDemo],
+        size: int,
+        stride: int,
+        seed: int,
+        pre_arrival: bool = False,
+    ) -> None:
         rng = np.random.default_rng(seed)
         self.frames = [resize_frames(d.frames, size) for d in demos]
         samples = make_samples(list(demos), stride, rng)
@@ -66,6 +77,11 @@ class PairSet:
                 rows.append((s.demo, s.step, idx, success, TASK))
         self.texts = list(texts)
         arr = np.array(rows, dtype=np.int64)
+        first = np.array([first_env_success(d) for d in demos])[arr[:, 0]]
+        wrong = np.array([d.meta.get("kind") == "wrong" for d in demos])[arr[:, 0]]
+        # around the first env success: the frame a stop-at-success rollout ends on
+        arrival = (first >= 0) & (arr[:, 1] >= first) & (arr[:, 1] < first + 2)
+        pre = (first >= 0) & (arr[:, 1] < first) & (arr[:, 1] >= first - 3)
         self.demo, self.step, self.text = arr[:, 0], arr[:, 1], arr[:, 2]
         self.label, self.kind = arr[:, 3].astype(bool), arr[:, 4]
         env_of = np.array([d.env_id for d in demos])[self.demo]
@@ -81,6 +97,16 @@ class PairSet:
                 (WRONG_OBJECT, False),
                 (OTHER, True),
                 (OTHER, False),
+            )
+        ]
+        self.pools += [
+            np.flatnonzero((env_of == env) & (self.kind == kind) & (self.label == lab) & mask)
+            for env in sorted(set(env_of.tolist()))
+            for kind, lab, mask in (
+                (TASK, True, arrival),  # success on arrival (the arm still moving)
+                (TASK, False, pre & pre_arrival),  # a step or three before it (optional)
+                (TASK, False, wrong & (first >= 0) & (arr[:, 1] >= first)),  # other cube
+                (WRONG_OBJECT, False, arrival),  # arrival, instruction names another object
             )
         ]
         self.pools = [p for p in self.pools if len(p)]
@@ -177,6 +203,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         default=32,
         help="additional arm_reach expert episodes (positives are rare)",
     )
+    ap.add_argument(
+        "--wrong-arm",
+        type=int,
+        default=24,
+        help="arm_reach episodes where the expert reaches another cube than the instruction names",
+    )
+    ap.add_argument("--image-size", type=int, default=96, help="judge input side (px)")
+    ap.add_argument(
+        "--pre-arrival",
+        action="store_true",
+        help="also sample the 3 frames before the first success as hard negatives",
+    )
+    ap.add_argument("--film-layer", type=int, default=1, help="FiLM layer (-1: none)")
     ap.add_argument("--cache", default=None, help="folder to cache recorded episodes (npz)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -184,7 +223,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
 
-    config = MiniJudgeConfig(device="cpu")
+    config = MiniJudgeConfig(
+        device="cpu", film_layer=args.film_layer, image_size=args.image_size
+    )
     train = _cached(args.cache, "train", lambda: make_demos(args.n_arm, args.n_ball, args.seed))
     if args.extra_arm_experts:
         from embodied.rewards.minijudge.data_minijudge import record_episodes
@@ -196,9 +237,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "mujoco:arm_reach", args.extra_arm_experts, 9000 + args.seed, kinds=("expert",)
             ),
         )
+    if args.wrong_arm:
+        from embodied.rewards.minijudge.data_minijudge import record_episodes
+
+        train += _cached(
+            args.cache,
+            f"wrong_{args.wrong_arm}",
+            lambda: record_episodes(
+                "mujoco:arm_reach", args.wrong_arm, 11000 + args.seed, kinds=("wrong",)
+            ),
+        )
     val = _cached(args.cache, "val", lambda: make_demos(args.n_val, args.n_val, 5000 + args.seed))
     t_data = time.perf_counter() - t0
-    pairs = PairSet(train, config.image_size, args.stride, args.seed)
+    pairs = PairSet(train, config.image_size, args.stride, args.seed, args.pre_arrival)
     judge = MiniJudge(config)
     text_emb = judge.text.encode(pairs.texts)  # frozen MiniLM, each caption once
     print(
@@ -240,7 +291,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     judge.clear_cache()
 
     ev = evaluate(judge, val)
-    judge.threshold = float(np.clip(best_threshold(ev["probs"], ev["labels"]), 0.05, 0.95))
+    # calibrate for rollouts that stop at success: positives are the arrival frames (the
+    # first two success frames of each episode), negatives every frame before success
+    arrival = np.concatenate(
+        [np.isin(np.arange(len(d)), np.flatnonzero(d.labels)[:2]) for d in val]
+    )
+    keep = arrival | ~ev["labels"]
+    judge.threshold = float(
+        np.clip(best_threshold(ev["probs"][keep], ev["labels"][keep]), 0.05, 0.95)
+    )
     per_env = {}
     for env_id in sorted(set(ev["envs"].tolist())):
         m = ev["envs"] == env_id
