@@ -55,7 +55,12 @@ def register(app: typer.Typer) -> None:
         ),
         seed: int = typer.Option(0, "--seed", help="Base seed (episode k uses seed + k)."),
         max_steps: int = typer.Option(None, "--max-steps", help="Override the step limit."),
-        backend: str = typer.Option("local", "--backend", help="Execution backend."),
+        backend: str = typer.Option(
+            "local", "--backend", help="Execution backend: local, inline or ray."
+        ),
+        address: str = typer.Option(
+            None, "--address", help="--backend ray: cluster auto or HOST:PORT [private local Ray]."
+        ),
         policy_arg: list[str] = typer.Option(
             [], "--policy-arg", help="Policy option key=value (repeatable)."
         ),
@@ -72,6 +77,11 @@ def register(app: typer.Typer) -> None:
         ),
         cameras: str = typer.Option(
             "agentview", "--cameras", help="LIBERO cameras, comma-separated ('' for none)."
+        ),
+        judge: str = typer.Option(
+            None,
+            "--judge",
+            help="Judge each episode (e.g. minijudge) and report judge-vs-oracle agreement.",
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the results JSON."),
     ) -> None:
@@ -97,6 +107,13 @@ def register(app: typer.Typer) -> None:
                 "cameras": tuple(c for c in cameras.split(",") if c),
                 **common,
             }
+        if address:
+            if backend != "ray":
+                raise ConfigError(
+                    f"--address {address!r} is only used by --backend ray, not {backend!r}",
+                    fix="add --backend ray or drop --address",
+                )
+            os.environ["EMBODIED_RAY_ADDRESS"] = address  # read by the ray backend
         config = EvalConfig(
             envs=tuple(env),
             episodes=episodes,
@@ -107,6 +124,7 @@ def register(app: typer.Typer) -> None:
             env_kwargs=env_kwargs,
             max_steps=max_steps,
             backend=backend,
+            judge=judge,
         )
         total = len(build_grid(config))
         console = Console(stderr=True)

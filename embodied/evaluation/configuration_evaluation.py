@@ -103,6 +103,8 @@ class EvalConfig:
             ``fork``: simulators and GL contexts do not survive it).
         preflight: Build one env per group in the parent and check policy compatibility
             before starting workers.
+        judge: Optional judge spec (``minijudge``, a checkpoint folder, ...) that scores each
+            episode's final clip; results then report judge-vs-oracle agreement.
 
     Derived:
         env_ids: ``envs`` as a tuple.
@@ -121,6 +123,7 @@ class EvalConfig:
     max_retries: int = 2
     start_method: str = "forkserver"
     preflight: bool = True
+    judge: str | None = None
     env_ids: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -176,6 +179,7 @@ class EvalConfig:
             "backend": self.backend,
             "max_retries": self.max_retries,
             "start_method": self.start_method,
+            "judge": self.judge,
         }
 
 

@@ -91,7 +91,22 @@ class EvalResult:
             "wall_s": self.wall_s,
             "files": self.files,
         }
+        if self.judge_agreement() is not None:
+            d["judge_agreement"] = self.judge_agreement()
         return _finite(d)  # type: ignore[no-any-return]
+
+    def judge_agreement(self) -> dict[str, Any] | None:
+        """Judge-vs-oracle (env success) agreement over judged episodes, or None (no judge)."""
+        judged = [e for e in self.episodes if e.judge_success is not None and e.error is None]
+        if not judged:
+            return None
+        from embodied.rewards.calibration import rates
+
+        return {
+            "judge": self.config.get("judge"),
+            "episodes": len(judged),
+            **rates([bool(e.judge_success) for e in judged], [e.success for e in judged]).to_dict(),
+        }
 
     def markdown(self) -> str:
         """Markdown report: per-group averages, per-task table, protocol and versions."""
@@ -134,6 +149,15 @@ def to_markdown(result: EvalResult) -> str:
             f"({_pct(t.success_rate)}) | [{_pct(t.ci_low)}, {_pct(t.ci_high)}] | {t.n} | "
             f"{t.mean_steps:.1f} | {t.errors} |"
         )
+    agr = result.judge_agreement()
+    if agr is not None:
+        lines += [
+            "",
+            "## Judge vs oracle",
+            "",
+            f"Judge `{agr['judge']}` on {agr['episodes']} episodes: agreement "
+            f"{agr['accuracy']:.1f}% (TPR {agr['tpr']:.1f}%, TNR {agr['tnr']:.1f}%)",
+        ]
     videos = result.files.get("videos") or []
     if videos:
         lines += ["", "## Videos", ""] + [f"- [{v}]({v})" for v in videos]

@@ -47,6 +47,8 @@ class EpisodeRecord:
         video: Video path relative to the output folder, or None.
         error: Why the episode could not be run, or None.
         env_description: ``env.describe()`` (first episode of each env per worker only).
+        judge_prob: The judge's success probability of the final clip (with a judge), or None.
+        judge_success: ``judge_prob >= judge.threshold`` (with a judge), or None.
     """
 
     spec: EpisodeSpec
@@ -64,6 +66,8 @@ class EpisodeRecord:
     video: str | None = None
     error: str | None = None
     env_description: dict[str, Any] | None = field(default=None, repr=False)
+    judge_prob: float | None = None
+    judge_success: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (without the env description, stored once per env in the results)."""
@@ -109,6 +113,7 @@ class EpisodeRunner:
         env_kwargs: Family -> kwargs for ``sim.make``.
         max_steps: Step limit (None: the env's horizon).
         out: Output folder (videos go to ``out/videos``), or None.
+        judge: Judge spec scoring each episode's final clip, or None.
     """
 
     def __init__(
@@ -118,6 +123,7 @@ class EpisodeRunner:
         env_kwargs: Mapping[str, Mapping[str, Any]],
         max_steps: int | None,
         out: Path | None,
+        judge: str | None = None,
     ) -> None:
         self.policy_factory = policy_factory
         self.variants = dict(variants)
@@ -128,6 +134,8 @@ class EpisodeRunner:
         self._env_id = ""
         self._policies: dict[str, Policy] = {}
         self._described: set[str] = set()
+        self.judge_spec = judge
+        self._judge: Any = None
 
     @classmethod
     def from_config(cls, config: EvalConfig, policy_factory: PolicyFactory) -> EpisodeRunner:
@@ -138,6 +146,7 @@ class EpisodeRunner:
             config.env_kwargs,
             config.max_steps,
             None if config.out is None else Path(config.out),
+            config.judge,
         )
 
     def env(self, env_id: str) -> Env:
@@ -180,7 +189,7 @@ class EpisodeRunner:
         steering = variant.steering(env, policy) if variant.steering is not None else None
         frames: list[np.ndarray] = []
         callbacks = []
-        if spec.record_video and self.out is not None:
+        if (spec.record_video and self.out is not None) or self.judge_spec:
 
             def grab(_: StepRecord) -> None:
                 frames.append(np.asarray(env.render()))
@@ -197,8 +206,9 @@ class EpisodeRunner:
             callbacks=callbacks,
             **dict(variant.rollout_kwargs),
         )
+        judged = self._judge_episode(env, frames, ep.instruction) if self.judge_spec else None
         video = None
-        if frames and self.out is not None:
+        if frames and self.out is not None and spec.record_video:
             rel = Path("videos") / video_name(spec)
             write_mp4(self.out / rel, frames, env.control_rate_hz)
             video = rel.as_posix()
@@ -221,7 +231,26 @@ class EpisodeRunner:
             worker=os.getpid(),
             video=video,
             env_description=description,
+            judge_prob=None if judged is None else judged[0],
+            judge_success=None if judged is None else judged[1],
         )
+
+    def _judge_episode(
+        self, env: Env, frames: list[np.ndarray], instruction: str
+    ) -> tuple[float, bool] | None:
+        """Judge the final clip (4 earlier frames + the last) of an episode's rendered frames."""
+        if not frames:
+            return None
+        from embodied.rewards import load_judge
+        from embodied.rewards.clips import context_indices
+        from embodied.rewards.demo2reward.demos import task_text
+
+        if self._judge is None:
+            self._judge = load_judge(str(self.judge_spec))
+        n_context = int(getattr(self._judge, "n_frames", 5)) - 1
+        clip = np.stack([frames[i] for i in context_indices(len(frames) - 1, n_context)])
+        prob = float(self._judge.score(clip, task_text(instruction, env.env_id)))
+        return prob, prob >= float(getattr(self._judge, "threshold", 0.5))
 
     def close(self) -> None:
         """Close the cached env and drop the policies built for it."""

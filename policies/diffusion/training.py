@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from embodied.distributed import Distributed, LossModule
 from embodied.errors import CheckpointError, ConfigError
 from embodied.io import atomic_path, write_json
 from policies.diffusion.configuration_pdp import PDPConfig
@@ -227,6 +228,7 @@ def train_pdp(
         A :class:`TrainResult`.
     """
     t0 = time.perf_counter()
+    dist = Distributed.from_env()  # under torchrun / accelerate launch: DDP
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     demos = data if isinstance(data, Demos) else load_demos(data)
@@ -278,7 +280,7 @@ def train_pdp(
     opt = torch.optim.AdamW(model.denoiser.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     writer = None
-    if tensorboard:
+    if tensorboard and dist.is_main:
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(str(out / "tb"))
@@ -303,7 +305,7 @@ def train_pdp(
         TextColumn("{task.fields[info]}"),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
-        disable=not progress,
+        disable=not (progress and dist.is_main),
         transient=False,
     )
     start_step = 0
@@ -326,6 +328,7 @@ def train_pdp(
                 on_step=lambda s: bar.update(task, completed=s + 1),
                 deadline=None if budget_s is None else t0 + 0.3 * budget_s,
             )
+            latents_raw = dist.broadcast(latents_raw)  # rank 0's manifold for every rank
             if cfg.manifold.standardize_z:
                 model.normalizer.set_stats(
                     z_mean=latents_raw.mean(0), z_whiten=zca_whitening(latents_raw)
@@ -358,7 +361,7 @@ def train_pdp(
             else np.zeros((len(demos), 0))
         )
         extra = {"labels": demos.labels, "n_windows": len(obs_np)}
-        if state_meta is None:
+        if state_meta is None and dist.is_main:
             _save_state(out, 0, model, ema, opt, gen, latents_raw, extra)
 
         task = bar.add_task("policy", total=cfg.steps, completed=start_step, info="")
@@ -366,6 +369,9 @@ def train_pdp(
         step = start_step
         n_win = len(obs_np)
         model.train()
+        model.to(dist.device)
+        ema.to(dist.device)
+        loss_fn, opt = dist.prepare(LossModule(model, model.denoiser), opt)
         while step < cfg.steps:
             if stop_after is not None and step - start_step >= stop_after:
                 break
@@ -375,21 +381,35 @@ def train_pdp(
             for g in opt.param_groups:
                 g["lr"] = lr
             b = torch.randint(0, n_win, (min(cfg.batch_size, n_win),), generator=gen)
-            loss = model.compute_loss(obs_t[b], act_t[b], None if z_t is None else z_t[b], gen)
+            # noise and timesteps of the global batch, drawn as compute_loss would draw them;
+            # each DDP rank trains on its block (same update as one process on the batch)
+            noise = torch.randn(act_t[b].shape, generator=gen)
+            ts = torch.randint(0, cfg.num_train_timesteps, (len(b),), generator=gen)
+            r = dist.shard(len(b))
+            loss = loss_fn(
+                *dist.to_device(
+                    obs_t[b][r],
+                    act_t[b][r],
+                    None if z_t is None else z_t[b][r],
+                    None,
+                    ts[r],
+                    noise[r],
+                )
+            )
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.denoiser.parameters(), cfg.grad_clip)
+            dist.backward(loss)
+            dist.clip_grad_norm_(model.denoiser.parameters(), cfg.grad_clip)
             opt.step()
             _ema_update(ema, model, cfg.ema_decay)
             step += 1
-            losses.append(loss.item())
+            losses.append(dist.mean(loss))
             if step % 10 == 0:
                 log("train/loss", losses[-1], step)
                 log("train/lr", lr, step)
                 bar.update(task, completed=step, info=f"loss {np.mean(losses[-50:]):.4f}")
-            if step % checkpoint_every == 0 or step == cfg.steps:
+            if (step % checkpoint_every == 0 or step == cfg.steps) and dist.is_main:
                 _save_state(out, step, model, ema, opt, gen, latents_raw, extra)
-        if step % checkpoint_every != 0 and step != cfg.steps:
+        if step % checkpoint_every != 0 and step != cfg.steps and dist.is_main:
             _save_state(out, step, model, ema, opt, gen, latents_raw, extra)
         bar.update(task, completed=step)
     if writer is not None:

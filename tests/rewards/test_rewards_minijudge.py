@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.errors import CheckpointError
+from embodied.errors import CheckpointError, ConfigError
 from embodied.rewards.demo2reward import LabelledDemo
 from embodied.rewards.minijudge import SHIPPED, MiniJudge, MiniJudgeConfig, clips_to_pixels
 
@@ -54,6 +54,45 @@ def test_text_side_responds_to_wording(minijudge: MiniJudge, arm_demos: list[Lab
     task, far, template = (np.concatenate(x) for x in (task_p, far_p, template_p))
     assert task.mean() > far.mean() + 0.2  # another task's instruction scores low
     assert np.abs(task - template).mean() > 0.02  # the wording of the instruction matters
+
+
+def test_colour_word_binds_to_the_reached_cube(
+    minijudge: MiniJudge, arm_demos: list[LabelledDemo]
+) -> None:
+    """On success frames the instruction naming the reached cube beats every other colour."""
+    right, wrong = [], []
+    for demo in (d for d in arm_demos if d.success):
+        clips = demo.clips(4, np.flatnonzero(demo.labels))
+        color = demo.task.split()[2]
+        right.append(minijudge.score_batch(clips, demo.task))
+        others = [
+            minijudge.score_batch(clips, demo.task.replace(color, other))
+            for other in {"red", "green", "blue", "yellow"} - {color}
+        ]
+        wrong.append(np.max(others, axis=0))
+    r, w = np.concatenate(right), np.concatenate(wrong)
+    assert (r > w).mean() > 0.8, (r.mean(), w.mean())
+    assert r.mean() > w.mean() + 0.3
+
+
+def test_legacy_checkpoint_without_film_loads(tmp_path: Path, minijudge: MiniJudge) -> None:
+    """Checkpoints saved before FiLM (convs in an nn.Sequential ``cnn``) still load."""
+    from safetensors.torch import save_file
+
+    legacy = MiniJudge(MiniJudgeConfig(device="cpu"), text_encoder=minijudge.text)
+    legacy.save_pretrained(tmp_path)
+    state = {
+        (f"cnn.{2 * int(k.split('.')[1])}.{k.split('.')[2]}" if k.startswith("convs.") else k): v
+        for k, v in legacy.model.state_dict().items()
+    }
+    save_file(state, str(tmp_path / "model.safetensors"))
+    again = MiniJudge.from_pretrained(tmp_path, device="cpu", text_encoder=minijudge.text)
+    clip = np.random.default_rng(0).integers(0, 256, (5, 64, 64, 3), dtype=np.uint8)
+    assert again.score(clip, "reach the red cube") == pytest.approx(
+        legacy.score(clip, "reach the red cube"), abs=1e-6
+    )
+    with pytest.raises(ConfigError, match="film_layer"):
+        MiniJudgeConfig(film_layer=7)
 
 
 def test_batched_equals_single_and_save_load_roundtrip(

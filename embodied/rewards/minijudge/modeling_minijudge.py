@@ -111,11 +111,13 @@ class MiniJudgeModel(nn.Module):
 
     def film_params(self, sentence_emb: torch.Tensor) -> torch.Tensor | None:
         """(N, text_dim) sentence embeddings -> (N, 2 * C) FiLM scale/shift (None: no FiLM)."""
-        return None if self.film is None else self.film(sentence_emb)
+        if self.film is None:
+            return None
+        # MiniLM embeddings are unit vectors with ~0.05 entries and differ little between
+        # "red" and "blue"; standardising them lets the zero-initialised FiLM learn quickly
+        return self.film(F.layer_norm(sentence_emb, sentence_emb.shape[-1:]))
 
-    def embed_images(
-        self, pixels: torch.Tensor, film: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def embed_images(self, pixels: torch.Tensor, film: torch.Tensor | None = None) -> torch.Tensor:
         """(B, F, 3, S, S) float pixels in [-0.5, 0.5] -> (B, embed_dim) unit vectors.
 
         ``film`` ((B, 2C) or (1, 2C), from :meth:`film_params`) conditions the features on
@@ -225,7 +227,11 @@ class MiniJudge(BaseJudge):
         state = load_file(str(weights))
         # checkpoints before FiLM kept the convs in nn.Sequential "cnn" (conv, ReLU, ...)
         state = {
-            (f"convs.{int(k.split('.')[1]) // 2}.{k.split('.')[2]}" if k.startswith("cnn.") else k): v
+            (
+                f"convs.{int(k.split('.')[1]) // 2}.{k.split('.')[2]}"
+                if k.startswith("cnn.")
+                else k
+            ): v
             for k, v in state.items()
         }
         try:

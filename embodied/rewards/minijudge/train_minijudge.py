@@ -223,9 +223,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
 
-    config = MiniJudgeConfig(
-        device="cpu", film_layer=args.film_layer, image_size=args.image_size
-    )
+    config = MiniJudgeConfig(device="cpu", film_layer=args.film_layer, image_size=args.image_size)
     train = _cached(args.cache, "train", lambda: make_demos(args.n_arm, args.n_ball, args.seed))
     if args.extra_arm_experts:
         from embodied.rewards.minijudge.data_minijudge import record_episodes

@@ -1,0 +1,31 @@
+"""`embodied eval --judge`: each episode is judged and agreement with the env's success reported."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from embodied.rewards.minijudge.data_minijudge import arrival_steps, record_episodes
+
+
+def test_eval_reports_judge_agreement() -> None:
+    from embodied.evaluation import EvalConfig, evaluate
+
+    cfg = EvalConfig("mujoco:arm_reach", episodes=2, workers=0, seed=7000, judge="minijudge")
+    result = evaluate(cfg, "expert")
+    probs = [e.judge_prob for e in result.episodes]
+    assert all(p is not None and 0.0 <= p <= 1.0 for p in probs)
+    agr = result.to_dict()["judge_agreement"]
+    assert agr["judge"] == "minijudge" and agr["episodes"] == 2
+    assert agr["n_pos"] == sum(e.success for e in result.episodes)
+    assert "Judge vs oracle" in result.markdown()
+    plain = evaluate(EvalConfig("mujoco:arm_reach", episodes=1, workers=0, max_steps=3), "expert")
+    assert plain.episodes[0].judge_prob is None and "judge_agreement" not in plain.to_dict()
+
+
+def test_wrong_cube_episodes_are_failures_of_the_named_task() -> None:
+    (demo,) = record_episodes("mujoco:arm_reach", 1, 11000, kinds=("wrong",))
+    reached = demo.infos[-1]["target"]
+    assert reached not in demo.task  # the instruction names another cube
+    assert not demo.labels.any()  # ... so no frame is a success of it
+    assert demo.infos[arrival_steps(demo)[0]]["success"]  # though the arm reached a cube
+    assert np.ndim(demo.frames) == 4
