@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from embodied.io import write_json
-from embodied.loop import Episode
+from embodied.loop import Episode, StepRecord
 from embodied.registry import Registry
+from embodied.video import write_mp4
 
 
 @dataclass
@@ -49,21 +50,6 @@ SECTIONS: Registry[dict[str, Any]] = Registry("demo section")
 ORDER = ("sim", "pdp", "steer", "judge")
 
 
-def save_mp4(frames: np.ndarray, path: Path, fps: float) -> Path:
-    """Write uint8 (T, H, W, 3) frames as an H.264 MP4 (atomically)."""
-    import imageio.v2 as imageio
-
-    from embodied.io import atomic_path
-
-    with atomic_path(path) as tmp:
-        mp4 = tmp.with_suffix(".mp4")
-        with imageio.get_writer(mp4, fps=fps, codec="libx264", macro_block_size=1) as writer:
-            for frame in frames:
-                writer.append_data(frame)
-        mp4.replace(tmp)
-    return path
-
-
 def _plot_routes(episodes: list[Episode], routes: list[str], path: Path) -> None:
     import matplotlib
 
@@ -75,8 +61,13 @@ def _plot_routes(episodes: list[Episode], routes: list[str], path: Path) -> None
     seen: set[str] = set()
     for ep, route in zip(episodes, routes, strict=True):
         xy = np.asarray(ep.observations["state"])[:, :2]
-        ax.plot(xy[:, 0], xy[:, 1], color=colours[route], alpha=0.7,
-                label=route if route not in seen else None)
+        ax.plot(
+            xy[:, 0],
+            xy[:, 1],
+            color=colours[route],
+            alpha=0.7,
+            label=route if route not in seen else None,
+        )
         seen.add(route)
     ax.set_xlabel("x (m)")
     ax.set_ylabel("y (m)")
@@ -86,6 +77,15 @@ def _plot_routes(episodes: list[Episode], routes: list[str], path: Path) -> None
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _speed_recorder(out: list[float]) -> Callable[[StepRecord], None]:
+    """A loop callback appending the end-effector speed (m/s) of each step to ``out``."""
+
+    def record(step: StepRecord) -> None:
+        out.append(float(np.linalg.norm(step.info["ee_vel"])))
+
+    return record
 
 
 @SECTIONS.register("sim")
@@ -113,7 +113,7 @@ def section_sim(ctx: DemoContext) -> dict[str, Any]:
     median_speed = {}
     for s_i, speed in enumerate(speeds):
         ee_speeds: list[float] = []
-        record = lambda r: ee_speeds.append(float(np.linalg.norm(r.info["ee_vel"])))  # noqa: E731
+        record = _speed_recorder(ee_speeds)
         for j in range(per_speed):
             seed = ctx.seed + 100 * s_i + j
             expert = policies.load("expert", env=arm, speed=speed)
@@ -122,7 +122,7 @@ def section_sim(ctx: DemoContext) -> dict[str, Any]:
         moving = moving[moving > 0.2 * speed]
         median_speed[f"{speed:.2f}"] = float(np.median(moving)) if moving.size else 0.0
     best = max(arm_eps, key=len)
-    save_mp4(best.frames(), ctx.out / "arm_reach_rollout.mp4", fps=arm.control_rate_hz)
+    write_mp4(ctx.out / "arm_reach_rollout.mp4", best.frames(), fps=arm.control_rate_hz)
     arm.close()
     ctx.episodes["reach_around"] = eps
     ctx.episodes["arm"] = arm_eps
@@ -165,7 +165,7 @@ def section_steer(ctx: DemoContext) -> dict[str, Any]:
         {"PID": ep}, ctx.out / "steer_pid_tracking.png",
         title=f"PID steering: ee_speed step {STEP_LOW_MPS} -> {STEP_HIGH_MPS} m/s at {STEP_TIME_S} s",
     )  # fmt: skip
-    save_mp4(ep.frames(), ctx.out / "steer_pid_rollout.mp4", fps=float(ep.meta["control_rate_hz"]))
+    write_mp4(ctx.out / "steer_pid_rollout.mp4", ep.frames(), fps=float(ep.meta["control_rate_hz"]))
     t = np.arange(len(ep)) / float(ep.meta["control_rate_hz"])
     metrics: dict[str, Any] = {
         "steps": len(ep),
@@ -174,9 +174,13 @@ def section_steer(ctx: DemoContext) -> dict[str, Any]:
         "alpha_range": [float(ep.knobs["alpha"].min()), float(ep.knobs["alpha"].max())],
     }
     try:
-        r = step_response(t, ep.measurements, STEP_HIGH_MPS, step_time=STEP_TIME_S, initial=STEP_LOW_MPS)
+        r = step_response(
+            t, ep.measurements, STEP_HIGH_MPS, step_time=STEP_TIME_S, initial=STEP_LOW_MPS
+        )
         metrics.update(
-            rise_time_s=r.rise_time_s, overshoot_pct=r.overshoot_pct, settling_time_s=r.settling_time_s
+            rise_time_s=r.rise_time_s,
+            overshoot_pct=r.overshoot_pct,
+            settling_time_s=r.settling_time_s,
         )
     except ConfigError as exc:  # episode ended before the step
         metrics["step_response"] = str(exc)
@@ -195,7 +199,9 @@ def section_judge(ctx: DemoContext) -> dict[str, Any]:
     env = sim.make("mujoco:arm_reach", camera=True)
     if not episodes:  # the sim section did not run
         for i in range(2 if ctx.quick else 6):
-            episodes.append(rollout(env, policies.load("expert", env=env, speed=0.1), seed=ctx.seed + i))
+            episodes.append(
+                rollout(env, policies.load("expert", env=env, speed=0.1), seed=ctx.seed + i)
+            )
     n_fail = 2 if ctx.quick else 6
     for i in range(n_fail):
         policy = policies.load("random", env=env, seed=ctx.seed + i)
@@ -214,7 +220,9 @@ def section_judge(ctx: DemoContext) -> dict[str, Any]:
     }
 
 
-def run_demo(out: Path, quick: bool = False, seed: int = 0, only: tuple[str, ...] = ()) -> dict[str, Any]:
+def run_demo(
+    out: Path, quick: bool = False, seed: int = 0, only: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Run the demo sections in order and write ``out/metrics.json``.
 
     Args:

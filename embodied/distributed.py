@@ -123,12 +123,20 @@ class Distributed:
         return self.accelerator is not None
 
     @classmethod
-    def from_env(cls, mixed_precision: str = "auto", use_gpu: bool | None = None) -> Distributed:
+    def from_env(
+        cls,
+        mixed_precision: str = "auto",
+        use_gpu: bool | None = None,
+        find_unused_parameters: bool = False,
+    ) -> Distributed:
         """The context of this process.
 
         Args:
             mixed_precision: ``auto``, ``no``, ``fp16`` or ``bf16`` (GPU only).
             use_gpu: Train on GPU; None: when launched on a machine with CUDA.
+            find_unused_parameters: Passed to DDP: set it when the wrapped module has
+                trainable parameters that the loss does not reach (e.g. the last vision
+                layers of OpenVLA, whose features come from the second-to-last layer).
 
         Raises:
             ConfigError: accelerate is missing for a launched run, or a bad precision mode.
@@ -146,8 +154,11 @@ class Distributed:
                 f"a launched ({world}-process) run needs accelerate ({exc})",
                 fix="pip install 'accelerate>=1.0'",
             ) from exc
+        from accelerate.utils import DistributedDataParallelKwargs
+
         mp = resolve_mixed_precision(mixed_precision, cuda)
-        acc = Accelerator(cpu=not cuda, mixed_precision=mp)
+        ddp = DistributedDataParallelKwargs(find_unused_parameters=find_unused_parameters)
+        acc = Accelerator(cpu=not cuda, mixed_precision=mp, kwargs_handlers=[ddp])
         return cls(acc, acc.process_index, acc.num_processes, acc.device, mp)
 
     # ---- data --------------------------------------------------------------------------

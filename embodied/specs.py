@@ -57,7 +57,9 @@ class VectorSpec:
                 )
         if len(set(self.names)) != n:
             raise ConfigError(f"VectorSpec names are not unique: {self.names!r}")
-        bad = [nm for nm, lo, hi in zip(self.names, self.low, self.high, strict=False) if not lo <= hi]
+        bad = [
+            nm for nm, lo, hi in zip(self.names, self.low, self.high, strict=False) if not lo <= hi
+        ]
         if bad:
             raise ConfigError(f"VectorSpec low > high for dims {bad}")
 

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import typer
@@ -83,6 +84,8 @@ def train_pdp_cmd(
         progress=not no_progress,
         budget_s=budget_s or None,
     )
+    if int(os.environ.get("RANK", "0") or 0) != 0:
+        return  # under torchrun / accelerate launch only the main process prints its result
     print(
         json.dumps(
             {

@@ -25,6 +25,7 @@ from embodied.evaluation.configuration_evaluation import (
     PolicyLoader,
 )
 from embodied.loop import StepRecord, rollout
+from embodied.video import write_mp4
 
 
 @dataclass
@@ -81,27 +82,6 @@ def video_name(spec: EpisodeSpec) -> str:
     """File name of an episode's video, e.g. ``libero_libero_spatial_3__default__ep000.mp4``."""
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.env_id)
     return f"{safe}__{spec.variant}__ep{spec.episode:03d}.mp4"
-
-
-def write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> None:
-    """Atomically write uint8 (H, W, 3) frames as an H.264 MP4 (imageio-ffmpeg)."""
-    import imageio.v2 as imageio
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.partial.mp4")
-    try:
-        writer = imageio.get_writer(
-            str(tmp), fps=max(1.0, float(fps)), codec="libx264", quality=7, macro_block_size=8
-        )
-        try:
-            for frame in frames:
-                writer.append_data(np.asarray(frame, dtype=np.uint8))
-        finally:
-            writer.close()
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 class EpisodeRunner:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from embodied.distributed import Distributed
 from embodied.errors import ConfigError
 from policies.openvla.configuration_openvla import OpenVLAConfig
 from policies.openvla.modeling_openvla import IGNORE_INDEX, OpenVLAModel
@@ -166,9 +167,31 @@ def train_bc(
     settings: BCSettings | None = None,
     unnorm_key: str | None = None,
     progress: Callable[[int, dict[str, float]], None] | None = None,
+    dist: Distributed | None = None,
 ) -> list[dict[str, float]]:
-    """Train ``model`` in place; returns the logged history (step, loss, token accuracy, s)."""
+    """Train ``model`` in place; returns the logged history (step, loss, token accuracy, s).
+
+    Data-parallel under ``torchrun`` / ``accelerate launch``: every rank draws the same
+    global batch of ``settings.batch_size`` steps and trains on its contiguous block, DDP
+    averages the gradients, so the update (and the logged loss, averaged over ranks) equals
+    the single-process one. ``progress`` is called on the main process only.
+
+    Args:
+        model: The model (trained in place; moved to ``dist.device``).
+        processor: Its processor (prompts, images, action tokens).
+        demos: Training steps.
+        settings: Hyperparameters.
+        unnorm_key: Dataset statistics entry for the action normalisation.
+        progress: ``progress(step, row)`` every ``settings.log_every`` steps.
+        dist: The process context; None: :meth:`Distributed.from_env`.
+
+    Raises:
+        ConfigError: the global batch does not split evenly over the processes.
+    """
     s = settings or BCSettings()
+    dist = dist or Distributed.from_env(find_unused_parameters=True)
+    global_batch = min(s.batch_size, len(demos))
+    dist.shard(global_batch)  # fail before training if the batch does not split evenly
     rng = np.random.default_rng(s.seed)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=s.weight_decay)
@@ -180,23 +203,26 @@ def train_bc(
         return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, s.steps - warm)))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    ddp_model, ddp_opt = dist.prepare(model, opt)  # identity in a plain single process
     history: list[dict[str, float]] = []
     t0 = time.perf_counter()
     running, count = 0.0, 0
     for step in range(s.steps):
-        idx = rng.integers(0, len(demos), size=min(s.batch_size, len(demos)))
-        batch = make_batch(processor, demos, idx, unnorm_key)
-        loss = model(**batch)["loss"]
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
-        opt.step()
+        idx = rng.integers(0, len(demos), size=global_batch)  # same on every rank
+        batch = make_batch(processor, demos, idx[dist.shard(global_batch)], unnorm_key)
+        batch = {k: v.to(dist.device, non_blocking=True) for k, v in batch.items()}
+        with dist.autocast():
+            loss = ddp_model(**batch)["loss"]
+        ddp_opt.zero_grad(set_to_none=True)
+        dist.backward(loss)
+        dist.clip_grad_norm_(model.parameters(), s.grad_clip)
+        ddp_opt.step()
         sched.step()
-        running += loss.item()
+        running += dist.mean(loss)
         count += 1
         if (step + 1) % s.log_every == 0 or step + 1 == s.steps:
             model.eval()
-            acc = action_token_accuracy(model, batch)
+            acc = dist.mean(action_token_accuracy(model, batch))  # equal tokens per rank
             model.train()
             row = {
                 "step": step + 1,
@@ -206,7 +232,7 @@ def train_bc(
             }
             running, count = 0.0, 0
             history.append(row)
-            if progress is not None:
+            if progress is not None and dist.is_main:
                 progress(step + 1, row)
     model.eval()
     return history

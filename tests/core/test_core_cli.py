@@ -31,7 +31,9 @@ def test_envs_lists_builtin_tasks() -> None:
 
 
 def test_unknown_env_names_the_fix(tmp_path: Path) -> None:
-    proc = embodied("collect", "--env", "mujoco:nope", "--episodes", "1", "--out", str(tmp_path), check=False)
+    proc = embodied(
+        "collect", "--env", "mujoco:nope", "--episodes", "1", "--out", str(tmp_path), check=False
+    )
     assert proc.returncode == 2
     assert "unknown mujoco task 'nope'" in proc.stderr and "fix:" in proc.stderr
 

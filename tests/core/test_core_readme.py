@@ -13,7 +13,7 @@ def test_readme_python_example_runs() -> None:
     blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
     assert blocks, "README lost its Python example"
     namespace: dict[str, object] = {}
-    exec(compile(blocks[0], "README.md", "exec"), namespace)  # noqa: S102
+    exec(compile(blocks[0], "README.md", "exec"), namespace)
     episode = namespace["episode"]
     assert episode.success  # type: ignore[attr-defined]
     assert not __import__("numpy").isnan(episode.measurements).any()  # type: ignore[attr-defined]

@@ -103,10 +103,10 @@ class PairSet:
             np.flatnonzero((env_of == env) & (self.kind == kind) & (self.label == lab) & mask)
             for env in sorted(set(env_of.tolist()))
             for kind, lab, mask in (
-                (TASK, True, arrival),  # success on arrival (the arm still moving)
+                (TASK, True, arrival),  # success on arrival (the arm still moving), twice:
+                (TASK, True, arrival),  # a stop-at-success rollout ends on such a frame
                 (TASK, False, pre & pre_arrival),  # a step or three before it (optional)
                 (TASK, False, wrong & (first >= 0) & (arr[:, 1] >= first)),  # other cube
-                (WRONG_OBJECT, False, arrival),  # arrival, instruction names another object
             )
         ]
         self.pools = [p for p in self.pools if len(p)]
