@@ -29,7 +29,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from controllers import CONTROLLERS
+from controllers import CONTROLLERS, check_fields
 from embodied.errors import ConfigError
 
 AntiWindup = Literal["clamping", "back_calculation", "none"]
@@ -146,12 +146,7 @@ class PIDConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PIDConfig:
         """Inverse of :meth:`to_dict`; unknown keys raise ``ConfigError`` naming them."""
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - fields)
-        if unknown:
-            raise ConfigError(
-                f"unknown PID parameter(s) {unknown}", fix=f"use only {sorted(fields)}"
-            )
+        check_fields(cls, d, "PID", fix="use only")
         kw = dict(d)
         if kw.get("output_min") is None:
             kw["output_min"] = -math.inf

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from controllers import check_fields
 from embodied.errors import ConfigError
 
 OBS_NAMES = ("error", "integral", "derivative", "alpha_prev", "progress")
@@ -113,12 +114,7 @@ class RLControllerConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RLControllerConfig:
         """Inverse of :meth:`to_dict`; unknown keys raise ``ConfigError`` naming them."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ConfigError(
-                f"unknown RL controller parameter(s) {unknown}", fix=f"use {sorted(names)}"
-            )
+        check_fields(cls, d, "RL controller")
         kw = dict(d)
         if "hidden_sizes" in kw:
             kw["hidden_sizes"] = tuple(kw["hidden_sizes"])

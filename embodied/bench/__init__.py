@@ -8,11 +8,11 @@ medians of many runs (the machines they run on are shared and noisy).
 from __future__ import annotations
 
 import importlib
-import os
 import pkgutil
 from collections.abc import Callable
 from typing import Any
 
+from embodied import threads
 from embodied.registry import Registry
 
 AREAS: Registry[dict[str, Any]] = Registry("benchmark area")
@@ -35,20 +35,7 @@ def _lazy(name: str) -> Callable[..., dict[str, Any]]:
 
 def single_thread() -> None:
     """Pin torch and BLAS to one thread (call before timing)."""
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:  # pragma: no cover - torch is a core dependency
-        pass
-    try:
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(1)
-    except ImportError:
-        pass
+    threads.single_thread(threadpools=True)
 
 
 def run_area(area: str, quick: bool = False) -> dict[str, Any]:

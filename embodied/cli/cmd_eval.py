@@ -8,21 +8,7 @@ from typing import Any
 
 import typer
 
-
-def _parse_kv(items: list[str], what: str) -> dict[str, Any]:
-    """``key=value`` pairs; values parsed as JSON when possible (numbers, lists, bools)."""
-    from embodied.errors import ConfigError
-
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"{what} {item!r} is not key=value", fix=f"e.g. {what} seed=3")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
+from embodied.cli._common import episode_progress, parse_kv
 
 
 def _parse_ints(text: str, what: str) -> tuple[int, ...]:
@@ -87,7 +73,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Evaluate a policy: per-task success with Wilson 95% CIs, suite averages, videos."""
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
         from embodied.errors import ConfigError
         from embodied.evaluation import EvalConfig, PolicyLoader, build_grid, evaluate
@@ -96,7 +81,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--protocol {protocol!r} unknown; options: libero, openvla")
         if libero_assets:
             os.environ["EMBODIED_LIBERO_ASSETS"] = os.path.abspath(libero_assets)
-        common = _parse_kv(env_arg, "--env-arg")
+        common = parse_kv(env_arg, "--env-arg", "seed=3")
         env_kwargs: dict[str, dict[str, Any]] = {"mujoco": dict(common)}
         if any(e.startswith("libero:") for e in env):
             from sim.libero import LiberoProtocol
@@ -128,14 +113,7 @@ def register(app: typer.Typer) -> None:
         )
         total = len(build_grid(config))
         console = Console(stderr=True)
-        with Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            disable=as_json,
-        ) as progress:
+        with episode_progress(console, quiet=as_json) as progress:
             bar = progress.add_task("episodes", total=total)
             wins = 0
 
@@ -150,7 +128,9 @@ def register(app: typer.Typer) -> None:
                     console.print(f"worker {data['pid']} died; rerunning its episode")
 
             result = evaluate(
-                config, PolicyLoader(policy, _parse_kv(policy_arg, "--policy-arg")), on_event
+                config,
+                PolicyLoader(policy, parse_kv(policy_arg, "--policy-arg", "seed=3")),
+                on_event,
             )
         if as_json:
             print(json.dumps(result.to_dict(), default=str))

@@ -97,14 +97,11 @@ def _train_vla_command(
     or ``accelerate launch``: ``--batch-size`` is the global batch (split over the
     processes), only the main process logs, writes the checkpoint and prints.
     """
-    from dataclasses import asdict
-
     import torch
 
     from embodied.distributed import Distributed
-    from policies.openvla.experiment_steer import collect_speed_demos
-    from policies.openvla.loading_openvla import save_pretrained
-    from policies.openvla.training_openvla import BCSettings, build_tiny_vla, train_bc
+    from policies.openvla.experiment_steer import train_tiny_on_env
+    from policies.openvla.training_openvla import BCSettings
 
     torch.set_num_threads(1)
     dist = Distributed.from_env(find_unused_parameters=True)  # last vision layers are unused
@@ -112,45 +109,11 @@ def _train_vla_command(
     bc = BCSettings(steps=steps, batch_size=batch_size, lr=lr, log_every=max(1, steps // 8))
     dist.shard(batch_size)  # a batch that does not split over the processes fails now
     env, reset, targets = _env(env_id, image_size, layout)
-    demos = collect_speed_demos(env, demo_episodes, 0, None, reset, targets, log)  # every rank
-    image = env.observation_spec.cameras[demos.meta["camera"].removeprefix("image.")]
-    model, proc = build_tiny_vla(
-        demos.instructions,
-        demos.actions,
-        env.env_id.replace(":", "_"),
-        [n != "gripper" for n in env.action_spec.names],
-        0,
-        image_size=min(64, image.height),
+    *_, history = train_tiny_on_env(
+        env, out, demo_episodes, bc, reset, targets, seed=0, log=log, dist=dist,
         text={"num_hidden_layers": llm_layers},
-    )
-    log(f"tiny OpenVLA: {model.num_parameters() / 1e6:.2f} M parameters, {len(demos)} demo steps")
-    history = train_bc(
-        model,
-        proc,
-        demos,
-        bc,
-        progress=lambda s, r: log(
-            f"bc step {s}: loss {r['loss']:.4f} token acc {r['token_acc']:.2f} ({r['seconds']:.0f} s)"
-        ),
-        dist=dist,
-    )
+    )  # fmt: skip
     if dist.is_main:
-        save_pretrained(
-            model,
-            proc.tokenizer,
-            out,
-            extra={
-                "training": {
-                    "history": history,
-                    "settings": asdict(bc),
-                    "demo_steps": len(demos),
-                    "env_id": env.env_id,
-                    "reset_options": reset,
-                    "levels": demos.meta["levels"],
-                    "world_size": dist.world_size,
-                }
-            },
-        )
         print(json.dumps({"checkpoint": str(out), "final_loss": history[-1]["loss"]}))
     dist.close()
 
@@ -253,7 +216,7 @@ def experiment_cmd(
             _log(f"reusing {vla_dir} (pass --retrain to train again)")
             m, proc = load_pretrained(vla_dir, device="cpu")
         else:
-            m, proc, demos = _train(
+            m, proc, demos, _ = _train(
                 env, vla_dir, demo_episodes, train_steps, 16, 2e-3, reset, targets
             )
         model_name = str(vla_dir)

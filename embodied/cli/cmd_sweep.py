@@ -8,21 +8,7 @@ from typing import Any
 
 import typer
 
-
-def _kv(items: list[str], what: str) -> dict[str, Any]:
-    """``key=value`` pairs; values parsed as JSON when possible."""
-    from embodied.errors import ConfigError
-
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"{what} {item!r} is not key=value", fix=f"e.g. {what} ki=50")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
+from embodied.cli._common import episode_progress, parse_kv
 
 
 def register(app: typer.Typer) -> None:
@@ -66,7 +52,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Sweep controller gains x setpoints; write one table (JSON + markdown) and one plot."""
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
         from embodied.evaluation.sweep import SweepConfig, parse_axis, run_sweep
 
@@ -75,12 +60,12 @@ def register(app: typer.Typer) -> None:
             policy=policy,
             grid=dict(parse_axis(g) for g in grid),
             controller=controller,
-            controller_params=_kv(set_, "--set"),
+            controller_params=parse_kv(set_, "--set", "ki=50"),
             concept=concept,
             knob=knob,
             setpoint=setpoint,
-            policy_kwargs=_kv(policy_arg, "--policy-arg"),
-            env_kwargs=_kv(env_arg, "--env-arg"),
+            policy_kwargs=parse_kv(policy_arg, "--policy-arg", "ki=50"),
+            env_kwargs=parse_kv(env_arg, "--env-arg", "ki=50"),
             episodes=episodes,
             seed=seed,
             max_steps=max_steps,
@@ -92,14 +77,7 @@ def register(app: typer.Typer) -> None:
         )
         total = len(config.points) * episodes
         console = Console(stderr=True)
-        with Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            disable=as_json,
-        ) as progress:
+        with episode_progress(console, quiet=as_json) as progress:
             bar = progress.add_task("episodes", total=total)
 
             def on_event(kind: str, data: dict[str, Any]) -> None:

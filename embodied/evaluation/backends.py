@@ -26,6 +26,7 @@ from embodied.errors import EmbodiedError
 from embodied.evaluation.configuration_evaluation import EpisodeSpec
 from embodied.evaluation.worker import EpisodeRecord, EpisodeRunner
 from embodied.registry import Registry
+from embodied.threads import single_thread
 
 EventCallback = Callable[[str, dict[str, Any]], None]
 """``on_event(kind, data)``: kinds ``start`` (spec, pid), ``done`` (record), ``worker_died``
@@ -55,9 +56,19 @@ BACKENDS: Registry[Backend] = Registry(
 """Name -> factory(workers=..., max_retries=..., start_method=...) -> Backend."""
 
 
-def _emit(on_event: EventCallback | None, kind: str, **data: Any) -> None:
+def emit(on_event: EventCallback | None, kind: str, **data: Any) -> None:
+    """Call ``on_event(kind, data)`` when a callback is given."""
     if on_event is not None:
         on_event(kind, data)
+
+
+def next_spec(pending: deque[EpisodeSpec], last_env: str) -> EpisodeSpec:
+    """Take the next spec off ``pending``, preferring one on ``last_env`` (already built)."""
+    for i, spec in enumerate(pending):
+        if spec.env_id == last_env:
+            del pending[i]
+            return spec
+    return pending.popleft()
 
 
 @dataclass
@@ -78,9 +89,9 @@ class InlineBackend:
         out: dict[int, EpisodeRecord] = {}
         try:
             for spec in specs:
-                _emit(on_event, "start", spec=spec, pid=os.getpid())
+                emit(on_event, "start", spec=spec, pid=os.getpid())
                 out[spec.index] = runner.run(spec)
-                _emit(on_event, "done", record=out[spec.index])
+                emit(on_event, "done", record=out[spec.index])
         finally:
             runner.close()
         return out
@@ -88,14 +99,7 @@ class InlineBackend:
 
 def _worker_main(conn: Connection, runner: EpisodeRunner) -> None:
     """Worker loop: receive a spec, run it, send ``("ok", record)`` or ``("error", ...)``."""
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:  # pragma: no cover
-        pass
+    single_thread()
     try:
         while True:
             spec = conn.recv()
@@ -146,14 +150,6 @@ class LocalBackend:
         child.close()
         return _Worker(proc, parent)
 
-    @staticmethod
-    def _next(pending: deque[EpisodeSpec], worker: _Worker) -> EpisodeSpec:
-        for i, spec in enumerate(pending):  # prefer the env this worker already built
-            if spec.env_id == worker.last_env:
-                del pending[i]
-                return spec
-        return pending.popleft()
-
     def run(
         self,
         specs: Sequence[EpisodeSpec],
@@ -170,13 +166,13 @@ class LocalBackend:
             while pending or any(w.current is not None for w in pool):
                 for w in pool:
                     if w.current is None and pending and w.proc.is_alive():
-                        spec = self._next(pending, w)
+                        spec = next_spec(pending, w.last_env)
                         attempts[spec.index] += 1
                         w.current, w.last_env = spec, spec.env_id
                         # a worker that died while idle is handled below via its sentinel
                         with contextlib.suppress(OSError):
                             w.conn.send(spec)
-                        _emit(on_event, "start", spec=spec, pid=w.proc.pid)
+                        emit(on_event, "start", spec=spec, pid=w.proc.pid)
                 waitables: list[Any] = [w.conn for w in pool] + [w.proc.sentinel for w in pool]
                 wait(waitables, timeout=1.0)
                 for i, w in enumerate(list(pool)):
@@ -207,7 +203,7 @@ class LocalBackend:
             record.attempts = self._attempts.get(index, 1)
             results[index] = record
             w.current = None
-            _emit(on_event, "done", record=record)
+            emit(on_event, "done", record=record)
             return
         if isinstance(payload, EmbodiedError):
             raise payload  # e.g. CompatibilityError: same for every episode, stop now
@@ -225,7 +221,7 @@ class LocalBackend:
         spec = w.current
         w.conn.close()
         w.proc.join(timeout=1.0)
-        _emit(
+        emit(
             on_event,
             "worker_died",
             pid=w.proc.pid,
@@ -241,7 +237,7 @@ class LocalBackend:
                     error=f"worker died {self._attempts[spec.index]} times "
                     f"(last exit code {w.proc.exitcode})",
                 )
-                _emit(on_event, "failed", spec=spec)
+                emit(on_event, "failed", spec=spec)
             else:
                 pending.appendleft(spec)
         return self._spawn(ctx, runner)

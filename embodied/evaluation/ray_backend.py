@@ -33,9 +33,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embodied.errors import ConfigError, EmbodiedError
-from embodied.evaluation.backends import BACKENDS, EvaluationError, EventCallback
+from embodied.evaluation.backends import (
+    BACKENDS,
+    EvaluationError,
+    EventCallback,
+    emit,
+    next_spec,
+)
 from embodied.evaluation.configuration_evaluation import EpisodeSpec
 from embodied.evaluation.worker import EpisodeRecord, EpisodeRunner
+from embodied.threads import single_thread
 
 WORKER_ENV_VARS = ("MUJOCO_GL", "PYOPENGL_PLATFORM", "EMBODIED_LIBERO_ASSETS", "LIBERO_CONFIG_PATH")
 """Variables of this process passed on to the actors (rendering backend, asset folders)."""
@@ -57,23 +64,11 @@ def import_ray() -> Any:
     return ray
 
 
-def _emit(on_event: EventCallback | None, kind: str, **data: Any) -> None:
-    if on_event is not None:
-        on_event(kind, data)
-
-
 class EpisodeActor:
     """The Ray actor body: one :class:`EpisodeRunner` (and so one simulator) per process."""
 
     def __init__(self, runner: EpisodeRunner) -> None:
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ.setdefault(var, "1")
-        try:
-            import torch
-
-            torch.set_num_threads(1)
-        except ImportError:  # pragma: no cover - torch is a core dependency
-            pass
+        single_thread()
         self.runner = runner
 
     def pid(self) -> int:
@@ -193,14 +188,6 @@ class RayBackend:
             s.pid = int(pid)
         return slots
 
-    @staticmethod
-    def _next(pending: deque[EpisodeSpec], slot: _Slot) -> EpisodeSpec:
-        for i, spec in enumerate(pending):  # prefer the env this actor already built
-            if spec.env_id == slot.last_env:
-                del pending[i]
-                return spec
-        return pending.popleft()
-
     def _run(
         self,
         ray: Any,
@@ -223,12 +210,12 @@ class RayBackend:
             while pending or in_flight:
                 for slot in slots:
                     if slot.current is None and pending:
-                        spec = self._next(pending, slot)
+                        spec = next_spec(pending, slot.last_env)
                         attempts[spec.index] += 1
                         slot.current, slot.last_env = spec, spec.env_id
                         slot.ref = slot.handle.run.remote(spec)
                         in_flight[slot.ref] = slot
-                        _emit(on_event, "start", spec=spec, pid=slot.pid)
+                        emit(on_event, "start", spec=spec, pid=slot.pid)
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=self.poll_s)
                 for ref in ready:
                     slot = in_flight.pop(ref)
@@ -255,7 +242,7 @@ class RayBackend:
                         continue
                     record.attempts = attempts[spec.index]
                     results[spec.index] = record
-                    _emit(on_event, "done", record=record)
+                    emit(on_event, "done", record=record)
         finally:
             self._shutdown(ray, slots)
         return results
@@ -272,7 +259,7 @@ class RayBackend:
     ) -> None:
         """Book-keeping for an actor that died holding ``spec``: requeue or mark failed."""
         n = self._attempts[spec.index]
-        _emit(on_event, "worker_died", pid=slot.pid, exitcode=None, spec=spec, attempts=n)
+        emit(on_event, "worker_died", pid=slot.pid, exitcode=None, spec=spec, attempts=n)
         with contextlib.suppress(Exception):  # already gone
             ray.kill(slot.handle, no_restart=True)
         if n > self.max_retries:
@@ -280,7 +267,7 @@ class RayBackend:
             results[spec.index] = EpisodeRecord(
                 spec=spec, attempts=n, error=f"Ray actor died {n} times (last: {first})"
             )
-            _emit(on_event, "failed", spec=spec)
+            emit(on_event, "failed", spec=spec)
         else:
             pending.appendleft(spec)
 

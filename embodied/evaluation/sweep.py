@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,9 +48,9 @@ from embodied.evaluation.configuration_evaluation import (
 from embodied.evaluation.grid import build_grid
 from embodied.evaluation.report import library_versions
 from embodied.evaluation.stats import wilson_interval
-from embodied.evaluation.worker import EpisodeRecord, EpisodeRunner
+from embodied.evaluation.worker import EpisodeRecord, EpisodeRunner, record_fields
 from embodied.io import write_json, write_text
-from embodied.loop import Steering, rollout
+from embodied.loop import Steering
 
 
 @dataclass(frozen=True)
@@ -297,36 +296,13 @@ class SweepRunner(EpisodeRunner):
         """Run one grid episode through :func:`embodied.loop.rollout` and score the tracking."""
         t0 = time.perf_counter()
         env = self.env(spec.env_id)
-        variant = self.variants[spec.variant]
-        policy = self.policy(env, variant)
-        steering = variant.steering(env, policy) if variant.steering is not None else None
-        ep = rollout(
-            env,
-            policy,
-            steering=steering,
-            seed=spec.seed,
-            reset_options=spec.reset_options,
-            max_steps=self.max_steps,
-            record_images=False,
-            stop_on_success=False,
-            **dict(variant.rollout_kwargs),
-        )
+        ep, steering = self.rollout_spec(spec, env, stop_on_success=False)
         skip = round(self.settle_s * env.control_rate_hz)
         err = ep.measurements[skip:] - ep.setpoints[skip:]
         ok = np.isfinite(err)
         knob = ep.knobs.get(steering.knob if steering else "", np.zeros((0, 1)))[skip:]
         return SweepRecord(
-            spec=spec,
-            success=bool(ep.success),
-            steps=len(ep),
-            success_step=int(ep.success_step),
-            reward_sum=float(ep.rewards.sum()),
-            reason=str(ep.meta.get("reason", "")),
-            instruction=ep.instruction,
-            duration_s=time.perf_counter() - t0,
-            env_ms_per_step=float(np.median(ep.timings_ms["env"])) if len(ep) else math.nan,
-            policy_ms_per_step=float(np.median(ep.timings_ms["policy"])) if len(ep) else math.nan,
-            worker=os.getpid(),
+            **record_fields(spec, ep, t0),
             tracking_rmse=float(np.sqrt(np.mean(err[ok] ** 2))) if ok.any() else math.nan,
             mean_measurement=float(np.mean(ep.measurements[skip:][ok])) if ok.any() else math.nan,
             mean_knob=float(np.mean(knob[:, 0])) if knob.size else math.nan,

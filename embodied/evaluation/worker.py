@@ -24,7 +24,7 @@ from embodied.evaluation.configuration_evaluation import (
     PolicyFactory,
     PolicyLoader,
 )
-from embodied.loop import StepRecord, rollout
+from embodied.loop import Episode, Steering, StepRecord, rollout
 from embodied.video import write_mp4
 
 
@@ -82,6 +82,30 @@ def video_name(spec: EpisodeSpec) -> str:
     """File name of an episode's video, e.g. ``libero_libero_spatial_3__default__ep000.mp4``."""
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.env_id)
     return f"{safe}__{spec.variant}__ep{spec.episode:03d}.mp4"
+
+
+def record_fields(spec: EpisodeSpec, ep: Episode, t0: float) -> dict[str, Any]:
+    """The :class:`EpisodeRecord` fields every runner fills from a finished episode.
+
+    Args:
+        spec: The grid episode that was run.
+        ep: Its rollout.
+        t0: ``time.perf_counter()`` when the episode started (for ``duration_s``).
+    """
+    timings = ep.timings_ms
+    return {
+        "spec": spec,
+        "success": bool(ep.success),
+        "steps": len(ep),
+        "success_step": int(ep.success_step),
+        "reward_sum": float(ep.rewards.sum()),
+        "reason": str(ep.meta.get("reason", "")),
+        "instruction": ep.instruction,
+        "duration_s": time.perf_counter() - t0,
+        "env_ms_per_step": float(np.median(timings["env"])) if len(ep) else float("nan"),
+        "policy_ms_per_step": float(np.median(timings["policy"])) if len(ep) else float("nan"),
+        "worker": os.getpid(),
+    }
 
 
 class EpisodeRunner:
@@ -160,21 +184,22 @@ class EpisodeRunner:
             self.policy(env, variant).check_compatible(env)
         return env.describe()
 
-    def run(self, spec: EpisodeSpec) -> EpisodeRecord:
-        """Run one grid episode through :func:`embodied.loop.rollout`."""
-        t0 = time.perf_counter()
-        env = self.env(spec.env_id)
+    def rollout_spec(
+        self, spec: EpisodeSpec, env: Env, **kwargs: Any
+    ) -> tuple[Episode, Steering | None]:
+        """Roll ``spec`` out on ``env`` with its variant's policy and steering.
+
+        Args:
+            spec: The grid episode (variant, seed, reset options).
+            env: The env for ``spec.env_id`` (from :meth:`env`).
+            **kwargs: Further :func:`embodied.loop.rollout` arguments (e.g. ``callbacks``).
+
+        Returns:
+            ``(episode, steering)``; steering is None for an unsteered variant.
+        """
         variant = self.variants[spec.variant]
         policy = self.policy(env, variant)
         steering = variant.steering(env, policy) if variant.steering is not None else None
-        frames: list[np.ndarray] = []
-        callbacks = []
-        if (spec.record_video and self.out is not None) or self.judge_spec:
-
-            def grab(_: StepRecord) -> None:
-                frames.append(np.asarray(env.render()))
-
-            callbacks.append(grab)
         ep = rollout(
             env,
             policy,
@@ -183,9 +208,24 @@ class EpisodeRunner:
             reset_options=spec.reset_options,
             max_steps=self.max_steps,
             record_images=False,
-            callbacks=callbacks,
+            **kwargs,
             **dict(variant.rollout_kwargs),
         )
+        return ep, steering
+
+    def run(self, spec: EpisodeSpec) -> EpisodeRecord:
+        """Run one grid episode through :func:`embodied.loop.rollout`."""
+        t0 = time.perf_counter()
+        env = self.env(spec.env_id)
+        frames: list[np.ndarray] = []
+        callbacks = []
+        if (spec.record_video and self.out is not None) or self.judge_spec:
+
+            def grab(_: StepRecord) -> None:
+                frames.append(np.asarray(env.render()))
+
+            callbacks.append(grab)
+        ep, _ = self.rollout_spec(spec, env, callbacks=callbacks)
         judged = self._judge_episode(env, frames, ep.instruction) if self.judge_spec else None
         video = None
         if frames and self.out is not None and spec.record_video:
@@ -196,19 +236,8 @@ class EpisodeRunner:
         if spec.env_id not in self._described:
             self._described.add(spec.env_id)
             description = env.describe()
-        timings = ep.timings_ms
         return EpisodeRecord(
-            spec=spec,
-            success=bool(ep.success),
-            steps=len(ep),
-            success_step=int(ep.success_step),
-            reward_sum=float(ep.rewards.sum()),
-            reason=str(ep.meta.get("reason", "")),
-            instruction=ep.instruction,
-            duration_s=time.perf_counter() - t0,
-            env_ms_per_step=float(np.median(timings["env"])) if len(ep) else float("nan"),
-            policy_ms_per_step=float(np.median(timings["policy"])) if len(ep) else float("nan"),
-            worker=os.getpid(),
+            **record_fields(spec, ep, t0),
             video=video,
             env_description=description,
             judge_prob=None if judged is None else judged[0],

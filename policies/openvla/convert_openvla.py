@@ -114,6 +114,55 @@ def _split_qkv(val: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 
 _BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)$")
+_DINO_NORMS = ("norm1", "norm2")
+_DINO_LAYER_SCALE = {
+    "ls1.scale_factor": "layer_scale1.lambda1",
+    "ls2.scale_factor": "layer_scale2.lambda1",
+}
+"""timm LayerScale -> native (DINOv2); plain timm names the scales ``.gamma`` (read too)."""
+_DINO_LAYER_SCALE_IN = _DINO_LAYER_SCALE | {
+    "ls1.gamma": "layer_scale1.lambda1",
+    "ls2.gamma": "layer_scale2.lambda1",
+}
+_SIGLIP_ATTN = {n: f"self_attn.{n}_proj" for n in "qkv"} | {"o": "self_attn.out_proj"}
+_SIGLIP_NORMS = ("layer_norm1", "layer_norm2")
+
+
+def _block_pairs(attn: Mapping[str, str], norms: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+    """timm block -> native layer names of the per-block weight/bias pairs (bar fused qkv)."""
+    return (
+        ("attn.proj", attn["o"]),
+        ("norm1", norms[0]),
+        ("norm2", norms[1]),
+        ("mlp.fc1", "mlp.fc1"),
+        ("mlp.fc2", "mlp.fc2"),
+    )
+
+
+def _map_block(
+    rest: str,
+    val: Tensor,
+    out: dict[str, Tensor],
+    lp: str,
+    attn: Mapping[str, str],
+    norms: tuple[str, str],
+    per_layer: Mapping[str, str] | None = None,
+) -> bool:
+    """Map timm block parameter ``rest`` onto native layer prefix ``lp``; False if unknown."""
+    table = {
+        f"{a}.{kind}": f"{b}.{kind}"
+        for a, b in _block_pairs(attn, norms)
+        for kind in ("weight", "bias")
+    } | dict(per_layer or {})
+    if rest in table:
+        out[lp + table[rest]] = val
+        return True
+    if rest in ("attn.qkv.weight", "attn.qkv.bias"):
+        kind = rest.rsplit(".", 1)[1]
+        for name, part in zip("qkv", _split_qkv(val), strict=True):
+            out[f"{lp}{attn[name]}.{kind}"] = part
+        return True
+    return False
 
 
 def _map_dino(sub: str, val: Tensor, out: dict[str, Tensor], attn: dict[str, str]) -> bool:
@@ -137,33 +186,8 @@ def _map_dino(sub: str, val: Tensor, out: dict[str, Tensor], attn: dict[str, str
     m = _BLOCK.match(sub)
     if not m:
         return False
-    i, rest = m.group(1), m.group(2)
-    lp = f"{p}encoder.layer.{i}."
-    table = {
-        "norm1.weight": "norm1.weight",
-        "norm1.bias": "norm1.bias",
-        "norm2.weight": "norm2.weight",
-        "norm2.bias": "norm2.bias",
-        "attn.proj.weight": f"{attn['o']}.weight",
-        "attn.proj.bias": f"{attn['o']}.bias",
-        "mlp.fc1.weight": "mlp.fc1.weight",
-        "mlp.fc1.bias": "mlp.fc1.bias",
-        "mlp.fc2.weight": "mlp.fc2.weight",
-        "mlp.fc2.bias": "mlp.fc2.bias",
-        "ls1.scale_factor": "layer_scale1.lambda1",
-        "ls1.gamma": "layer_scale1.lambda1",
-        "ls2.scale_factor": "layer_scale2.lambda1",
-        "ls2.gamma": "layer_scale2.lambda1",
-    }
-    if rest in table:
-        out[lp + table[rest]] = val
-        return True
-    if rest in ("attn.qkv.weight", "attn.qkv.bias"):
-        kind = rest.rsplit(".", 1)[1]
-        for name, part in zip("qkv", _split_qkv(val), strict=True):
-            out[f"{lp}{attn[name]}.{kind}"] = part
-        return True
-    return False
+    lp = f"{p}encoder.layer.{m.group(1)}."
+    return _map_block(m.group(2), val, out, lp, attn, _DINO_NORMS, _DINO_LAYER_SCALE_IN)
 
 
 def _map_siglip(sub: str, val: Tensor, out: dict[str, Tensor], p: str) -> bool:
@@ -191,38 +215,50 @@ def _map_siglip(sub: str, val: Tensor, out: dict[str, Tensor], p: str) -> bool:
     m = _BLOCK.match(sub)
     if not m:
         return False
-    i, rest = m.group(1), m.group(2)
-    lp = f"{p}encoder.layers.{i}."
-    table = {
-        "norm1.weight": "layer_norm1.weight",
-        "norm1.bias": "layer_norm1.bias",
-        "norm2.weight": "layer_norm2.weight",
-        "norm2.bias": "layer_norm2.bias",
-        "attn.proj.weight": "self_attn.out_proj.weight",
-        "attn.proj.bias": "self_attn.out_proj.bias",
-        "mlp.fc1.weight": "mlp.fc1.weight",
-        "mlp.fc1.bias": "mlp.fc1.bias",
-        "mlp.fc2.weight": "mlp.fc2.weight",
-        "mlp.fc2.bias": "mlp.fc2.bias",
-    }
-    if rest in table:
-        out[lp + table[rest]] = val
-        return True
-    if rest in ("attn.qkv.weight", "attn.qkv.bias"):
-        kind = rest.rsplit(".", 1)[1]
-        for name, part in zip("qkv", _split_qkv(val), strict=True):
-            out[f"{lp}self_attn.{name}_proj.{kind}"] = part
-        return True
-    return False
+    lp = f"{p}encoder.layers.{m.group(1)}."
+    return _map_block(m.group(2), val, out, lp, _SIGLIP_ATTN, _SIGLIP_NORMS)
+
+
+def _blocks_to_released(
+    state: Mapping[str, Tensor],
+    out: dict[str, Tensor],
+    layers: str,
+    blocks: str,
+    attn: Mapping[str, str],
+    norms: tuple[str, str],
+    per_layer: Mapping[str, str] | None = None,
+) -> None:
+    """Write native transformer layers ``{layers}{i}.*`` as timm blocks ``{blocks}{i}.*`` into ``out``.
+
+    Args:
+        state: Native state dict.
+        out: Released-name state dict being built (written in place).
+        layers: Native prefix of the layer list, e.g. ``"...encoder.layer."``.
+        blocks: timm prefix of the block list, e.g. ``"...blocks."``.
+        attn: Native names (inside a layer) of the ``"q"``, ``"k"``, ``"v"`` and ``"o"`` projections.
+        norms: Native names of timm's ``norm1`` and ``norm2``.
+        per_layer: Extra timm -> native names copied once per layer (no weight/bias suffix).
+    """
+    n_layers = 1 + max(
+        int(m.group(1)) for k in state if (m := re.match(re.escape(layers) + r"(\d+)\.", k))
+    )
+    for i in range(n_layers):
+        lp, bp = f"{layers}{i}.", f"{blocks}{i}."
+        for kind in ("weight", "bias"):
+            out[bp + f"attn.qkv.{kind}"] = torch.cat(
+                [state[f"{lp}{attn[n]}.{kind}"] for n in "qkv"]
+            )
+            for a, b in _block_pairs(attn, norms):
+                out[bp + f"{a}.{kind}"] = state[f"{lp}{b}.{kind}"]
+        for a, b in (per_layer or {}).items():
+            out[bp + a] = state[lp + b]
 
 
 def native_to_released(model: nn.Module) -> dict[str, Tensor]:
     """``model``'s parameters under the released (timm) names; inverse of :func:`released_to_native`."""
     sig_prefix, style = _names(model)
-    attn = _dino_attn(style)
     state = {k: v.detach() for k, v in model.state_dict().items()}
     out: dict[str, Tensor] = {}
-    inv_dino: dict[str, str] = {}
     sp = SIG + sig_prefix
     for k, v in state.items():
         if k.startswith(("projector.", "language_model.")):
@@ -235,27 +271,15 @@ def native_to_released(model: nn.Module) -> dict[str, Tensor]:
     out[d + "patch_embed.proj.bias"] = state[d + "embeddings.patch_embeddings.projection.bias"]
     out[d + "norm.weight"] = state[d + "layernorm.weight"]
     out[d + "norm.bias"] = state[d + "layernorm.bias"]
-    n_dino = 1 + max(
-        int(m.group(1))
-        for k in state
-        if (m := re.match(re.escape(d) + r"encoder\.layer\.(\d+)\.", k))
+    _blocks_to_released(
+        state,
+        out,
+        layers=d + "encoder.layer.",
+        blocks=d + "blocks.",
+        attn=_dino_attn(style),
+        norms=_DINO_NORMS,
+        per_layer=_DINO_LAYER_SCALE,
     )
-    for i in range(n_dino):
-        lp, bp = f"{d}encoder.layer.{i}.", f"{d}blocks.{i}."
-        for kind in ("weight", "bias"):
-            out[bp + f"attn.qkv.{kind}"] = torch.cat(
-                [state[f"{lp}{attn[n]}.{kind}"] for n in "qkv"]
-            )
-            out[bp + f"attn.proj.{kind}"] = state[f"{lp}{attn['o']}.{kind}"]
-            for a, b in (
-                ("norm1", "norm1"),
-                ("norm2", "norm2"),
-                ("mlp.fc1", "mlp.fc1"),
-                ("mlp.fc2", "mlp.fc2"),
-            ):
-                out[bp + f"{a}.{kind}"] = state[f"{lp}{b}.{kind}"]
-        out[bp + "ls1.scale_factor"] = state[lp + "layer_scale1.lambda1"]
-        out[bp + "ls2.scale_factor"] = state[lp + "layer_scale2.lambda1"]
     s = SIG
     out[s + "pos_embed"] = state[sp + "embeddings.position_embedding.weight"][None]
     out[s + "patch_embed.proj.weight"] = state[sp + "embeddings.patch_embedding.weight"]
@@ -272,26 +296,14 @@ def native_to_released(model: nn.Module) -> dict[str, Tensor]:
             out[s + f"attn_pool.norm.{kind}"] = state[sp + f"head.layernorm.{kind}"]
             out[s + f"attn_pool.mlp.fc1.{kind}"] = state[sp + f"head.mlp.fc1.{kind}"]
             out[s + f"attn_pool.mlp.fc2.{kind}"] = state[sp + f"head.mlp.fc2.{kind}"]
-    n_sig = 1 + max(
-        int(m.group(1))
-        for k in state
-        if (m := re.match(re.escape(sp) + r"encoder\.layers\.(\d+)\.", k))
+    _blocks_to_released(
+        state,
+        out,
+        layers=sp + "encoder.layers.",
+        blocks=s + "blocks.",
+        attn=_SIGLIP_ATTN,
+        norms=_SIGLIP_NORMS,
     )
-    for i in range(n_sig):
-        lp, bp = f"{sp}encoder.layers.{i}.", f"{s}blocks.{i}."
-        for kind in ("weight", "bias"):
-            out[bp + f"attn.qkv.{kind}"] = torch.cat(
-                [state[f"{lp}self_attn.{n}_proj.{kind}"] for n in "qkv"]
-            )
-            out[bp + f"attn.proj.{kind}"] = state[f"{lp}self_attn.out_proj.{kind}"]
-            for a, b in (
-                ("norm1", "layer_norm1"),
-                ("norm2", "layer_norm2"),
-                ("mlp.fc1", "mlp.fc1"),
-                ("mlp.fc2", "mlp.fc2"),
-            ):
-                out[bp + f"{a}.{kind}"] = state[f"{lp}{b}.{kind}"]
-    del inv_dino
     return {k: v.contiguous() for k, v in out.items()}
 
 

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from embodied.contracts import Controller, Env, Policy
+from embodied.distributed import Distributed
 from embodied.errors import ConfigError
 from policies.openvla.modeling_openvla import OpenVLAModel
 from policies.openvla.processing_openvla import OpenVLAProcessor, action_stats, normalize
@@ -214,9 +215,17 @@ def train_tiny_on_env(
     targets: Sequence[str] = (),
     seed: int = 0,
     log: Log = _quiet,
+    dist: Distributed | None = None,
     **config_overrides: Any,
-) -> tuple[OpenVLAModel, OpenVLAProcessor, Demos]:
-    """Collect speed demos, behaviour-clone a tiny OpenVLA, save it to ``out``."""
+) -> tuple[OpenVLAModel, OpenVLAProcessor, Demos, list[dict[str, float]]]:
+    """Collect speed demos, behaviour-clone a tiny OpenVLA, save it to ``out``.
+
+    Under ``torchrun`` pass ``dist``: every rank collects the same (deterministic) demos and
+    trains on its share of each global batch; only the main process saves.
+
+    Returns:
+        Model, processor, demos and the training history (one dict per logged step).
+    """
     from policies.openvla.loading_openvla import save_pretrained
     from policies.openvla.training_openvla import build_tiny_vla, train_bc
 
@@ -241,25 +250,28 @@ def train_tiny_on_env(
         demos,
         bc,
         progress=lambda s, r: log(
-            f"bc step {s}: loss {r['loss']:.3f} token acc {r['token_acc']:.2f} ({r['seconds']:.0f} s)"
+            f"bc step {s}: loss {r['loss']:.4f} token acc {r['token_acc']:.2f} ({r['seconds']:.0f} s)"
         ),
+        dist=dist,
     )
-    save_pretrained(
-        model,
-        proc.tokenizer,
-        out,
-        extra={
-            "training": {
-                "history": hist,
-                "settings": asdict(bc),
-                "demo_steps": len(demos),
-                "env_id": env.env_id,
-                "reset_options": reset_options or {},
-                "levels": demos.meta["levels"],
-            }
-        },
-    )
-    return model, proc, demos
+    if dist is None or dist.is_main:
+        save_pretrained(
+            model,
+            proc.tokenizer,
+            out,
+            extra={
+                "training": {
+                    "history": hist,
+                    "settings": asdict(bc),
+                    "demo_steps": len(demos),
+                    "env_id": env.env_id,
+                    "reset_options": reset_options or {},
+                    "levels": demos.meta["levels"],
+                    "world_size": 1 if dist is None else dist.world_size,
+                }
+            },
+        )
+    return model, proc, demos, hist
 
 
 # ---------------------------------------------------------------------------------------------

@@ -155,11 +155,7 @@ class ArmReachTask(Task):
             target: Colour to reach this episode.
             cubes: Mapping colour -> (x, y) in m to place cubes explicitly.
         """
-        unknown = set(options) - {"target", "cubes", "scene"}
-        if unknown:
-            raise ConfigError(
-                f"unknown arm_reach reset options {sorted(unknown)}", fix="use 'target' or 'cubes'"
-            )
+        self.check_reset_options(options, {"target", "cubes", "scene"}, "use 'target' or 'cubes'")
         if options.get("scene", "default") != "default":
             raise UnknownNameError(
                 f"arm_reach has no scene {options['scene']!r}; scenes: ['default']"

@@ -165,12 +165,9 @@ class ReachAroundTask(Task):
             start: (x, y) start in m, overriding the random one.
             goal: (x, y) goal in m, overriding the random one.
         """
-        unknown = set(options) - {"scene", "start", "goal"}
-        if unknown:
-            raise ConfigError(
-                f"unknown reach_around reset options {sorted(unknown)}",
-                fix="use 'scene', 'start' or 'goal'",
-            )
+        self.check_reset_options(
+            options, {"scene", "start", "goal"}, "use 'scene', 'start' or 'goal'"
+        )
         self._set_scene(model, str(options.get("scene", "default")))
         start = np.array([rng.uniform(*START_X_M), rng.uniform(*START_Y_M)])
         goal = np.array([rng.uniform(*GOAL_X_M), rng.uniform(*GOAL_Y_M)])

@@ -16,12 +16,13 @@ compares against a bare ``mujoco.mj_step`` loop.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from embodied.errors import ConfigError
 from embodied.specs import VectorSpec
 
 if TYPE_CHECKING:
@@ -78,6 +79,18 @@ class Task(abc.ABC):
         options: Mapping[str, Any],
     ) -> None:
         """Set the initial state (after ``mj_resetData``) from ``rng`` and reset ``options``."""
+
+    def check_reset_options(
+        self, options: Mapping[str, Any], allowed: Collection[str], fix: str
+    ) -> None:
+        """Refuse reset ``options`` keys outside ``allowed`` (call from :meth:`initialize_episode`).
+
+        Raises:
+            ConfigError: Unknown keys, named, with ``fix``.
+        """
+        unknown = set(options) - set(allowed)
+        if unknown:
+            raise ConfigError(f"unknown {self.name} reset options {sorted(unknown)}", fix=fix)
 
     @abc.abstractmethod
     def before_step(self, model: mujoco.MjModel, data: mujoco.MjData, action: np.ndarray) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -91,53 +92,24 @@ def test_collect_cli_writes_resumes_and_records_expert_choices(tmp_path: Path) -
 def test_collect_cli_refuses_bad_input(tmp_path: Path) -> None:
     runner = CliRunner()
     out = tmp_path / "d"
-    res = _collect(runner, "--env", "mujoco:nope", "--episodes", "1", "--out", str(out))
+
+    def collect(env: str, *args: str) -> Any:
+        return _collect(runner, "--env", env, "--episodes", "1", "--out", str(out), *args)
+
+    res = collect("mujoco:nope")
     assert res.exit_code != 0 and "reach_around" in str(res.exception)
-    res = _collect(
-        runner,
-        "--env",
-        "mujoco:reach_around",
-        "--episodes",
-        "1",
-        "--out",
-        str(out),
-        "--speed",
-        "fast",
-    )
+    res = collect("mujoco:reach_around", "--speed", "fast")
     assert res.exit_code != 0 and "--speed" in str(res.exception)
     # the zero policy never succeeds: give up after max attempts, keep nothing
-    res = _collect(
-        runner,
-        "--env",
-        "mujoco:reach_around",
-        "--episodes",
-        "1",
-        "--out",
-        str(out),
-        "--policy",
-        "zero",
-        "--max-attempts",
-        "1",
-    )
+    res = collect("mujoco:reach_around", "--policy", "zero", "--max-attempts", "1")
     assert res.exit_code != 0 and "only 0 of 1" in str(res.exception)
     assert not list(out.glob("episode_*.hdf5"))
-    res = _collect(
-        runner,
-        "--env",
-        "mujoco:reach_around",
-        "--episodes",
-        "1",
-        "--out",
-        str(out),
-        "--policy",
-        "zero",
-        "--max-attempts",
-        "1",
-        "--keep-failures",
+    res = collect(
+        "mujoco:reach_around", "--policy", "zero", "--max-attempts", "1", "--keep-failures"
     )
     assert res.exit_code == 0, res.output
     assert len(Dataset(out)) == 1 and not Dataset(out)[0].attrs["success"]
-    res = _collect(runner, "--env", "mujoco:arm_reach", "--episodes", "1", "--out", str(out))
+    res = collect("mujoco:arm_reach")
     assert res.exit_code != 0 and "different env_id" in str(res.exception)
 
 

@@ -1,0 +1,54 @@
+"""Helpers shared by CLI commands (not a command: only ``cmd_*`` modules are registered)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+
+def parse_kv(items: list[str], what: str, example: str) -> dict[str, Any]:
+    """``key=value`` pairs; values parsed as JSON when possible (numbers, lists, bools).
+
+    Args:
+        items: The raw ``key=value`` strings, e.g. from a repeatable option.
+        what: The option name, used in the error message (e.g. ``"--env-arg"``).
+        example: A valid ``key=value`` shown in the fix (e.g. ``"seed=3"``).
+
+    Raises:
+        ConfigError: An item has no ``=`` or an empty key.
+    """
+    from embodied.errors import ConfigError
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{what} {item!r} is not key=value", fix=f"e.g. {what} {example}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def episode_progress(console: Console, quiet: bool) -> Progress:
+    """A rich progress display (description, bar, done/total, elapsed) for episode counts.
+
+    Args:
+        console: Where to draw (usually stderr).
+        quiet: Disable drawing (e.g. under ``--json``).
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=quiet,
+    )
