@@ -281,11 +281,16 @@ def make_demos(
     return [*_arm_episodes(n_arm, seed0, image_size), *_ball_episodes(n_ball, seed0, image_size)]
 
 
-def make_samples(demos: list[LabelledDemo], stride: int, rng: np.random.Generator) -> list[Sample]:
-    """Samples every ``stride`` frames of every demo, with their captions."""
+def make_samples(
+    demos: list[LabelledDemo], stride: int, rng: np.random.Generator, arrival: bool = False
+) -> list[Sample]:
+    """Samples every ``stride`` frames of every demo (plus, with ``arrival``, the frames
+    around the first success), with their captions."""
     out = []
     for i, demo in enumerate(demos):
-        steps = set(range(0, len(demo), stride)) | set(arrival_steps(demo, before=3))
+        steps = set(range(0, len(demo), stride))
+        if arrival:
+            steps |= set(arrival_steps(demo, before=3))
         for t in sorted(steps):
             out.append(Sample(i, t, captions_for(demo, t, rng)))
     return out

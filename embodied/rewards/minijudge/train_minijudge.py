@@ -60,10 +60,11 @@ class PairSet:
         stride: int,
         seed: int,
         pre_arrival: bool = False,
+        arrival_pools: bool = False,
     ) -> None:
         rng = np.random.default_rng(seed)
         self.frames = [resize_frames(d.frames, size) for d in demos]
-        samples = make_samples(list(demos), stride, rng)
+        samples = make_samples(list(demos), stride, rng, arrival=arrival_pools)
         texts: dict[str, int] = {}
         rows = []
         for s in samples:
@@ -99,16 +100,17 @@ class PairSet:
                 (OTHER, False),
             )
         ]
-        self.pools += [
-            np.flatnonzero((env_of == env) & (self.kind == kind) & (self.label == lab) & mask)
-            for env in sorted(set(env_of.tolist()))
-            for kind, lab, mask in (
-                (TASK, True, arrival),  # success on arrival (the arm still moving), twice:
-                (TASK, True, arrival),  # a stop-at-success rollout ends on such a frame
-                (TASK, False, pre & pre_arrival),  # a step or three before it (optional)
-                (TASK, False, wrong & (first >= 0) & (arr[:, 1] >= first)),  # other cube
-            )
-        ]
+        if arrival_pools:  # experimental: oversample arrival frames and wrong-cube holds
+            self.pools += [
+                np.flatnonzero((env_of == env) & (self.kind == kind) & (self.label == lab) & mask)
+                for env in sorted(set(env_of.tolist()))
+                for kind, lab, mask in (
+                    (TASK, True, arrival),  # success on arrival (the arm still moving), twice:
+                    (TASK, True, arrival),  # a stop-at-success rollout ends on such a frame
+                    (TASK, False, pre & pre_arrival),  # a step or three before it (optional)
+                    (TASK, False, wrong & (first >= 0) & (arr[:, 1] >= first)),  # other cube
+                )
+            ]
         self.pools = [p for p in self.pools if len(p)]
         self.n_context = 4
 
@@ -206,16 +208,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument(
         "--wrong-arm",
         type=int,
-        default=24,
+        default=0,
         help="arm_reach episodes where the expert reaches another cube than the instruction names",
     )
-    ap.add_argument("--image-size", type=int, default=96, help="judge input side (px)")
+    ap.add_argument("--image-size", type=int, default=64, help="judge input side (px)")
+    ap.add_argument(
+        "--arrival",
+        action="store_true",
+        help="experimental: oversample arrival frames (first success of a moving arm) and "
+        "wrong-cube holds, and calibrate the threshold on arrival frames",
+    )
     ap.add_argument(
         "--pre-arrival",
         action="store_true",
         help="also sample the 3 frames before the first success as hard negatives",
     )
-    ap.add_argument("--film-layer", type=int, default=1, help="FiLM layer (-1: none)")
+    ap.add_argument("--film-layer", type=int, default=-1, help="FiLM layer (-1: none)")
     ap.add_argument("--cache", default=None, help="folder to cache recorded episodes (npz)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -247,7 +255,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         )
     val = _cached(args.cache, "val", lambda: make_demos(args.n_val, args.n_val, 5000 + args.seed))
     t_data = time.perf_counter() - t0
-    pairs = PairSet(train, config.image_size, args.stride, args.seed, args.pre_arrival)
+    pairs = PairSet(
+        train, config.image_size, args.stride, args.seed, args.pre_arrival, args.arrival
+    )
     judge = MiniJudge(config)
     text_emb = judge.text.encode(pairs.texts)  # frozen MiniLM, each caption once
     print(
@@ -294,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     arrival = np.concatenate(
         [np.isin(np.arange(len(d)), np.flatnonzero(d.labels)[:2]) for d in val]
     )
-    keep = arrival | ~ev["labels"]
+    keep = (arrival | ~ev["labels"]) if args.arrival else np.ones_like(arrival)
     judge.threshold = float(
         np.clip(best_threshold(ev["probs"][keep], ev["labels"][keep]), 0.05, 0.95)
     )
