@@ -65,7 +65,7 @@ def plot_latents(
             c=ROUTE_COLORS.get(route, "k"),
             label=f"{route} ({int(m.sum())})",
         )
-    ax.set_title("demo latents (encoder mean, whitened knob space)")
+    ax.set_title("demo latents (encoder mean, whitened)", fontsize=10)
     ax.set_xlabel("z[0]")
     ax.set_ylabel("z[1]")
     ax.legend(fontsize=8)
@@ -82,7 +82,7 @@ def plot_latents(
             c=ROUTE_COLORS.get(r["route"], "k"),
             marker="o" if r["success"] else "x",
         )
-    ax.set_title(f"route of rollouts over z (one scene, seed {seed}); x = failure")
+    ax.set_title(f"rollout route over z (seed {seed}); x = failure", fontsize=10)
     ax.set_xlabel("z[0]")
     ax.set_ylabel("z[1]")
     ax.set_xlim(-lim - 0.5, lim + 0.5)

@@ -13,7 +13,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install ray)")
 
-from embodied.evaluation import EvalConfig, evaluate  # noqa: E402
+from embodied.evaluation import EvalConfig, EvalVariant, evaluate  # noqa: E402
 from embodied.evaluation.ray_backend import RayBackend  # noqa: E402
 from embodied.evaluation.sweep import SweepConfig, run_sweep  # noqa: E402
 
@@ -66,7 +66,15 @@ def test_ray_eval_identical_to_serial(local_ray: Any) -> None:
 
 def test_ray_killed_worker_episode_is_rerun(local_ray: Any) -> None:
     """SIGKILL the actor running episode 1 mid-episode: it is rerun once, nothing lost or doubled."""
-    kw: dict[str, Any] = {"envs": ("mujoco:arm_reach",), "episodes": 4, "seed": 0, "max_steps": 40}
+    # A slow expert (0.02 m/s, ~10 s of sim time) with the camera on: an episode lasts
+    # seconds, so the kill lands inside it however fast the machine is.
+    slow = EvalVariant(name="slow", policy_kwargs={"speed": 0.02})
+    kw: dict[str, Any] = {
+        "envs": ("mujoco:arm_reach",),
+        "episodes": 4,
+        "seed": 0,
+        "variants": (slow,),
+    }
     events: list[tuple[str, dict[str, Any]]] = []
     killed: list[int] = []
 
@@ -74,7 +82,7 @@ def test_ray_killed_worker_episode_is_rerun(local_ray: Any) -> None:
         events.append((kind, data))
         if kind == "start" and data["spec"].index == 1 and not killed:
             killed.append(data["pid"])  # camera on: an episode takes seconds; kill inside it
-            threading.Timer(0.8, os.kill, (data["pid"], signal.SIGKILL)).start()
+            threading.Timer(0.3, os.kill, (data["pid"], signal.SIGKILL)).start()
 
     par = evaluate(EvalConfig(**kw, workers=2, backend="ray", max_retries=2), "expert", on_event)
     died = [d for k, d in events if k == "worker_died"]

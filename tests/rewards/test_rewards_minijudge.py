@@ -56,6 +56,11 @@ def test_text_side_responds_to_wording(minijudge: MiniJudge, arm_demos: list[Lab
     assert np.abs(task - template).mean() > 0.02  # the wording of the instruction matters
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limitation of the shipped checkpoint: it does not bind the colour word to "
+    "the reached cube (right and wrong colour score alike); flips to a pass when fixed",
+)
 def test_colour_word_binds_to_the_reached_cube(
     minijudge: MiniJudge, arm_demos: list[LabelledDemo]
 ) -> None:

@@ -284,7 +284,8 @@ class MiniJudge(BaseJudge):
             else:
                 pairs = [self._text_cached(t) for t in instructions]
                 txt = torch.stack([p[0] for p in pairs])
-                film = None if pairs[0][1] is None else torch.cat([p[1] for p in pairs])
+                films = [p[1] for p in pairs if p[1] is not None]
+                film = torch.cat(films) if films else None
             img = self.model.embed_images(pixels, film)
             logits = self.model.logits(img, txt)
         return torch.sigmoid(logits).cpu().numpy().astype(np.float64)
