@@ -8,12 +8,12 @@ scores many clips in batches. Subclasses implement :meth:`BaseJudge._score_clips
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from embodied.errors import ConfigError
+from embodied.errors import CheckpointError, ConfigError
 from embodied.rewards.clips import resample_clip, validate_frames, validate_instruction
 
 Clip = Sequence[np.ndarray] | np.ndarray
@@ -62,6 +62,43 @@ class BaseJudge(abc.ABC):
     threshold: float = 0.5
     batch_size: int = 16
     name: str = "judge"
+
+    def _configure(self, config: Any) -> None:
+        """Take the settings every transformers-backed judge config shares.
+
+        Sets ``config``, ``n_frames``, ``threshold``, ``batch_size``, ``device`` and ``dtype``.
+        """
+        self.config = config
+        self.n_frames = config.n_frames
+        self.threshold = config.threshold
+        self.batch_size = config.batch_size
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+
+    def _load_pretrained(
+        self,
+        model: Any,
+        processor: Any,
+        load: Callable[[], tuple[Any, Any]],
+        what: str,
+        fix: str,
+    ) -> tuple[Any, Any]:
+        """``(model, processor)``: the preloaded pair, or ``load()`` of ``config.model``.
+
+        Raises:
+            CheckpointError: loading failed (``what`` names the model kind, ``fix`` the remedy).
+            ConfigError: a preloaded model came without its processor.
+        """
+        if model is None:
+            try:
+                model, processor = load()
+            except (OSError, ValueError) as exc:
+                raise CheckpointError(
+                    f"cannot load {what} {self.config.model!r}: {exc}", fix=fix
+                ) from exc
+        if processor is None:
+            raise ConfigError("a preloaded model needs its processor", fix="pass processor=...")
+        return model, processor
 
     def score(self, frames: Clip, instruction: str) -> float:
         """Probability in [0, 1] that ``frames`` (uint8 (T, H, W, 3)) show ``instruction`` done."""

@@ -65,6 +65,24 @@ def build_tiny_tokenizer(extra_words: str = "") -> Any:
     return fast
 
 
+def _tiny_llama_config(tok: Any) -> Any:
+    """A 2-layer, 32-wide Llama config sized to the tiny tokenizer ``tok``."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+
+
 def build_tiny_llava(path: str | os.PathLike[str], image_size: int = 32, seed: int = 0) -> Path:
     """Save a tiny random LLaVA (CLIP vision tower + Llama LM) with its processor at ``path``.
 
@@ -80,7 +98,6 @@ def build_tiny_llava(path: str | os.PathLike[str], image_size: int = 32, seed: i
     from transformers import (
         CLIPImageProcessorPil,
         CLIPVisionConfig,
-        LlamaConfig,
         LlavaConfig,
         LlavaForConditionalGeneration,
         LlavaProcessor,
@@ -99,18 +116,7 @@ def build_tiny_llava(path: str | os.PathLike[str], image_size: int = 32, seed: i
         patch_size=patch,
         projection_dim=32,
     )
-    text = LlamaConfig(
-        vocab_size=len(tok),  # type: ignore[arg-type]
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        pad_token_id=tok.pad_token_id,  # type: ignore[attr-defined]
-        bos_token_id=tok.bos_token_id,  # type: ignore[attr-defined]
-        eos_token_id=tok.eos_token_id,  # type: ignore[attr-defined]
-    )
+    text = _tiny_llama_config(tok)
     config = LlavaConfig(
         vision_config=vision,
         text_config=text,
@@ -222,23 +228,12 @@ def build_tiny_llm(path: str | os.PathLike[str], seed: int = 0) -> Path:
         The folder, loadable with ``AutoModelForCausalLM`` + ``AutoTokenizer``.
     """
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     tok = build_tiny_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tok),  # type: ignore[arg-type]
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        pad_token_id=tok.pad_token_id,  # type: ignore[attr-defined]
-        bos_token_id=tok.bos_token_id,  # type: ignore[attr-defined]
-        eos_token_id=tok.eos_token_id,  # type: ignore[attr-defined]
-    )
+    config = _tiny_llama_config(tok)
     torch.manual_seed(seed)
     LlamaForCausalLM(config).eval().save_pretrained(out)
     tok.save_pretrained(out)  # type: ignore[attr-defined]

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from embodied.errors import CheckpointError, ConfigError
-from embodied.rewards.base import BaseJudge, Clip, resolve_device, resolve_dtype
+from embodied.rewards.base import BaseJudge, Clip
 from embodied.rewards.calibration import best_threshold, fit_platt
 from embodied.rewards.contrastive.configuration_contrastive import ContrastiveJudgeConfig
 
@@ -35,23 +35,17 @@ class ContrastiveJudge(BaseJudge):
         import torch
         from transformers import AutoModel, AutoProcessor
 
-        self.config = config
-        self.n_frames = config.n_frames
-        self.threshold = config.threshold
-        self.batch_size = config.batch_size
-        self.device = resolve_device(config.device)
-        self.dtype = resolve_dtype(config.dtype, self.device)
-        if model is None:
-            try:
-                processor = AutoProcessor.from_pretrained(config.model)
-                model = AutoModel.from_pretrained(config.model, dtype=self.dtype)
-            except (OSError, ValueError) as exc:
-                raise CheckpointError(
-                    f"cannot load dual encoder {config.model!r}: {exc}",
-                    fix="pass a local CLIP/SigLIP folder (config.json, weights, processor files)",
-                ) from exc
-        if processor is None:
-            raise ConfigError("a preloaded model needs its processor", fix="pass processor=...")
+        self._configure(config)
+        model, processor = self._load_pretrained(
+            model,
+            processor,
+            lambda: (
+                AutoModel.from_pretrained(config.model, dtype=self.dtype),
+                AutoProcessor.from_pretrained(config.model),
+            ),
+            "dual encoder",
+            "pass a local CLIP/SigLIP folder (config.json, weights, processor files)",
+        )
         if not (hasattr(model, "get_image_features") and hasattr(model, "get_text_features")):
             raise CheckpointError(
                 f"{type(model).__name__} has no get_image_features/get_text_features",

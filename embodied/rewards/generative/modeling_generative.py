@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from embodied.errors import CheckpointError, ConfigError
-from embodied.rewards.base import BaseJudge, resolve_device, resolve_dtype
+from embodied.rewards.base import BaseJudge
 from embodied.rewards.generative.configuration_generative import GenerativeJudgeConfig
 
 
@@ -53,28 +53,21 @@ class GenerativeJudge(BaseJudge):
         import torch
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        self.config = config
-        self.n_frames = config.n_frames
-        self.threshold = config.threshold
-        self.batch_size = config.batch_size
-        self.device = resolve_device(config.device)
-        self.dtype = resolve_dtype(config.dtype, self.device)
-        if model is None:
-            try:
-                processor = AutoProcessor.from_pretrained(
-                    config.model, trust_remote_code=config.trust_remote_code
-                )
-                model = AutoModelForImageTextToText.from_pretrained(
-                    config.model, dtype=self.dtype, trust_remote_code=config.trust_remote_code
-                )
-            except (OSError, ValueError) as exc:
-                raise CheckpointError(
-                    f"cannot load image-text-to-text model {config.model!r}: {exc}",
-                    fix="pass a local folder with config.json + weights + processor files, or a "
-                    "hub id already in the local cache (no downloads at run time)",
-                ) from exc
-        if processor is None:
-            raise ConfigError("a preloaded model needs its processor", fix="pass processor=...")
+        self._configure(config)
+        remote = config.trust_remote_code
+        model, processor = self._load_pretrained(
+            model,
+            processor,
+            lambda: (
+                AutoModelForImageTextToText.from_pretrained(
+                    config.model, dtype=self.dtype, trust_remote_code=remote
+                ),
+                AutoProcessor.from_pretrained(config.model, trust_remote_code=remote),
+            ),
+            "image-text-to-text model",
+            "pass a local folder with config.json + weights + processor files, or a hub id "
+            "already in the local cache (no downloads at run time)",
+        )
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         self.processor = processor
         self.tokenizer = getattr(processor, "tokenizer", processor)
