@@ -46,6 +46,11 @@ def optimize(
     iterations: int = typer.Option(10, "--iterations", help="Proposals per restart (K)."),
     restarts: int = typer.Option(3, "--restarts", help="Restarts (seeds)."),
     stride: int = typer.Option(1, "--stride", help="Use every n-th frame as a sample."),
+    min_tpr: float = typer.Option(
+        0.0,
+        "--min-tpr",
+        help="Reject candidates below this demo TPR (percent); 0 = the paper rule.",
+    ),
     seed: int = typer.Option(0, "--seed"),
     camera: str = typer.Option(None, "--camera", help="Camera key of the demos."),
     device: str = typer.Option("auto", "--device"),
@@ -69,6 +74,7 @@ def optimize(
         restarts=restarts,
         seed=seed,
         stride=stride,
+        min_tpr=min_tpr,
     )
     j = load_judge(judge, device=device)
     train = load_demos(demos, camera=camera)
@@ -118,6 +124,11 @@ def experiment(
     iterations: int = typer.Option(10, "--iterations"),
     restarts: int = typer.Option(3, "--restarts"),
     stride: int = typer.Option(2, "--stride"),
+    min_tpr: float = typer.Option(
+        0.0,
+        "--min-tpr",
+        help="Reject candidates below this demo TPR (percent); 0 = the paper rule.",
+    ),
     out: Path = typer.Option(None, "--out", help="Write the report JSON here (atomic)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -136,7 +147,9 @@ def experiment(
         heldout_experiment,
     )
 
-    cfg = Demo2RewardConfig(iterations=iterations, restarts=restarts, stride=stride)
+    cfg = Demo2RewardConfig(
+        iterations=iterations, restarts=restarts, stride=stride, min_tpr=min_tpr
+    )
     report = heldout_experiment(
         load_judge(judge),
         env or BUILTIN_TASKS,

@@ -64,6 +64,39 @@ def test_loop_keeps_only_strict_improvements(minijudge, arm_demos: list[Labelled
     assert again.j == pytest.approx(result.best.j)
 
 
+def test_tpr_floor_rejects_candidates_that_stop_firing(
+    minijudge, arm_demos: list[LabelledDemo]
+) -> None:
+    """With min_tpr, a J gain bought by losing true positives below the floor is refused."""
+    demos = arm_demos[:4]
+    floor = 90.0
+    cfg = Demo2RewardConfig(iterations=6, restarts=1, stride=3, min_tpr=floor)
+    result = optimize_instruction(minijudge, demos, OfflineProposer(), cfg)
+    rows = result.history[1:]
+    assert all(r["tpr"] >= floor for r in rows if r["accepted"])
+    assert all(not r["accepted"] for r in rows if r["tpr"] < floor)
+    assert result.best.rates.tpr >= min(floor, result.initial.rates.tpr)
+    with pytest.raises(ConfigError, match="min_tpr"):
+        Demo2RewardConfig(min_tpr=120)
+
+
+def test_offline_proposals_are_new_templates_without_repeated_sentences() -> None:
+    from embodied.rewards.calibration import Rates
+    from embodied.rewards.demo2reward.proposers import sentences
+
+    rng = np.random.default_rng(0)
+    prop, template, tried = OfflineProposer(), DEFAULT_TEMPLATE, {DEFAULT_TEMPLATE}
+    fp_heavy = Rates(tpr=95.0, tnr=70.0, fpr=30.0, fnr=5.0, n_pos=20, n_neg=20)
+    for it in range(40):
+        ctx = ProposalContext(template, fp_heavy, 70.0, [], ["reach the red cube"], it, rng, tried)
+        cand = prop.propose(ctx)
+        assert "{task}" in cand and cand not in tried
+        parts = sentences(cand)
+        assert len(parts) == len(set(parts)), cand
+        tried.add(cand)
+        template = cand
+
+
 def test_llm_proposer_on_tiny_model(
     tmp_path: Path, minijudge, arm_demos: list[LabelledDemo]
 ) -> None:

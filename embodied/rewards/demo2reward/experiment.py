@@ -68,6 +68,7 @@ def heldout_experiment(
             "iterations": cfg.iterations,
             "restarts": cfg.restarts,
             "stride": cfg.stride,
+            "min_tpr": cfg.min_tpr,
             "n_demos": n_demos,
             "n_heldout": n_heldout,
             "demo_seeds_from": DEMO_SEED0,

@@ -43,6 +43,10 @@ class Demo2RewardConfig:
         max_misclassified: Misclassified clips shown to the proposer (<= 5).
         n_context: Earlier frames per sample.
         stride: Use every ``stride``-th frame of each demo as a sample.
+        min_tpr: TPR floor in percent: a candidate whose TPR on the demos falls below it is
+            rejected even if J improves. 0 (default) is the paper's rule; J weighs TPR by
+            0.01, so without a floor the loop may trade most true positives for the last
+            false positive. Users who need the reward to fire set e.g. 80.
     """
 
     template: str = DEFAULT_TEMPLATE
@@ -52,6 +56,7 @@ class Demo2RewardConfig:
     max_misclassified: int = 5
     n_context: int = 4
     stride: int = 1
+    min_tpr: float = 0.0
 
     def __post_init__(self) -> None:
         format_instruction(self.template, "check")  # raises on a template without {task}
@@ -63,6 +68,8 @@ class Demo2RewardConfig:
             raise ConfigError(f"max_misclassified must be in 0..5, got {self.max_misclassified}")
         if self.stride < 1:
             raise ConfigError(f"stride must be >= 1, got {self.stride}")
+        if not 0.0 <= self.min_tpr <= 100.0:
+            raise ConfigError(f"min_tpr is a percentage in [0, 100], got {self.min_tpr}")
 
 
 @dataclass
@@ -144,7 +151,7 @@ def optimize_instruction(
             candidate = proposer.propose(ctx)
             format_instruction(candidate, "check")
             ev = evaluate(candidate, cfg.seed + it)
-            accepted = ev.j > current.j
+            accepted = ev.j > current.j and ev.rates.tpr >= cfg.min_tpr
             if accepted:
                 current = ev
             history.append(

