@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embodied.errors import ConfigError
+from embodied.errors import ConfigError, EmbodiedError
 from embodied.io import write_json
 
 if TYPE_CHECKING:
@@ -154,6 +154,8 @@ def autotune(session: TuneSession, start: float, end: float, budget: int) -> dic
                         break
             if not improved:
                 factor = math.sqrt(factor)
+        if session._cancel_job:  # Stop landed between two step tests: no proposal
+            raise EmbodiedError(f"auto-tune stopped after {len(candidates)} step tests")
     finally:
         live.set_mode("pid", saved)
         live.set_mode(saved_mode)
