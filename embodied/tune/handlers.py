@@ -7,24 +7,14 @@ them up in :data:`HANDLERS`.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from embodied.errors import ConfigError
 from embodied.tune import experiments, gains_io
-
-if TYPE_CHECKING:
-    from embodied.tune.session import TuneSession
+from embodied.tune.session import TuneSession, format_value
 
 Handler = Callable[["TuneSession", dict[str, Any]], None]
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    if isinstance(v, Mapping):
-        return "{" + ", ".join(f"{k}={_fmt(x)}" for k, x in v.items()) + "}"
-    return str(v)
 
 
 def _setpoint(s: TuneSession, a: dict[str, Any]) -> None:
@@ -72,7 +62,7 @@ def _apply_proposal(s: TuneSession, a: dict[str, Any]) -> None:
     if s.proposal is None:
         raise ConfigError("no auto-tune proposal yet", fix="run Auto-tune first")
     s.live.set_params("pid", s.proposal)
-    s.emit("info", message="applied proposal " + _fmt(s.proposal))
+    s.emit("info", message="applied proposal " + format_value(s.proposal))
 
 
 def _stop_job(s: TuneSession, a: dict[str, Any]) -> None:
@@ -87,7 +77,7 @@ def _save(s: TuneSession, a: dict[str, Any]) -> None:
 def _load(s: TuneSession, a: dict[str, Any]) -> None:
     gains_io.load(s, a["name"])
     params = s.live.params.get(s.live.mode, {})
-    s.emit("loaded", message=f"loaded {a['name']}: {s.live.mode} {_fmt(params)}")
+    s.emit("loaded", message=f"loaded {a['name']}: {s.live.mode} {format_value(params)}")
 
 
 def _list(s: TuneSession, a: dict[str, Any]) -> None:

@@ -227,7 +227,7 @@ class TuneSession:
         if self._thread is None:  # synchronous use (scripts, CLI): apply now
             self._drain()
         return (
-            f"{cmd.name}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in cmd.args.items())
+            f"{cmd.name}: " + ", ".join(f"{k}={format_value(v)}" for k, v in cmd.args.items())
             if cmd.args
             else cmd.name
         )
@@ -444,11 +444,12 @@ def _finite(x: float) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
 
 
-def _fmt(v: Any) -> str:
+def format_value(v: Any) -> str:
+    """Short text of a value for event messages (floats to 4 significant digits)."""
     if isinstance(v, float):
         return f"{v:.4g}"
     if isinstance(v, Mapping):
-        return "{" + ", ".join(f"{k}={_fmt(x)}" for k, x in v.items()) + "}"
+        return "{" + ", ".join(f"{k}={format_value(x)}" for k, x in v.items()) + "}"
     return str(v)
 
 
