@@ -66,6 +66,20 @@ def _ik(x: float, y: float, z: float) -> list[float]:
     return [yaw, shoulder, elbow, math.pi - shoulder - elbow]
 
 
+def sample_cube_layout(rng: np.random.Generator) -> np.ndarray:
+    """(4, 2) random cube (x, y) positions (m) on the table, at least
+    ``CUBE_MIN_SEPARATION_M`` apart (each cube takes its first draw, of up to 1000, that keeps
+    the separation)."""
+    placed: list[np.ndarray] = []
+    for _ in range(len(COLORS)):
+        for _attempt in range(1000):
+            xy = np.array([rng.uniform(*CUBE_X_M), rng.uniform(*CUBE_Y_M)])
+            if all(np.linalg.norm(xy - p) >= CUBE_MIN_SEPARATION_M for p in placed):
+                break
+        placed.append(xy)
+    return np.array(placed)
+
+
 class ArmReachTask(Task):
     """Reach the named coloured cube with a 4-DoF arm.
 
@@ -163,13 +177,7 @@ class ArmReachTask(Task):
         data.qpos[self._q0 : self._q0 + 4] = HOME_QPOS
         data.ctrl[4:6] = FINGER_OPEN_M
         data.qpos[self._finger_q : self._finger_q + 2] = FINGER_OPEN_M
-        placed: list[np.ndarray] = []
-        for _ in range(len(COLORS)):
-            for _attempt in range(1000):
-                xy = np.array([rng.uniform(*CUBE_X_M), rng.uniform(*CUBE_Y_M)])
-                if all(np.linalg.norm(xy - p) >= CUBE_MIN_SEPARATION_M for p in placed):
-                    break
-            placed.append(xy)
+        placed = list(sample_cube_layout(rng))
         for color, xy in dict(options.get("cubes", {})).items():
             if color not in COLORS:
                 raise UnknownNameError(f"unknown cube colour {color!r}; colours: {list(COLORS)}")

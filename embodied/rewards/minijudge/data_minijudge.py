@@ -159,8 +159,10 @@ def _arm_episodes(
         options: dict[str, Any] = {}
         named: str | None = None
         if kind == "swap":  # 4 episodes in a row: one layout, the colours rotated over it
+            from sim.mujoco.arm_reach import sample_cube_layout
+
             group_rng = np.random.default_rng(seed0 + i // 4)
-            layout = _layout(group_rng)
+            layout = sample_cube_layout(group_rng)
             speed = float(group_rng.uniform(0.08, 0.25))
             policy = env.unwrapped.expert(speed=speed)  # type: ignore[attr-defined]
             shift = i % 4
@@ -190,18 +192,6 @@ def _arm_episodes(
         demo.meta["kind"] = kind
         yield demo
     env.close()
-
-
-def _layout(rng: np.random.Generator) -> np.ndarray:
-    """Four cube (x, y) positions (m) on the table, separated as the env places them."""
-    from sim.mujoco.arm_reach import CUBE_MIN_SEPARATION_M, CUBE_X_M, CUBE_Y_M
-
-    placed: list[np.ndarray] = []
-    while len(placed) < len(ARM_COLORS):
-        xy = np.array([rng.uniform(*CUBE_X_M), rng.uniform(*CUBE_Y_M)])
-        if all(np.linalg.norm(xy - q) >= CUBE_MIN_SEPARATION_M for q in placed):
-            placed.append(xy)
-    return np.array(placed)
 
 
 def _ball_goal_dist(task: Any) -> float:

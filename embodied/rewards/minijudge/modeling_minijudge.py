@@ -272,10 +272,6 @@ class MiniJudge(BaseJudge):
             write_json(folder / "calibration.json", self.calibration)
         return folder
 
-    def text_embeddings(self, instructions: Sequence[str]) -> torch.Tensor:
-        """Projected unit text embeddings (N, embed_dim), cached per string."""
-        return torch.stack([self._text(t)[0] for t in instructions])
-
     def _text(self, text: str) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(projected unit embedding, FiLM params or None) of one instruction, cached."""
         hit = self._text_emb.get(text)

@@ -243,12 +243,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     config = MiniJudgeConfig(
         device="cpu", head=args.head, image_size=args.image_size, film_layer=args.film_layer
     )
+    init_train: dict[str, Any] = {}  # how the starting checkpoint was trained
     if args.init:  # fine-tune; a FiLM layer new to the checkpoint starts as the identity
         config = MiniJudgeConfig.load(args.init, device="cpu", film_layer=args.film_layer)
     judge = MiniJudge(config)
     if args.init:
         from safetensors.torch import load_file
 
+        calib = Path(args.init) / "calibration.json"
+        if calib.exists():
+            init_train = json.loads(calib.read_text()).get("train", {})
         state = load_file(str(Path(args.init) / "model.safetensors"))
         missing, unexpected = judge.model.load_state_dict(state, strict=False)
         if unexpected or any(not k.startswith("film.") for k in missing):
@@ -331,8 +335,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         },
     }
     if args.init:  # keep the history of how the starting checkpoint was trained
-        before = MiniJudge.from_pretrained(args.init, device="cpu", text_encoder=judge.text)
-        judge.calibration["train"]["from"] = before.calibration.get("train", {})
+        judge.calibration["train"]["from"] = init_train
     judge.save_pretrained(args.out)
     print(
         f"saved {args.out}: threshold {judge.threshold:.3f}, agreement "
