@@ -25,11 +25,8 @@ one. Seeding: robosuite samples object placements from numpy's global RNG, so
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import string
-import sys
-import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,6 +40,7 @@ from embodied.contracts import Env
 from embodied.errors import ConfigError, RenderError, UnknownNameError
 from embodied.specs import ImageSpec, Observation, ObservationSpec, VectorSpec, image_key
 from sim import ENVS, EnvFamily
+from sim.robosuite_runtime import close_at_exit, quiet_robosuite_import
 
 INSTRUCTIONS: dict[str, str] = {
     "Lift": "lift the cube",
@@ -96,14 +94,8 @@ _UNIT_RULES: tuple[tuple[str, str], ...] = (
 )
 
 
-def _silence_macro_warning() -> None:
-    """robosuite warns on import unless ``robosuite.macros_private`` exists: provide an empty one."""
-    sys.modules.setdefault("robosuite.macros_private", types.ModuleType("robosuite.macros_private"))
-    os.environ.setdefault("MUJOCO_GL", "egl")
-
-
 def _import_robosuite() -> Any:
-    _silence_macro_warning()
+    quiet_robosuite_import()
     import robosuite
 
     return robosuite
@@ -206,6 +198,7 @@ class RobosuiteEnv(Env):
                     "libegl-mesa0) or MUJOCO_GL=osmesa (libosmesa6), or pass camera=False",
                 ) from exc
             raise
+        close_at_exit(self)
         self.env_id = f"robosuite:{env_name}"
         self.instruction = instruction or INSTRUCTIONS.get(env_name, _words(env_name))
         self.control_rate_hz = float(control_freq)

@@ -34,6 +34,7 @@ from sim.libero.configuration_libero import LiberoProtocol
 from sim.libero.processing_libero import gripper_to_libero, openvla_image
 from sim.libero.resources import load_init_states, resolve_assets
 from sim.libero.tasks import LiberoTask, resolve_task
+from sim.robosuite_runtime import close_at_exit
 
 CAMERAS: Mapping[str, str] = {
     "agentview": "agentview",
@@ -126,6 +127,7 @@ class LiberoEnv(Env):
         )
         self._init_states: np.ndarray | None = None
         self._raw = self._make_raw(hard_reset)
+        close_at_exit(self)
         self._t = 0
         self._ee_prev: np.ndarray | None = None
         self._last_raw_obs: dict[str, Any] = {}

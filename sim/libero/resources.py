@@ -28,6 +28,7 @@ import numpy as np
 
 from embodied.errors import ConfigError
 from embodied.io import write_text
+from sim.robosuite_runtime import quiet_robosuite_import
 
 ASSETS_ENV_VAR = "EMBODIED_LIBERO_ASSETS"
 """Environment variable naming a local LIBERO assets folder."""
@@ -86,6 +87,7 @@ def ensure_config() -> Path:
 def import_libero() -> ModuleType:
     """Import ``libero.libero`` after making sure its import cannot block on ``input()``."""
     ensure_config()
+    quiet_robosuite_import()  # libero imports robosuite
     import libero.libero as ll
 
     return ll
