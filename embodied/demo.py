@@ -9,13 +9,16 @@ report folder and returns its metrics, which end up in ``DIR/metrics.json``:
   z sampled from its behaviour manifold.
 * ``steer``: a PID-steered rollout tracking an end-effector speed setpoint.
 * ``judge``: the shipped reward judge scoring arm episodes, against the simulator oracle.
+
+:func:`print_summary` shows the headline figures of each section and where the report, plots
+and videos are (a few lines; the full metrics stay in ``metrics.json``).
 """
 
 from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -255,3 +258,139 @@ def run_demo(
     metrics["files"] = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
     write_json(out / "metrics.json", metrics)
     return metrics
+
+
+def _pct(x: Any) -> str:
+    return f"{100 * float(x):.0f}%"
+
+
+def _sim_rows(m: Mapping[str, Any]) -> list[tuple[str, str]]:
+    rows = []
+    if ra := m.get("reach_around"):
+        routes = ", ".join(f"{k} {v}" for k, v in ra.get("route_counts", {}).items())
+        rows.append(
+            (
+                "reach_around expert",
+                f"success {_pct(ra['expert_success_rate'])} of {ra['episodes']} episodes"
+                + (f"; routes: {routes}" if routes else ""),
+            )
+        )
+    if arm := m.get("arm_reach"):
+        speeds = ", ".join(
+            f"{k} -> {v:.3f}"
+            for k, v in arm.get("median_ee_speed_m_s_by_commanded_speed", {}).items()
+        )
+        rows.append(
+            (
+                "arm_reach expert",
+                f"success {_pct(arm['expert_success_rate'])} of {arm['episodes']} episodes"
+                + (f"; ee speed (commanded -> median, m/s): {speeds}" if speeds else ""),
+            )
+        )
+    return rows
+
+
+def _pdp_rows(m: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return [
+        (
+            "PDP rollouts (z per route)",
+            f"success {_pct(m['success_rate'])}, route taken as asked {_pct(m['route_match'])}",
+        ),
+        (
+            "PDP training",
+            f"{m['train_steps']} steps in {m['train_seconds']} s, final loss {m['final_loss']:.3g}",
+        ),
+    ]
+
+
+def _steer_rows(m: Mapping[str, Any]) -> list[tuple[str, str]]:
+    rows = [
+        (
+            "PID speed tracking",
+            f"RMSE {m['tracking_rmse_m_s']:.3f} m/s over {m['steps']} steps, "
+            f"success {m['success']}",
+        )
+    ]
+    if "rise_time_s" in m:
+
+        def f(v: Any, unit: str) -> str:
+            return "n/a" if v is None else f"{v:.3g}{unit}"
+
+        rows.append(
+            (
+                "step response",
+                f"rise {f(m['rise_time_s'], ' s')}, overshoot {f(m['overshoot_pct'], ' %')}, "
+                f"settling {f(m['settling_time_s'], ' s')}",
+            )
+        )
+    elif "step_response" in m:
+        rows.append(("step response", f"not measured: {m['step_response']}"))
+    return rows
+
+
+def _judge_rows(m: Mapping[str, Any]) -> list[tuple[str, str]]:
+    a = m["agreement"]
+    return [
+        (
+            f"{m['judge']} vs simulator oracle",
+            f"agreement {a['accuracy']:.1f}% (TPR {a['tpr']:.0f}%, TNR {a['tnr']:.0f}%) on "
+            f"{m['episodes']} episodes, {m['oracle_successes']} successful",
+        )
+    ]
+
+
+SUMMARIES: dict[str, Callable[[Mapping[str, Any]], list[tuple[str, str]]]] = {
+    "sim": _sim_rows,
+    "pdp": _pdp_rows,
+    "steer": _steer_rows,
+    "judge": _judge_rows,
+}
+"""Headline figures of each section, as (what, figures) rows."""
+
+
+def summary_rows(name: str, metrics: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Headline figures of section ``name``; its plain numbers for a section without a
+    summary (or whose metrics lack a key the summary expects)."""
+    try:
+        return SUMMARIES[name](metrics)
+    except (KeyError, TypeError, ValueError):
+        plain = [
+            (k, f"{v:.4g}" if isinstance(v, float) else str(v))
+            for k, v in metrics.items()
+            if isinstance(v, int | float | str)
+        ]
+        return plain[:6]
+
+
+def print_summary(metrics: Mapping[str, Any], out: Path, console: Any = None) -> None:
+    """Print one table of each section's headline figures, then where the files are.
+
+    Args:
+        metrics: What :func:`run_demo` returned.
+        out: The report folder.
+        console: A ``rich`` console (default: stdout).
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    table = Table(title="embodied demo", title_justify="left", show_lines=False)
+    table.add_column("section")
+    table.add_column("what")
+    table.add_column("figures")
+    seconds = metrics.get("seconds", {})
+    for name, section in metrics.get("sections", {}).items():
+        label = f"{name} ({seconds[name]} s)" if name in seconds else name
+        for i, (what, figures) in enumerate(summary_rows(name, section)):
+            table.add_row(label if i == 0 else "", what, figures)
+    console.print(table)
+
+    def listed(suffix: str) -> str:
+        found = (
+            sorted(str(p.relative_to(out)) for p in out.rglob(f"*{suffix}")) if out.is_dir() else []
+        )
+        return ", ".join(found) if found else "none"
+
+    console.print(f"report: {out / 'metrics.json'} (every figure)", soft_wrap=True)
+    console.print(f"plots: {listed('.png')}  (in {out})", soft_wrap=True)
+    console.print(f"videos: {listed('.mp4')}  (in {out})", soft_wrap=True)

@@ -6,6 +6,12 @@ recorded with its error and the rest of the report still appears. The report hol
 machine description, library versions, each area's JSON object and a flat table of every
 numeric figure with its target (from the issues that asked for it) and whether it is met.
 
+A target counts as unmet unless a finite figure meets it: a figure that is missing (its area
+failed, a row of the area reports ``{"error": ...}`` instead of figures, an optional part
+could not be imported) or not finite is unmet. An area is ``ok`` only when its process
+succeeded and none of its rows is an error row. ``embodied bench all --strict`` exits 1 when
+a target is unmet or an area is not ok (:func:`problems`).
+
 Not an area itself (the leading underscore keeps it out of :data:`embodied.bench.AREAS`).
 """
 
@@ -160,6 +166,38 @@ def run_area_subprocess(area: str, quick: bool, timeout_s: float) -> dict[str, A
     }
 
 
+def error_rows(result: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """``(key, message)`` of every row of an area's result that reports ``{"error": ...}``.
+
+    The key is the row's dotted path (``""`` for the area's whole result).
+    """
+    if not isinstance(result, Mapping):
+        return
+    if isinstance(result.get("error"), str):
+        yield prefix, result["error"]
+    for k, v in result.items():
+        if isinstance(v, Mapping):
+            yield from error_rows(v, f"{prefix}.{k}" if prefix else str(k))
+
+
+def area_error(outcome: Mapping[str, Any]) -> str | None:
+    """Why an area is not ok (its process failed, or error rows), or None when it is ok."""
+    if not outcome.get("ok"):
+        return str(outcome.get("error", "failed"))
+    rows = list(error_rows(outcome.get("result", {})))
+    if rows:
+        return "error rows: " + "; ".join(f"{k or '(result)'}: {m}" for k, m in rows)[:800]
+    return None
+
+
+def _settle(outcome: dict[str, Any]) -> dict[str, Any]:
+    """Mark an area whose result holds error rows as failed (``ok`` False, ``error`` set)."""
+    error = area_error(outcome)
+    if outcome.get("ok") and error is not None:
+        outcome["ok"], outcome["error"] = False, error
+    return outcome
+
+
 def run_all(
     areas: Sequence[str] | None = None,
     quick: bool = False,
@@ -186,7 +224,7 @@ def run_all(
                 "error": f"no benchmark area {name!r}; known: {', '.join(known)}",
             }
         else:
-            outcomes[name] = run_area_subprocess(name, quick, timeout_s)
+            outcomes[name] = _settle(run_area_subprocess(name, quick, timeout_s))
         if on_area is not None:
             on_area(name, outcomes[name])
     report = {
@@ -211,24 +249,78 @@ def _flatten(obj: Any, prefix: str = "") -> Iterator[tuple[str, float]]:
         yield prefix, float(obj)
 
 
+def _target_of(area: str, key: str) -> Target | None:
+    return next((t for t in TARGETS if fnmatch.fnmatch(f"{area}/{key}", t.pattern)), None)
+
+
 def figures(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every numeric figure as ``{area, key, value, target, met, source}``."""
-    rows = []
+    """Every numeric figure as ``{area, key, value, target, met, source}``, plus one row
+    (``value`` None, ``met`` False, ``missing``: why) per target figure that is missing.
+
+    A target's figure is missing when its area ran but failed, when an error row of the area
+    stands where the figure would be, or when no figure of the area matches it at all (e.g.
+    an optional part could not be imported). Targets of areas that did not run are left out.
+    """
+    rows: list[dict[str, Any]] = []
     for area, outcome in report["areas"].items():
         for key, value in _flatten(outcome.get("result", {})):
-            target = next((t for t in TARGETS if fnmatch.fnmatch(f"{area}/{key}", t.pattern)), None)
-            ok = None if target is None or not math.isfinite(value) else target.met(value)
+            target = _target_of(area, key)
+            finite = math.isfinite(value)
             rows.append(
                 {
                     "area": area,
                     "key": key,
-                    "value": value if math.isfinite(value) else None,
+                    "value": value if finite else None,
                     "target": None if target is None else str(target),
-                    "met": ok,
+                    "met": None if target is None else finite and target.met(value),
                     "source": None if target is None else target.source,
                 }
             )
+    for target in TARGETS:
+        t_area, t_key = target.pattern.split("/", 1)
+        leaf = t_key.rsplit(".", 1)[-1]
+        for area, outcome in report["areas"].items():
+            if not fnmatch.fnmatch(area, t_area):
+                continue
+            found = any(r["area"] == area and _target_of(area, r["key"]) is target for r in rows)
+            missing: list[tuple[str, str]] = []
+            if "result" not in outcome:  # the area's process failed
+                missing.append((t_key, str(outcome.get("error", "area failed"))))
+            else:
+                for key, message in error_rows(outcome["result"]):
+                    candidate = f"{key}.{leaf}" if key else leaf
+                    if fnmatch.fnmatch(f"{area}/{candidate}", target.pattern):
+                        missing.append((candidate, message))
+                if not found and not missing:
+                    why = area_error(outcome) or "the area reported no such figure"
+                    missing.append((t_key, f"no figure matches {target.pattern} ({why})"))
+            rows += [
+                {
+                    "area": area,
+                    "key": key,
+                    "value": None,
+                    "target": str(target),
+                    "met": False,
+                    "source": target.source,
+                    "missing": message,
+                }
+                for key, message in missing
+            ]
     return rows
+
+
+def problems(report: Mapping[str, Any]) -> list[str]:
+    """Unmet targets (missing figures included) and areas that are not ok, one line each."""
+    out = [
+        f"{area}: {error}"
+        for area, o in report["areas"].items()
+        if (error := area_error(o)) is not None
+    ]
+    for r in report["figures"]:
+        if r["target"] is not None and r["met"] is not True:
+            got = f"missing ({r['missing']})" if r.get("missing") else _num(r["value"])
+            out.append(f"{r['area']}/{r['key']} = {got}, target {r['target']} ({r['source']})")
+    return out
 
 
 def _num(x: float | None) -> str:
@@ -237,6 +329,13 @@ def _num(x: float | None) -> str:
     if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
         return f"{x:.3g}"
     return f"{x:.4g}"
+
+
+def _value(row: Mapping[str, Any]) -> str:
+    if row.get("missing"):
+        reason = str(row["missing"]).replace("|", "/").replace("\n", " ")
+        return "missing: " + (reason if len(reason) <= 120 else reason[:117] + "...")
+    return _num(row["value"])
 
 
 def to_markdown(report: Mapping[str, Any]) -> str:
@@ -262,7 +361,8 @@ def to_markdown(report: Mapping[str, Any]) -> str:
         "|---|---|---:|",
     ]
     for area, o in report["areas"].items():
-        status = "ok" if o["ok"] else f"error: {o['error']}".replace("|", "/")
+        error = area_error(o)
+        status = "ok" if error is None else f"error: {error}".replace("|", "/")
         lines.append(f"| {area} | {status} | {o['seconds']:.1f} |")
     targeted = [r for r in report["figures"] if r["target"] is not None]
     n_met = sum(bool(r["met"]) for r in targeted)
@@ -276,8 +376,7 @@ def to_markdown(report: Mapping[str, Any]) -> str:
     for r in targeted:
         ok = "yes" if r["met"] else "**no**"
         lines.append(
-            f"| {r['area']} | {r['key']} | {_num(r['value'])} | {r['target']} | {ok} | "
-            f"{r['source']} |"
+            f"| {r['area']} | {r['key']} | {_value(r)} | {r['target']} | {ok} | {r['source']} |"
         )
     lines += [
         "",
@@ -288,9 +387,7 @@ def to_markdown(report: Mapping[str, Any]) -> str:
     ]
     for r in report["figures"]:
         met = "" if r["met"] is None else ("yes" if r["met"] else "**no**")
-        lines.append(
-            f"| {r['area']} | {r['key']} | {_num(r['value'])} | {r['target'] or ''} | {met} |"
-        )
+        lines.append(f"| {r['area']} | {r['key']} | {_value(r)} | {r['target'] or ''} | {met} |")
     return "\n".join(lines) + "\n"
 
 

@@ -10,7 +10,9 @@ For each ``mujoco:<task>`` this reports (medians over repeats, 1 thread):
 * ``overhead``: raw / adapter (target <= 1.5);
 * ``render_ms``: one render of the task's default camera at its default size (ms).
 
-When ``sim.libero.bench`` is importable its ``rows(quick)`` are merged in.
+When ``sim.libero.bench`` is importable its ``rows(quick)`` are merged in; when it is not
+(the ``libero`` extra is missing) the row ``libero`` holds ``{"error": ...}``, so the report
+counts the LIBERO targets as missing instead of dropping them.
 """
 
 from __future__ import annotations
@@ -112,7 +114,8 @@ def run(quick: bool = False) -> dict[str, Any]:
     }
     try:
         from sim.libero import bench as libero_bench  # written alongside the LIBERO adapter
-    except ImportError:
+    except ImportError as exc:
+        result["libero"] = {"error": f"LIBERO rows not measured: ImportError: {exc}"}
         return result
     # keep stdout one JSON object: LIBERO prints progress (asset lookups) to stdout
     with contextlib.redirect_stdout(sys.stderr):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import typer
 
@@ -17,9 +18,15 @@ def register(app: typer.Typer) -> None:
         quick: bool = typer.Option(False, "--quick", help="Fewer repetitions (smoke test)."),
         out: str = typer.Option(None, "--out", help="`all`: folder for bench.json + bench.md."),
         areas: str = typer.Option("", "--areas", help="`all`: comma-separated areas [every]."),
+        strict: bool = typer.Option(
+            False,
+            "--strict",
+            help="Exit 1 when a target is unmet (a missing figure counts) or an area failed.",
+        ),
     ) -> None:
         """Run a benchmark area with 1 torch/BLAS thread and print medians."""
         from embodied.bench import AREAS, run_area
+        from embodied.bench._report import figures, problems
 
         if area == "list":
             print("\n".join(AREAS.names()))
@@ -27,7 +34,7 @@ def register(app: typer.Typer) -> None:
         if area == "all":  # every area in its own process: one JSON + one markdown table
             from embodied.bench._report import run_all, to_markdown, write_report
 
-            def done(name: str, o: dict) -> None:
+            def done(name: str, o: dict[str, Any]) -> None:
                 msg = "ok" if o["ok"] else f"FAILED: {o['error'][:200]}"
                 typer.echo(f"bench {name}: {msg} ({o['seconds']:.0f} s)", err=True)
 
@@ -36,9 +43,15 @@ def register(app: typer.Typer) -> None:
             if out:
                 write_report(report, out)
             print(json.dumps(report) if as_json else to_markdown(report))
-            return
-        result = run_area(area, quick=quick)
-        if as_json:
-            print(json.dumps(result))
         else:
-            print(json.dumps(result, indent=2))
+            result = run_area(area, quick=quick)
+            print(json.dumps(result) if as_json else json.dumps(result, indent=2))
+            report = {"areas": {area: {"ok": True, "seconds": 0.0, "result": result}}}
+            report["figures"] = figures(report)
+        if strict:
+            failed = problems(report)
+            if failed:
+                typer.echo(f"bench --strict: {len(failed)} problem(s):", err=True)
+                for line in failed:
+                    typer.echo(f"  {line}", err=True)
+                raise typer.Exit(1)

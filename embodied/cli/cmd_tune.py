@@ -3,7 +3,9 @@
 Examples::
 
     embodied tune                                   # page on http://127.0.0.1:8765/
-    embodied tune --host 0.0.0.0 --token SECRET     # reachable from the network (token required)
+    embodied tune --host 0.0.0.0 --token SECRET --allow-host robot-pc.local
+                                                    # reachable from the network (token required;
+                                                    # the page answers only to the names allowed)
     embodied tune --step-test                       # the page's step experiment, headless
     embodied tune --autotune 12 --step-test         # auto-tune, save <out>/autotuned.yaml, measure
     embodied tune --step-test --gains tune-out/autotuned.yaml
@@ -62,6 +64,12 @@ def register(app: typer.Typer) -> None:
         token: str | None = typer.Option(
             None, "--token", help="Access token required by the page (>= 8 chars)."
         ),
+        allow_host: list[str] = typer.Option(
+            [],
+            "--allow-host",
+            help="Extra host name the page may be opened under (repeatable; 127.0.0.1, "
+            "localhost, [::1] and --host are always allowed).",
+        ),
         no_pace: bool = typer.Option(
             False,
             "--no-pace",
@@ -105,7 +113,11 @@ def register(app: typer.Typer) -> None:
             with socket.socket() as sock:  # a free port, so the printed URL is the real one
                 sock.bind((host, 0))
                 port = int(sock.getsockname()[1])
-        server_cfg = None if headless else ServerConfig(host=host, port=port, token=token)
+        server_cfg = (
+            None
+            if headless
+            else ServerConfig(host=host, port=port, token=token, allowed_hosts=tuple(allow_host))
+        )
         cfg = TuneConfig(
             env_id=env,
             policy=policy,
@@ -148,11 +160,18 @@ def register(app: typer.Typer) -> None:
                 session.close()
             _print(results, as_json)
             return
+        from embodied.tune.configuration_tune import is_loopback
         from embodied.tune.server import TuneServer
 
         assert server_cfg is not None
         server = TuneServer(session, server_cfg)
         print(f"embodied tune: {task.env.env_id} on {server.url}  (Ctrl-C stops)", flush=True)
+        if not is_loopback(host) and not allow_host:
+            print(
+                f"note: the page answers only to {host}, 127.0.0.1 and localhost; add "
+                "--allow-host NAME for each name or address other machines open it under",
+                flush=True,
+            )
         server.run()
 
 

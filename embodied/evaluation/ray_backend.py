@@ -14,19 +14,28 @@ recorded as failed (``EpisodeRecord.error``). Episodes are deterministic given t
 (seed, init state), so the merged results equal a serial run's.
 
 Ray is imported lazily: the default ``local`` backend never needs it. Without an address a
-private local Ray instance is started (node IP 127.0.0.1 requested, no dashboard, Ray's
-token authentication on) and shut down afterwards; ``address="auto"`` or ``"HOST:PORT"``
-(``--address``, or ``EMBODIED_RAY_ADDRESS`` / ``RAY_ADDRESS``) joins an existing cluster
-(``ray start --head --node-ip-address 127.0.0.1``). A Ray session already initialised in this
-process (tests, notebooks) is used as is. Note: Ray 2.60 resolves a loopback node IP to the
-host's address and its core gRPC servers (GCS, raylet) listen on all interfaces; Ray offers
-no loopback-only switch, so on shared networks rely on its token authentication or a firewall.
+private local Ray instance is started and shut down afterwards (no dashboard, node IP
+127.0.0.1 requested). Ray (2.60) still resolves that to the host's address and its GCS and
+raylet gRPC servers listen on all interfaces (Ray has no loopback-only switch), so the private
+instance always runs with Ray's token authentication: ``RAY_AUTH_MODE=token`` (overriding a
+``disabled`` inherited from the shell) and, unless ``RAY_AUTH_TOKEN`` / ``RAY_AUTH_TOKEN_PATH``
+name one, a fresh random token held only in this process's environment (inherited by Ray's
+processes, never written to ``~/.ray``). Every RPC to the GCS or raylet without that token is
+refused (``UNAUTHENTICATED``); both variables are restored when the instance shuts down. A Ray
+without token authentication (before 2.52) is refused with a :class:`ConfigError`.
+
+``address="auto"`` or ``"HOST:PORT"`` (``--address``, or ``EMBODIED_RAY_ADDRESS`` /
+``RAY_ADDRESS``) joins an existing cluster with that cluster's own authentication (start it
+with ``RAY_AUTH_MODE=token ray start --head --node-ip-address 127.0.0.1``). A Ray session
+already initialised in this process (tests, notebooks) is used as is.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
+import secrets
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,6 +56,10 @@ from embodied.threads import single_thread
 WORKER_ENV_VARS = ("MUJOCO_GL", "PYOPENGL_PLATFORM", "EMBODIED_LIBERO_ASSETS", "LIBERO_CONFIG_PATH")
 """Variables of this process passed on to the actors (rendering backend, asset folders)."""
 
+AUTH_ENV_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
+"""Variables :func:`enable_token_auth` sets for a private instance (restored afterwards)."""
+MIN_RAY_TOKEN_AUTH = "2.52"
+
 
 def import_ray() -> Any:
     """Import Ray, or explain how to install it.
@@ -59,9 +72,74 @@ def import_ray() -> Any:
     except ImportError as exc:
         raise ConfigError(
             f"backend 'ray' needs the ray package, which is not importable ({exc})",
-            fix="pip install 'ray>=2.9' (or use --backend local)",
+            fix=f"pip install 'ray>={MIN_RAY_TOKEN_AUTH}' (or use --backend local)",
         ) from exc
     return ray
+
+
+TOKEN_AUTH_API = (
+    "AuthenticationMode",
+    "AuthenticationTokenLoader",
+    "Config",
+    "get_authentication_mode",
+)
+"""What :mod:`ray._raylet` offers from Ray 2.52 on to switch and check token authentication."""
+
+
+def _raylet() -> Any:
+    """Ray's core module (typed ``Any``: its stub lacks the authentication API)."""
+    return importlib.import_module("ray._raylet")
+
+
+def _refresh_auth_config() -> None:
+    """Make this process's Ray re-read the authentication variables (mode, token)."""
+    raylet = _raylet()
+    # the config first: a core-worker thread still draining must not reload the token under
+    # a stale mode (Ray's own test helpers reset in this order)
+    raylet.Config.initialize("")
+    raylet.AuthenticationTokenLoader.instance().reset_cache()
+
+
+def enable_token_auth(ray: Any) -> dict[str, str | None]:
+    """Turn on Ray's token authentication for a private instance started next in this process.
+
+    Sets ``RAY_AUTH_MODE=token`` and, unless the environment already names a token
+    (``RAY_AUTH_TOKEN`` / ``RAY_AUTH_TOKEN_PATH``), a fresh random ``RAY_AUTH_TOKEN``.
+
+    Returns:
+        The previous values of :data:`AUTH_ENV_VARS`, for :func:`restore_auth_env`.
+
+    Raises:
+        ConfigError: This Ray has no token authentication.
+    """
+    if not all(hasattr(_raylet(), name) for name in TOKEN_AUTH_API):
+        raise ConfigError(
+            f"ray {getattr(ray, '__version__', '?')} has no token authentication, and a local "
+            "Ray instance listens on every network interface",
+            fix=f"pip install 'ray>={MIN_RAY_TOKEN_AUTH}' (or use --backend local)",
+        )
+    saved = {k: os.environ.get(k) for k in AUTH_ENV_VARS}
+    os.environ["RAY_AUTH_MODE"] = "token"
+    if not os.environ.get("RAY_AUTH_TOKEN") and not os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    _refresh_auth_config()
+    return saved
+
+
+def restore_auth_env(saved: dict[str, str | None]) -> None:
+    """Undo :func:`enable_token_auth` (after ``ray.shutdown()``)."""
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    _refresh_auth_config()
+
+
+def token_auth_enabled() -> bool:
+    """Whether this process's Ray is in token authentication mode."""
+    raylet = _raylet()
+    return bool(raylet.get_authentication_mode() == raylet.AuthenticationMode.TOKEN)
 
 
 class EpisodeActor:
@@ -105,7 +183,8 @@ class RayBackend:
         start_method: Ignored (Ray starts its own worker processes); accepted so every
             backend takes the same arguments.
         address: Cluster to join (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``); None starts
-            a private local instance (or uses ``RAY_ADDRESS`` / an initialised session).
+            a private local instance with token authentication (or uses ``RAY_ADDRESS`` /
+            an initialised session).
         poll_s: Longest wait for a finished episode before checking again (s).
         num_cpus: CPUs of a private local instance (default: ``max(workers, os.cpu_count())``).
     """
@@ -118,6 +197,7 @@ class RayBackend:
     num_cpus: int | None = None
     _attempts: dict[int, int] = field(default_factory=dict, repr=False)
     _external: bool = field(default=False, repr=False)
+    _saved_auth_env: dict[str, str | None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -129,7 +209,14 @@ class RayBackend:
 
     # ---- connection --------------------------------------------------------------------
     def connect(self) -> bool:
-        """Initialise Ray unless already initialised; return True when this call started it."""
+        """Initialise Ray unless already initialised; return True when this call started it.
+
+        A private instance (no address) runs with token authentication (see the module
+        docstring); call :meth:`shutdown` when this returned True.
+
+        Raises:
+            ConfigError: Ray cannot be reached or started, or has no token authentication.
+        """
         ray = import_ray()
         if ray.is_initialized():
             return False
@@ -145,16 +232,38 @@ class RayBackend:
         else:
             kwargs["num_cpus"] = self.num_cpus or max(self.workers, os.cpu_count() or 1)
             kwargs["_node_ip_address"] = "127.0.0.1"
+            self._saved_auth_env = enable_token_auth(ray)
         try:
             ray.init(**kwargs)
         except (ConnectionError, RuntimeError, ValueError) as exc:
+            self._restore_auth()
             raise ConfigError(
                 f"could not connect to Ray at {kwargs.get('address', 'a new local instance')!r}: "
                 f"{exc}",
-                fix="start a cluster with `ray start --head --node-ip-address 127.0.0.1` and pass "
-                "--address auto, or omit --address to start a private local instance",
+                fix="start a cluster with `RAY_AUTH_MODE=token ray start --head "
+                "--node-ip-address 127.0.0.1` and pass --address auto, or omit --address to "
+                "start a private local instance",
             ) from exc
+        except BaseException:
+            self._restore_auth()
+            raise
+        if self._saved_auth_env is not None and not token_auth_enabled():
+            self.shutdown()  # never leave an unauthenticated instance listening
+            raise ConfigError(
+                f"ray {ray.__version__} started its local instance without token authentication",
+                fix=f"pip install 'ray>={MIN_RAY_TOKEN_AUTH}' (or use --backend local)",
+            )
         return True
+
+    def shutdown(self) -> None:
+        """Shut down the Ray instance :meth:`connect` started and restore the environment."""
+        import_ray().shutdown()
+        self._restore_auth()
+
+    def _restore_auth(self) -> None:
+        if self._saved_auth_env is not None:
+            saved, self._saved_auth_env = self._saved_auth_env, None
+            restore_auth_env(saved)
 
     # ---- execution ---------------------------------------------------------------------
     def run(
@@ -170,7 +279,7 @@ class RayBackend:
             return self._run(ray, specs, runner, on_event)
         finally:
             if started:
-                ray.shutdown()
+                self.shutdown()
 
     def _actor_class(self, ray: Any) -> Any:
         options: dict[str, Any] = {"num_cpus": 1, "max_restarts": 0, "max_task_retries": 0}

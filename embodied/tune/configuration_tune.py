@@ -10,8 +10,21 @@ from pathlib import Path
 from embodied.errors import ConfigError, require
 
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback"})
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+"""Host names (Host header, port and brackets removed) the page always answers to."""
+HOST_NAME = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*$"
+)
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 """File names the page may save/load gains under (no paths, no hidden files)."""
+
+
+def normalise_host(name: str) -> str:
+    """``name`` as the Host allow-list compares it: lower case, no brackets, no trailing dot."""
+    name = name.strip().lower()
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    return name[:-1] if name.endswith(".") else name
 
 
 def is_loopback(host: str) -> bool:
@@ -35,6 +48,11 @@ class ServerConfig:
             ``Authorization: Bearer``). Mandatory when ``host`` is not a loopback address.
         telemetry_hz: Rate at which telemetry batches are pushed to the page (>= 10 Hz).
         frame_hz: Rate at which camera frames are pushed (JPEG, base64).
+        allowed_hosts: Extra names (DNS names or IP addresses, no port) the page may be
+            reached under. Every HTTP request and WebSocket must carry a ``Host`` header
+            naming ``127.0.0.1``, ``localhost``, ``[::1]``, the bound ``host`` or one of these
+            (any port): a page on another site whose name an attacker re-points at this
+            machine (DNS rebinding) names its own site there and is refused.
     """
 
     host: str = "127.0.0.1"
@@ -42,6 +60,7 @@ class ServerConfig:
     token: str | None = None
     telemetry_hz: float = 20.0
     frame_hz: float = 5.0
+    allowed_hosts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         require(
@@ -64,6 +83,30 @@ class ServerConfig:
                 "drive the robot",
                 fix="pass --token SECRET (at least 8 characters) or bind --host 127.0.0.1",
             )
+        self.allowed_hosts = tuple(self.allowed_hosts)
+        for name in self.allowed_hosts:
+            _check_host_name(name)
+
+    def host_allow_list(self) -> frozenset[str]:
+        """Names (normalised, see :func:`normalise_host`) a request's Host header may carry."""
+        names = {*LOOPBACK_HOSTS, *(normalise_host(n) for n in self.allowed_hosts)}
+        names.add(normalise_host(self.host))  # the URL `embodied tune` prints names it
+        return frozenset(names)
+
+
+def _check_host_name(name: object) -> None:
+    """Refuse an ``allowed_hosts`` entry that is not a bare DNS name or IP address."""
+    fix = "give a bare name or address without scheme or port, e.g. --allow-host robot-pc.local"
+    if not isinstance(name, str):
+        raise ConfigError(f"allowed host {name!r} is not a string", fix=fix)
+    bare = normalise_host(name)
+    try:
+        ipaddress.ip_address(bare)
+        return
+    except ValueError:
+        pass
+    if not HOST_NAME.match(bare):
+        raise ConfigError(f"allowed host {name!r} is not a host name or IP address", fix=fix)
 
 
 @dataclass

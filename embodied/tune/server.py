@@ -9,9 +9,13 @@ WebSocket protocol (JSON text messages):
 * page -> server: commands ``{"cmd": ..., ...}`` (see :mod:`embodied.tune.commands`); each is
   answered by ``ack`` or ``error`` (refused commands never reach the controller).
 
-Access: the server binds 127.0.0.1 by default. With a token, every HTTP request and the
-WebSocket must carry it (``?token=``, ``Authorization: Bearer``, or the cookie the page gets on
-its first authorised load); WebSockets from another origin are refused (cross-site hijacking).
+Access: the server binds 127.0.0.1 by default. Every HTTP request and WebSocket must name an
+allowed host in its ``Host`` header (127.0.0.1, localhost, [::1], the bound host and
+``ServerConfig.allowed_hosts``, any port), else it gets 403: a page on another site whose DNS
+name an attacker re-points at 127.0.0.1 (DNS rebinding) sends its own name there. With a token,
+every HTTP request and the WebSocket must also carry it (``?token=``, ``Authorization: Bearer``,
+or the cookie the page gets on its first authorised load); WebSockets from another origin are
+refused (cross-site hijacking).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from embodied.errors import EmbodiedError
 from embodied.tune.commands import MAX_COMMAND_BYTES
-from embodied.tune.configuration_tune import ServerConfig
+from embodied.tune.configuration_tune import ServerConfig, normalise_host
 from embodied.tune.session import TuneSession
 
 log = logging.getLogger(__name__)
@@ -63,6 +67,32 @@ def token_ok(scope: dict[str, Any], token: str | None) -> bool:
     return given is not None and hmac.compare_digest(given.encode(), token.encode())
 
 
+def request_host(scope: dict[str, Any]) -> str | None:
+    """The name in the request's ``Host`` header (normalised, port dropped); None if absent,
+    repeated or malformed."""
+    hosts = [v.decode("latin-1") for k, v in scope.get("headers", []) if k.lower() == b"host"]
+    if len(hosts) != 1:
+        return None
+    host = hosts[0].strip()
+    if host.startswith("["):  # [IPv6]:port
+        end = host.find("]")
+        if end < 0:
+            return None
+        name, rest = host[: end + 1], host[end + 1 :]
+    else:
+        name, sep, port = host.partition(":")
+        rest = sep + port
+    if rest and not (rest.startswith(":") and rest[1:].isdigit()):
+        return None
+    return normalise_host(name) or None
+
+
+def host_ok(scope: dict[str, Any], allowed: frozenset[str]) -> bool:
+    """Whether the request's ``Host`` header names one of ``allowed`` (normalised names)."""
+    name = request_host(scope)
+    return name is not None and name in allowed
+
+
 def origin_ok(scope: dict[str, Any]) -> bool:
     """A WebSocket's Origin (if sent, as browsers do) must be the page's own host."""
     headers = {
@@ -74,35 +104,65 @@ def origin_ok(scope: dict[str, Any]) -> bool:
     return urlsplit(origin).netloc.lower() == headers.get("host", "").lower()
 
 
-class TokenGate:
-    """ASGI middleware refusing HTTP requests (401) and WebSockets (close 1008) without the token."""
+class AccessGate:
+    """ASGI middleware: Host allow-list on everything, then the token (if any).
 
-    def __init__(self, app: Any, token: str | None) -> None:
-        self.app, self.token = app, token
+    HTTP requests for a host not in ``allowed_hosts`` get 403, without the token 401;
+    refused WebSockets are closed before the handshake completes (the client sees 403).
+
+    Args:
+        app: The wrapped ASGI app.
+        token: Shared secret (None: no token needed).
+        allowed_hosts: Normalised names the ``Host`` header may carry
+            (:meth:`ServerConfig.host_allow_list`).
+    """
+
+    def __init__(self, app: Any, token: str | None, allowed_hosts: frozenset[str]) -> None:
+        self.app, self.token, self.allowed_hosts = app, token, allowed_hosts
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
-        if kind == "http" and not token_ok(scope, self.token):
-            body = b"401: missing or wrong token; open the URL printed by `embodied tune`\n"
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"text/plain"),
-                        (b"content-length", str(len(body)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+        if kind not in ("http", "websocket"):
+            await self.app(scope, receive, send)
             return
-        if kind == "websocket" and not (token_ok(scope, self.token) and origin_ok(scope)):
-            await receive()  # websocket.connect
-            await send(
-                {"type": "websocket.close", "code": 1008, "reason": "missing or wrong token"}
+        if not host_ok(scope, self.allowed_hosts):
+            headers = {k.decode("latin-1").lower(): v for k, v in scope.get("headers", [])}
+            given = headers.get("host", b"").decode("latin-1")
+            # the allowed names are not listed: a rebinding page can read this answer
+            message = (
+                f"403: Host {given!r} is not allowed; fix: open the URL printed by "
+                "`embodied tune`, or start it with --allow-host NAME for the name you use\n"
             )
+            await _refuse(kind, receive, send, 403, message, "host not allowed")
+            return
+        if not token_ok(scope, self.token):
+            message = "401: missing or wrong token; open the URL printed by `embodied tune`\n"
+            await _refuse(kind, receive, send, 401, message, "missing or wrong token")
+            return
+        if kind == "websocket" and not origin_ok(scope):
+            await _refuse(kind, receive, send, 403, "", "cross-origin WebSocket refused")
             return
         await self.app(scope, receive, send)
+
+
+async def _refuse(kind: str, receive: Any, send: Any, status: int, body: str, reason: str) -> None:
+    """Answer an HTTP request with ``status`` and ``body``, or close a WebSocket (policy)."""
+    if kind == "websocket":
+        await receive()  # websocket.connect
+        await send({"type": "websocket.close", "code": 1008, "reason": reason})
+        return
+    data = body.encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(data)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
 
 
 def encode_jpeg(frame: Any, quality: int = 80) -> str:
@@ -115,7 +175,7 @@ def encode_jpeg(frame: Any, quality: int = 80) -> str:
 
 
 def create_app(session: TuneSession, config: ServerConfig) -> Any:
-    """Build the Starlette app serving ``session`` (wrapped in the token gate)."""
+    """Build the Starlette app serving ``session`` (wrapped in the host and token gate)."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import FileResponse, JSONResponse, Response
@@ -169,7 +229,7 @@ def create_app(session: TuneSession, config: ServerConfig) -> Any:
         WebSocketRoute("/ws", ws_endpoint),
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
     ]
-    return TokenGate(Starlette(routes=routes), config.token)
+    return AccessGate(Starlette(routes=routes), config.token, config.host_allow_list())
 
 
 def _handle(session: TuneSession, text: str) -> dict[str, Any]:
@@ -243,7 +303,8 @@ class TuneServer:
 
     Args:
         session: The session to serve (started by :meth:`start` / :meth:`run`).
-        config: Host, port, token (validated: a non-loopback host needs a token).
+        config: Host, port, token (validated: a non-loopback host needs a token), allowed
+            Host names.
     """
 
     def __init__(self, session: TuneSession, config: ServerConfig) -> None:

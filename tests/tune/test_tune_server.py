@@ -152,3 +152,113 @@ def test_page_ships_every_asset_itself() -> None:
     for name in ("tune.js", "plot.js", "tune.css", "index.html"):
         text = (STATIC_DIR / name).read_text()
         assert not re.search(r"https?://", text), f"{name} references the internet"
+
+
+@pytest.fixture(scope="module")
+def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A server without a token: what `embodied tune` runs by default on 127.0.0.1."""
+    from embodied.tune import ServerConfig, TuneConfig, TuneSession
+    from embodied.tune.server import TuneServer
+    from embodied.tune.task import build_task
+
+    cfg = TuneConfig(out_dir=tmp_path_factory.mktemp("tune-open"))
+    srv = TuneServer(TuneSession(build_task(cfg, camera=False), cfg), ServerConfig(port=0))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def _ws_as(port: int, host: str, path: str = "/ws") -> Any:
+    """Open the WebSocket as a page served from ``host`` whose name resolves to 127.0.0.1
+    (DNS rebinding): the Host header and the Origin both name ``host``."""
+    import socket
+
+    from websockets.sync.client import connect
+    from websockets.typing import Origin
+
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return connect(
+        f"ws://{host}{path}", sock=sock, origin=Origin(f"http://{host}"), open_timeout=10
+    )
+
+
+def test_dns_rebinding_page_is_refused_without_token(open_server: Any) -> None:
+    """A foreign Host (with a matching Origin) gets 403 on every page and on the WebSocket."""
+    from websockets.exceptions import InvalidStatus
+
+    port = open_server.port
+    base = f"http://127.0.0.1:{port}"
+    for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}"):
+        for path in ("/", "/api/state", "/api/frame.jpg", "/static/tune.js"):
+            status, body, _ = _get(base + path, {"Host": host})
+            assert status == 403, (host, path, status)
+            assert b"not allowed" in body and b"--allow-host" in body, body
+        with pytest.raises(InvalidStatus) as err:
+            _ws_as(port, host).close()
+        assert err.value.response.status_code == 403
+    # the names of this machine still work, with and without a port
+    for host in (
+        f"127.0.0.1:{port}",
+        f"localhost:{port}",
+        f"[::1]:{port}",
+        "LOCALHOST",
+        "localhost.",
+    ):
+        status, body, _ = _get(base + "/", {"Host": host})
+        assert status == 200 and b"embodied tune" in body, host
+    with _ws_as(port, f"localhost:{port}") as ws:
+        assert json.loads(ws.recv(timeout=10))["type"] == "hello"
+
+
+def test_foreign_host_is_refused_even_with_the_token(server: Any) -> None:
+    from websockets.exceptions import InvalidStatus
+
+    port = server.port
+    status, _, _ = _get(f"http://127.0.0.1:{port}/?token={TOKEN}", {"Host": f"evil.example:{port}"})
+    assert status == 403
+    with pytest.raises(InvalidStatus) as err:
+        _ws_as(port, f"evil.example:{port}", f"/ws?token={TOKEN}").close()
+    assert err.value.response.status_code == 403
+
+
+def _scope(host: str | None) -> dict[str, Any]:
+    headers = [] if host is None else [(b"host", host.encode("latin-1"))]
+    return {"type": "http", "headers": headers}
+
+
+def test_host_allow_list_takes_configured_names() -> None:
+    from embodied.errors import ConfigError
+    from embodied.tune import ServerConfig
+    from embodied.tune.server import host_ok
+
+    cfg = ServerConfig(allowed_hosts=("tune.lab", "Robot-PC.local", "10.0.0.7", "[fd00::5]"))
+    allowed = cfg.host_allow_list()
+    for host in ("tune.lab:8765", "TUNE.LAB", "robot-pc.local:80", "10.0.0.7:8765",
+                 "[fd00::5]:8765", "127.0.0.1:1", "localhost", "[::1]"):  # fmt: skip
+        assert host_ok(_scope(host), allowed), host
+    assert not host_ok(_scope(None), allowed)  # no Host header at all
+    for host in ("", "evil.example:8765", "tune.lab.evil.example", "10.0.0.8", "[::2]:8765",
+                 "localhost:80@evil.example", "127.0.0.1:8765:1", "[::1"):  # fmt: skip
+        assert not host_ok(_scope(host), allowed), host
+    two = {"type": "http", "headers": [(b"host", b"localhost"), (b"host", b"evil.example")]}
+    assert not host_ok(two, allowed)  # repeated Host header
+    # the interface the server binds (the URL it prints) is allowed too
+    assert host_ok(
+        _scope("192.168.1.5:8765"), ServerConfig(host="192.168.1.5", token=TOKEN).host_allow_list()
+    )
+    for bad in ("http://tune.lab", "tune.lab:8765", "", "tune lab", "a/b", "*"):
+        with pytest.raises(ConfigError, match="allowed host") as err:
+            ServerConfig(allowed_hosts=(bad,))
+        assert repr(bad) in str(err.value) and "fix:" in str(err.value)
+
+
+def test_cli_allow_host_is_validated() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "embodied", "tune", "--allow-host", "http://tune.lab"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "'http://tune.lab'" in proc.stderr and "fix:" in proc.stderr
