@@ -1,22 +1,47 @@
-"""Atomic file writes: a crash leaves either the old file or the new one, never half of one."""
+"""Atomic file writes and checked reads.
+
+Writes: a crash leaves either the old file or the new one, never half of one. Reads
+(:func:`read_json_file`, :func:`parse_json_text`, :func:`load_safetensors_file`,
+:func:`build_from_file`): a damaged or malformed file raises the project's error
+(:class:`~embodied.errors.CheckpointError` by default) naming the file, what is wrong with it
+and the fix, never a bare ``JSONDecodeError``/``SafetensorError`` traceback.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
+
+from embodied.errors import CheckpointError, ConfigError, EmbodiedError
+
+T = TypeVar("T")
+
+DAMAGED_FIX = (
+    "the file is damaged or incomplete; restore it, or re-create it with the tool that wrote it"
+)
+"""Default fix of a file that cannot be parsed."""
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike[str], replace: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success, fsync and rename it onto ``path``.
 
     On an exception the temporary file is removed and ``path`` is left untouched.
     Temporary names end in ``.tmp`` so readers can skip them.
+
+    Args:
+        path: The file to write.
+        replace: Replace an existing ``path``. With False the file is published with a hard
+            link, which fails atomically if ``path`` exists (another writer got there first).
+
+    Raises:
+        FileExistsError: ``replace`` is False and ``path`` exists; it is left untouched.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -28,7 +53,10 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+        if replace:
+            os.replace(tmp, target)
+        else:
+            _publish_new(tmp, target)
         with contextlib.suppress(OSError):  # make the rename durable where supported
             dir_fd = os.open(target.parent, os.O_RDONLY)
             try:
@@ -38,6 +66,21 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _publish_new(tmp: Path, target: Path) -> None:
+    """Give ``tmp`` the name ``target`` unless ``target`` exists (then FileExistsError)."""
+    try:
+        os.link(tmp, target)  # atomic: fails with EEXIST instead of replacing
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        # Filesystems without hard links (some FUSE/FAT/SMB mounts): check, then rename.
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV):
+            raise
+        if target.exists():
+            raise FileExistsError(errno.EEXIST, "file exists", str(target)) from None
+        os.replace(tmp, target)
 
 
 def _umask() -> int:
@@ -68,3 +111,171 @@ def _json_default(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+# ---- checked reads -------------------------------------------------------------------------
+
+
+def parse_json_text(
+    text: str | bytes,
+    source: str,
+    *,
+    what: str = "JSON",
+    fix: str = DAMAGED_FIX,
+    error: type[EmbodiedError] = CheckpointError,
+    expect: type | None = dict,
+) -> Any:
+    """Parse JSON ``text`` read from ``source`` (a file, or ``file::attribute``).
+
+    Args:
+        text: The JSON text.
+        source: Where the text comes from, for the message (e.g. a path).
+        what: What the text is (e.g. ``"PDP config"``), for the message.
+        fix: How to fix a bad text.
+        error: The error class to raise.
+        expect: Required type of the top-level value (None: any).
+
+    Raises:
+        EmbodiedError: ``error`` naming ``source``, the problem and ``fix``.
+    """
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise error(f"{what} {source!r} is not valid JSON ({exc})", fix=fix) from exc
+    if expect is not None and not isinstance(value, expect):
+        raise error(
+            f"{what} {source!r} holds a JSON {type(value).__name__}, expected a "
+            f"{'JSON object' if expect is dict else expect.__name__}",
+            fix=fix,
+        )
+    return value
+
+
+def read_json_file(
+    path: str | os.PathLike[str],
+    *,
+    what: str = "JSON file",
+    fix: str = DAMAGED_FIX,
+    error: type[EmbodiedError] = CheckpointError,
+    expect: type | None = dict,
+) -> Any:
+    """Read and parse the JSON file ``path`` (by default it must hold an object).
+
+    Args:
+        path: The file.
+        what: What the file is (e.g. ``"RL controller config"``), for the message.
+        fix: How to fix a missing, unreadable or malformed file.
+        error: The error class to raise.
+        expect: Required type of the top-level value (None: any).
+
+    Raises:
+        EmbodiedError: ``error`` naming the file, the problem and ``fix``.
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise error(f"cannot read {what} {str(p)!r}: {exc.strerror or exc}", fix=fix) from exc
+    return parse_json_text(raw, str(p), what=what, fix=fix, error=error, expect=expect)
+
+
+def load_safetensors_file(
+    path: str | os.PathLike[str],
+    *,
+    what: str = "weights",
+    fix: str = DAMAGED_FIX,
+    framework: Literal["pt", "np"] = "pt",
+    error: type[EmbodiedError] = CheckpointError,
+) -> dict[str, Any]:
+    """All tensors of the safetensors file ``path`` (torch tensors, or numpy with ``"np"``).
+
+    Args:
+        path: The file.
+        what: What the file is (e.g. ``"PDP weights"``), for the message.
+        fix: How to fix a missing, truncated or malformed file.
+        framework: ``"pt"`` (torch tensors on CPU) or ``"np"`` (numpy arrays).
+        error: The error class to raise.
+
+    Raises:
+        EmbodiedError: ``error`` naming the file, the problem and ``fix``.
+    """
+    from safetensors import SafetensorError
+
+    p = Path(path)
+    try:
+        if framework == "np":
+            from safetensors.numpy import load_file as load_np
+
+            return dict(load_np(str(p)))
+        from safetensors.torch import load_file as load_pt
+
+        return dict(load_pt(str(p)))
+    except FileNotFoundError as exc:
+        raise error(f"{what} {str(p)!r} does not exist", fix=fix) from exc
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise error(
+            f"{what} {str(p)!r} is not a readable safetensors file (truncated or malformed: {exc})",
+            fix=fix,
+        ) from exc
+
+
+def check_safetensors_file(
+    path: str | os.PathLike[str],
+    *,
+    what: str = "weights",
+    fix: str = DAMAGED_FIX,
+    error: type[EmbodiedError] = CheckpointError,
+) -> None:
+    """Check that ``path``'s safetensors header is intact and covers the file (no tensor read).
+
+    Raises:
+        EmbodiedError: ``error`` naming the file, the problem and ``fix``.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    p = Path(path)
+    try:
+        with safe_open(str(p), framework="np"):
+            pass
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise error(
+            f"{what} {str(p)!r} is not a readable safetensors file (truncated or malformed: {exc})",
+            fix=fix,
+        ) from exc
+
+
+def build_from_file(
+    path: str | os.PathLike[str],
+    build: Callable[[], T],
+    *,
+    what: str = "config",
+    fix: str = DAMAGED_FIX,
+    error: type[EmbodiedError] = CheckpointError,
+) -> T:
+    """``build()`` an object from the contents of ``path``; bad contents name the file.
+
+    Turns what a constructor raises on malformed contents (wrong types or shapes, missing or
+    unknown keys, a ``ConfigError``/``CheckpointError`` from validation) into ``error`` naming
+    ``path``. Errors of other kinds, and errors that already name ``path``, pass unchanged.
+
+    Raises:
+        EmbodiedError: ``error`` naming the file, the problem and the fix.
+    """
+    try:
+        return build()
+    except EmbodiedError as exc:
+        if str(path) in str(exc) or not isinstance(exc, ConfigError | CheckpointError | error):
+            raise
+        raise error(f"{what} {str(path)!r}: {_bare_message(exc)}", fix=exc.fix or fix) from exc
+    except KeyError as exc:
+        raise error(f"{what} {str(path)!r} lacks the key {exc}", fix=fix) from exc
+    except (TypeError, ValueError, AttributeError, RuntimeError) as exc:
+        # RuntimeError: torch's load_state_dict / Generator.set_state on mismatched contents.
+        raise error(f"{what} {str(path)!r} has a malformed value: {exc}", fix=fix) from exc
+
+
+def _bare_message(exc: EmbodiedError) -> str:
+    """``exc``'s message without the ``(fix: ...)`` suffix its constructor appended."""
+    text = str(exc)
+    suffix = f" (fix: {exc.fix})" if exc.fix else ""
+    return text[: -len(suffix)] if suffix and text.endswith(suffix) else text

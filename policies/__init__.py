@@ -6,13 +6,13 @@ checkpoint folder (``config.json`` with a ``policy_type`` field, weights in safe
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from embodied.contracts import Env, Policy
 from embodied.errors import CheckpointError
+from embodied.io import read_json_file
 from embodied.registry import Registry
 
 POLICIES: Registry[Policy] = Registry(
@@ -36,10 +36,17 @@ CHECKPOINT_LOADERS: Registry[Policy] = Registry(
 def load(spec: str | os.PathLike[str], env: Env | None = None, **kwargs: Any) -> Policy:
     """Build a policy from a registered name or load it from a checkpoint folder.
 
+    A folder's ``config.json`` names its loader in ``policy_type``; a released OpenVLA /
+    Prismatic ``config.json`` (``model_type`` ``openvla``/``prismatic``, no ``policy_type``)
+    goes to the ``openvla`` loader, which reads released configs.
+
     Args:
         spec: A name from :data:`POLICIES` or a folder holding ``config.json``.
         env: The env the policy will run on (needed by scripted experts).
         **kwargs: Passed to the factory or loader (e.g. ``device``).
+
+    Raises:
+        CheckpointError: the folder's ``config.json`` is missing, malformed or names no loader.
     """
     path = Path(spec)
     if path.is_dir():
@@ -49,8 +56,20 @@ def load(spec: str | os.PathLike[str], env: Env | None = None, **kwargs: Any) ->
                 f"checkpoint folder {str(path)!r} has no config.json",
                 fix="pass a folder written by save_pretrained / `embodied train`",
             )
-        policy_type = json.loads(cfg.read_text()).get("policy_type")
-        if policy_type is None:
-            raise CheckpointError(f"{cfg} has no 'policy_type' field")
+        raw = read_json_file(
+            cfg,
+            what="checkpoint config",
+            fix="re-save the checkpoint with save_pretrained / `embodied train`",
+        )
+        policy_type = raw.get("policy_type")
+        if policy_type is None and raw.get("model_type") in ("openvla", "prismatic"):
+            policy_type = "openvla"
+        if not isinstance(policy_type, str):
+            raise CheckpointError(
+                f"{str(cfg)!r} has no string 'policy_type' field (got {policy_type!r}; "
+                f"keys: {sorted(raw)[:12]})",
+                fix=f'add "policy_type": one of {CHECKPOINT_LOADERS.names()} to it, or '
+                "pass a folder written by save_pretrained / `embodied train`",
+            )
         return CHECKPOINT_LOADERS.make(policy_type, path=path, **kwargs)
     return POLICIES.make(str(spec), env=env, **kwargs)

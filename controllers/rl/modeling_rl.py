@@ -7,7 +7,6 @@ followed by ``action_net``), exported by :func:`actor_state_from_sb3` after trai
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from embodied.errors import CheckpointError, ConfigError
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
 CONTROLLER_TYPE = "rl"
+RESAVE_FIX = "re-save the controller with RLController.save_pretrained (or retrain it)"
 
 
 class MLPActor:
@@ -186,7 +186,7 @@ class RLController:
             **overrides: Config fields to change at load time (e.g. ``horizon_steps``,
                 ``output_max``); the actor's shape fields cannot change.
         """
-        from safetensors.numpy import load_file
+        from embodied.io import build_from_file, load_safetensors_file, read_json_file
 
         path = Path(folder)
         cfg_file, w_file = path / CONFIG_NAME, path / WEIGHTS_NAME
@@ -196,10 +196,16 @@ class RLController:
                 f"RL controller folder {str(path)!r} lacks {missing}",
                 fix="train one with controllers.rl.train_rl_controller and save_pretrained",
             )
-        data = json.loads(cfg_file.read_text())
+        data = read_json_file(cfg_file, what="RL controller config", fix=RESAVE_FIX)
         if data.get("controller_type") != CONTROLLER_TYPE:
             raise CheckpointError(
-                f"{cfg_file} has controller_type {data.get('controller_type')!r}, expected 'rl'"
+                f"{cfg_file} has controller_type {data.get('controller_type')!r}, expected 'rl'",
+                fix="pass the folder of an RL controller (controller_type 'rl')",
+            )
+        if not isinstance(data.get("config"), dict):
+            raise CheckpointError(
+                f"RL controller config {str(cfg_file)!r} lacks the 'config' object",
+                fix=RESAVE_FIX,
             )
         if list(data.get("obs_names", [])) != list(OBS_NAMES):
             raise CheckpointError(
@@ -209,10 +215,25 @@ class RLController:
             )
         if "hidden_sizes" in overrides:
             raise ConfigError("hidden_sizes is fixed by the saved weights; do not override it")
-        config = RLControllerConfig.from_dict({**data["config"], **overrides})
-        actor = MLPActor(load_file(str(w_file)))
+        config = build_from_file(
+            cfg_file,
+            lambda: RLControllerConfig.from_dict(data["config"]),
+            what="RL controller config",
+            fix=RESAVE_FIX,
+        )
+        if overrides:  # outside build_from_file: a bad override is the caller's, not the file's
+            config = RLControllerConfig.from_dict({**config.to_dict(), **overrides})
+        weights = load_safetensors_file(
+            w_file, what="RL controller weights", fix=RESAVE_FIX, framework="np"
+        )
+        actor = build_from_file(
+            w_file, lambda: MLPActor(weights), what="RL controller weights", fix=RESAVE_FIX
+        )
         if actor.hidden_sizes != config.hidden_sizes:
             raise CheckpointError(
-                f"{w_file} has hidden sizes {actor.hidden_sizes}, config says {config.hidden_sizes}"
+                f"{w_file} has hidden sizes {actor.hidden_sizes}, "
+                f"config says {config.hidden_sizes}",
+                fix="config.json and model.safetensors come from different controllers; "
+                + RESAVE_FIX,
             )
         return cls(config, actor, meta=data.get("meta", {}))

@@ -21,12 +21,14 @@ import h5py
 import numpy as np
 
 from embodied.errors import DatasetError
-from embodied.io import atomic_path, write_json
+from embodied.io import atomic_path, parse_json_text, read_json_file, write_json
 from embodied.loop import Episode
 
 SHARD_PATTERN = "episode_{:06d}.hdf5"
 _SHARD_RE = re.compile(r"^episode_(\d{6})\.hdf5$")
 _DEMO_RE = re.compile(r"^demo_(\d+)$")
+_FORMAT = "robomimic-shards"
+_RECOLLECT = "delete this shard and re-collect the episode (`embodied collect` resumes)"
 
 
 @dataclass
@@ -106,9 +108,19 @@ def write_episode_file(
     episodes: Sequence[Episode | EpisodeData],
     env_args: Mapping[str, Any] | None = None,
     compress_images: bool = True,
+    replace: bool = True,
 ) -> None:
-    """Atomically write ``episodes`` as ``data/demo_0..N-1`` into one robomimic file."""
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    """Atomically write ``episodes`` as ``data/demo_0..N-1`` into one robomimic file.
+
+    Args:
+        path: The ``.hdf5`` file.
+        episodes: The episodes, in order.
+        env_args: Env description stored as ``data.attrs["env_args"]`` (JSON).
+        compress_images: LZF-compress uint8 image stacks, one chunk per frame.
+        replace: Replace an existing ``path``; with False an existing file is kept and
+            ``FileExistsError`` is raised.
+    """
+    with atomic_path(path, replace=replace) as tmp, h5py.File(tmp, "w") as f:
         data = f.create_group("data")
         data.attrs["env_args"] = json.dumps(_jsonable(dict(env_args or {})))
         data.attrs["total"] = int(sum(len(e) for e in episodes))
@@ -119,32 +131,92 @@ def write_episode_file(
 class DatasetWriter:
     """Appends episodes to a dataset folder, one atomically written shard each.
 
-    Re-opening an existing folder continues after its last shard (resumable collection).
+    Re-opening an existing folder continues after its highest-numbered shard (resumable
+    collection; a deleted shard leaves a gap, it is never refilled), and an existing shard
+    is never replaced.
 
     Args:
         root: Dataset folder (created if missing).
-        env_args: Env description stored in every shard and in ``meta.json``.
+        env_args: Env description stored in every shard and in ``meta.json``. ``None``
+            keeps the folder's recorded ``meta.json`` (and uses its ``env_args``).
+
+    Raises:
+        DatasetError: the folder's ``meta.json`` is unreadable or malformed.
     """
 
-    def __init__(self, root: str | os.PathLike[str], env_args: Mapping[str, Any] | None = None):
+    def __init__(
+        self, root: str | os.PathLike[str], env_args: Mapping[str, Any] | None = None
+    ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        self.env_args = dict(env_args or {})
-        self.next_index = len(_shards(self.root))
-        write_json(
-            self.root / "meta.json", {"format": "robomimic-shards", "env_args": self.env_args}
-        )
+        meta_path = self.root / "meta.json"
+        meta: dict[str, Any] = {}
+        if meta_path.exists():
+            meta = read_json_file(
+                meta_path,
+                what="dataset metadata",
+                error=DatasetError,
+                fix=f"repair {meta_path.name} (JSON with 'format' and 'env_args') or delete it",
+            )
+        shards = _shards(self.root)
+        self.next_index = 1 + max((_shard_index(p) for p in shards), default=-1)
+        if env_args is None:
+            recorded = meta["env_args"] if "env_args" in meta else _shard_env_args(shards)
+            if not isinstance(recorded, dict):
+                raise DatasetError(
+                    f"{str(meta_path)!r}: 'env_args' is a {type(recorded).__name__}, not an object",
+                    fix=f"repair {meta_path.name} or pass env_args=",
+                )
+            self.env_args = dict(recorded)
+            if not meta_path.exists():
+                write_json(meta_path, {"format": _FORMAT, "env_args": self.env_args})
+        else:
+            self.env_args = dict(env_args)
+            # Keep keys other tools added to meta.json; only ours are (re)written.
+            write_json(meta_path, {**meta, "format": _FORMAT, "env_args": self.env_args})
 
     def add(self, episode: Episode | EpisodeData) -> Path:
-        """Write ``episode`` as the next shard; returns its path."""
+        """Write ``episode`` as the next shard; returns its path.
+
+        Raises:
+            DatasetError: the shard's file already exists (e.g. another writer on the same
+                folder); it is left untouched.
+        """
         path = self.root / SHARD_PATTERN.format(self.next_index)
-        write_episode_file(path, [episode], self.env_args)
+        try:
+            if path.exists():  # fail before spending time on the write
+                raise FileExistsError(path)
+            write_episode_file(path, [episode], self.env_args, replace=False)
+        except FileExistsError:
+            raise DatasetError(
+                f"shard {str(path)!r} already exists; refusing to replace a recorded episode",
+                fix="let one writer at a time write into a dataset folder, or reopen the "
+                "folder with a new DatasetWriter (it continues after the highest shard)",
+            ) from None
         self.next_index += 1
         return path
 
 
 def _shards(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if _SHARD_RE.match(p.name))
+
+
+def _shard_index(path: Path) -> int:
+    return int(_SHARD_RE.match(path.name).group(1))  # type: ignore[union-attr]
+
+
+def _shard_env_args(shards: Sequence[Path]) -> dict[str, Any]:
+    """``env_args`` recorded in the newest readable shard (a folder without ``meta.json``)."""
+    for shard in reversed(shards):
+        try:
+            with h5py.File(shard, "r") as h:
+                raw = h["data"].attrs.get("env_args")
+                value = json.loads(raw) if isinstance(raw, str | bytes) else None
+        except (OSError, KeyError, ValueError):
+            continue  # a damaged shard is reported by Dataset, not by the writer
+        if isinstance(value, dict):
+            return value
+    return {}
 
 
 class Dataset(Sequence[EpisodeData]):
@@ -195,8 +267,17 @@ class Dataset(Sequence[EpisodeData]):
                     )
                 if not self.env_args and "env_args" in h["data"].attrs:
                     raw = h["data"].attrs["env_args"]
-                    self.env_args = json.loads(raw) if isinstance(raw, str | bytes) else {}
+                    if isinstance(raw, str | bytes):
+                        self.env_args = parse_json_text(
+                            raw,
+                            f"{file}::data.attrs['env_args']",
+                            what="dataset attribute env_args",
+                            error=DatasetError,
+                            fix=_RECOLLECT,
+                        )
                 names = [n for n in h["data"] if _DEMO_RE.match(n)]
+        except DatasetError:
+            raise  # already names the file (DatasetError is an OSError: do not wrap it again)
         except OSError as exc:
             raise DatasetError(
                 f"cannot read dataset file {str(file)!r}: {exc}",
@@ -218,13 +299,22 @@ class Dataset(Sequence[EpisodeData]):
                 missing = [k for k in ("obs", "actions") if k not in g]
                 if missing:
                     raise DatasetError(f"{source} lacks {missing}", fix="re-collect this episode")
+                actions = g["actions"][()]
+                n = actions.shape[0]
                 obs = {}
                 for key in g["obs"]:
                     name = self.obs_key_map.get(key, key)
                     if self.obs_keys is None or name in self.obs_keys:
+                        shape = g["obs"][key].shape
+                        steps = shape[0] if shape else None
+                        if steps != n:
+                            # A wrong length silently misaligns observations with actions.
+                            raise DatasetError(
+                                f"{source}: observation 'obs/{key}' has {steps} steps but "
+                                f"'actions' has {n}; each observation needs one entry per action",
+                                fix=f"re-collect this episode, or cut/pad obs/{key} to {n} rows",
+                            )
                         obs[name] = g["obs"][key][()]
-                actions = g["actions"][()]
-                n = actions.shape[0]
                 rewards = g["rewards"][()] if "rewards" in g else np.zeros(n)
                 dones = g["dones"][()] if "dones" in g else np.eye(1, n, n - 1).ravel()
                 extras: dict[str, np.ndarray] = {}
@@ -240,12 +330,20 @@ class Dataset(Sequence[EpisodeData]):
                 attrs = {
                     k: (v.item() if isinstance(v, np.generic) else v) for k, v in g.attrs.items()
                 }
+        except DatasetError:
+            raise
         except OSError as exc:
             raise DatasetError(
                 f"cannot read {source}: {exc}", fix="re-collect this episode"
             ) from exc
-        if isinstance(attrs.get("meta"), str):
-            attrs["meta"] = json.loads(attrs["meta"])
+        if isinstance(attrs.get("meta"), str | bytes):
+            attrs["meta"] = parse_json_text(
+                attrs["meta"],
+                f"{source}.attrs['meta']",
+                what="episode attribute meta",
+                error=DatasetError,
+                fix=_RECOLLECT,
+            )
         return EpisodeData(obs, actions, rewards, dones, attrs, extras, source)
 
     def __iter__(self) -> Iterator[EpisodeData]:

@@ -14,12 +14,12 @@ Judges (all implement :class:`embodied.contracts.Judge` plus a batched ``score_b
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from embodied.errors import CheckpointError
+from embodied.io import read_json_file
 from embodied.registry import Registry
 from embodied.rewards.base import BaseJudge
 from embodied.rewards.clips import (
@@ -91,10 +91,20 @@ def load_judge(spec: str | os.PathLike[str] = "minijudge", **kwargs: Any) -> Bas
                 f"judge folder {text!r} has no config.json",
                 fix="pass a minijudge checkpoint or a transformers model folder",
             )
-        cfg = json.loads(cfg_path.read_text())
+        cfg = read_json_file(
+            cfg_path,
+            what="judge config",
+            fix="restore the folder's config.json (re-save the model with save_pretrained)",
+        )
         if cfg.get("judge_type") == "minijudge":
             return JUDGES.make("minijudge", path=text, **kwargs)
-        if any(a in _DUAL_ENCODERS for a in cfg.get("architectures", [])):
+        architectures = cfg.get("architectures") or []
+        if not isinstance(architectures, list):
+            raise CheckpointError(
+                f"{str(cfg_path)!r}: 'architectures' is {architectures!r}, not a list of names",
+                fix='write e.g. "architectures": ["CLIPModel"], or re-save the model',
+            )
+        if any(a in _DUAL_ENCODERS for a in architectures):
             return JUDGES.make("contrastive", model=text, **kwargs)
         return JUDGES.make("generative", model=text, **kwargs)
     return JUDGES.make(text, **kwargs)

@@ -90,9 +90,12 @@ class BaseJudge(abc.ABC):
             ConfigError: a preloaded model came without its processor.
         """
         if model is None:
+            from safetensors import SafetensorError
+
             try:
                 model, processor = load()
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, KeyError, SafetensorError) as exc:
+                _name_damaged_file(self.config.model, what)
                 raise CheckpointError(
                     f"cannot load {what} {self.config.model!r}: {exc}", fix=fix
                 ) from exc
@@ -174,3 +177,24 @@ class BaseJudge(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """JSON-serialisable summary (backend, frames per clip, threshold)."""
         return {"backend": self.name, "n_frames": self.n_frames, "threshold": self.threshold}
+
+
+def _name_damaged_file(model: str, what: str) -> None:
+    """Raise ``CheckpointError`` naming the first damaged file of a local model folder.
+
+    transformers' loading errors name neither the file nor the remedy; this checks the JSON
+    files and safetensors headers of ``model`` (a folder; hub ids are skipped) so the user
+    learns which file to restore. Returns if every file reads.
+    """
+    from pathlib import Path
+
+    from embodied.io import check_safetensors_file, read_json_file
+
+    folder = Path(model)
+    if not folder.is_dir():
+        return
+    fix = "restore this file, or re-save/re-download the model folder"
+    for path in sorted(folder.glob("*.json")):
+        read_json_file(path, what=f"{what} file", fix=fix, expect=None)
+    for path in sorted(folder.glob("*.safetensors")):
+        check_safetensors_file(path, what=f"{what} weights", fix=fix)

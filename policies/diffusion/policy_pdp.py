@@ -7,7 +7,6 @@ statistics as ``normalizer.*``). No pickle anywhere.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import deque
 from pathlib import Path
@@ -15,11 +14,17 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from embodied.contracts import Env, Knob, KnobMixin, Policy
 from embodied.errors import CheckpointError, CompatibilityError
-from embodied.io import atomic_path, write_json
+from embodied.io import (
+    atomic_path,
+    build_from_file,
+    load_safetensors_file,
+    read_json_file,
+    write_json,
+)
 from embodied.specs import Observation
 from policies.diffusion.configuration_pdp import PDPConfig
 from policies.diffusion.modeling_pdp import STAT_KEYS, PDPModel
@@ -28,6 +33,7 @@ POLICY_TYPE = "pdp"
 FORMAT_VERSION = 1
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
+RESAVE_FIX = "re-save the checkpoint with save_pretrained / `embodied train pdp`, or restore it"
 
 
 class PDPPolicy(KnobMixin, Policy):
@@ -182,14 +188,17 @@ def load_model(path: str | os.PathLike[str]) -> PDPModel:
                 f"PDP checkpoint {str(folder)!r} lacks {f.name}",
                 fix="re-save it with save_pretrained / `embodied train pdp`",
             )
-    data = json.loads(cfg_file.read_text())
+    data = read_json_file(cfg_file, what="PDP config", fix=RESAVE_FIX)
     if data.get("policy_type") != POLICY_TYPE:
         raise CheckpointError(
             f"{cfg_file} has policy_type {data.get('policy_type')!r}, not {POLICY_TYPE!r}",
             fix="load it with its own policy type",
         )
-    model = PDPModel(PDPConfig.from_dict(data))
-    state = load_file(str(w_file))
+    config = build_from_file(
+        cfg_file, lambda: PDPConfig.from_dict(data), what="PDP config", fix=RESAVE_FIX
+    )
+    model = PDPModel(config)
+    state = load_safetensors_file(w_file, what="PDP weights", fix=RESAVE_FIX)
     expected = model.state_dict()
     missing_stats = [f"normalizer.{k}" for k in STAT_KEYS if f"normalizer.{k}" not in state]
     if missing_stats:

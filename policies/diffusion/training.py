@@ -15,7 +15,6 @@ redone after a kill.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
@@ -26,11 +25,17 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from embodied.distributed import Distributed, LossModule
 from embodied.errors import CheckpointError, ConfigError
-from embodied.io import atomic_path, write_json
+from embodied.io import (
+    atomic_path,
+    build_from_file,
+    load_safetensors_file,
+    read_json_file,
+    write_json,
+)
 from policies.diffusion.configuration_pdp import PDPConfig
 from policies.diffusion.modeling_manifold import (
     cosine_lr,
@@ -42,6 +47,10 @@ from policies.diffusion.policy_pdp import save_model
 from policies.diffusion.processing_pdp import Demos, ee_paths, load_demos, make_windows
 
 STATE_JSON = "train_state.json"
+STATE_FIX = (
+    "the run's resumable state is damaged: train again without --resume into a new --out "
+    "folder (config.json + model.safetensors there still hold the last saved policy)"
+)
 Logger = Callable[[str, float, int], None]
 
 
@@ -133,6 +142,32 @@ def _restore_optim(
             _, pid, name = key.split(".", 2)
             state.setdefault(int(pid), {})[name] = v
     opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+def _read_train_state(out: Path) -> dict[str, Any]:
+    """``train_state.json`` of run ``out``, with its keys checked."""
+    path = out / STATE_JSON
+    meta: dict[str, Any] = read_json_file(path, what="PDP train state", fix=STATE_FIX)
+    expected = {"step": int, "tensors": str, "optimizer": dict, "config": dict}
+    bad = [k for k, t in expected.items() if not isinstance(meta.get(k), t)]
+    if bad:
+        raise CheckpointError(
+            f"PDP train state {str(path)!r} lacks or mistypes {bad} "
+            f"(expected {', '.join(f'{k}: {expected[k].__name__}' for k in bad)})",
+            fix=STATE_FIX,
+        )
+    return meta
+
+
+def _read_train_tensors(out: Path, meta: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The tensors file named by ``train_state.json``; it must hold the demo latents."""
+    path = out / Path(meta["tensors"]).name  # a bare file name: never read outside the run
+    tensors = load_safetensors_file(path, what="PDP train-state tensors", fix=STATE_FIX)
+    if "demo_latents" not in tensors or tensors["demo_latents"].ndim != 2:
+        raise CheckpointError(
+            f"PDP train-state tensors {str(path)!r} lack a 2-D 'demo_latents'", fix=STATE_FIX
+        )
+    return tensors
 
 
 def _save_state(
@@ -242,8 +277,14 @@ def train_pdp(
                 f"nothing to resume: {out / STATE_JSON} does not exist",
                 fix="drop --resume to start a new run",
             )
-        state_meta = json.loads((out / STATE_JSON).read_text())
-        cfg = PDPConfig.from_dict(state_meta["config"])
+        state_meta = _read_train_state(out)
+        meta_dict = state_meta["config"]
+        cfg = build_from_file(
+            out / STATE_JSON,
+            lambda: PDPConfig.from_dict(meta_dict),
+            what="PDP train state",
+            fix=STATE_FIX,
+        )
         if overrides:
             cfg = dataclasses.replace(
                 cfg, **{k: v for k, v in overrides.items() if k in ("steps",)}
@@ -311,11 +352,23 @@ def train_pdp(
     start_step = 0
     with bar:
         if state_meta is not None:
-            tensors = load_file(str(out / state_meta["tensors"]))
-            model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-            ema.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("ema.")})
-            _restore_optim(opt, tensors, state_meta["optimizer"])
-            gen.set_state(tensors["rng.generator"])
+            tensors = _read_train_tensors(out, state_meta)
+            resumed = state_meta
+
+            def restore() -> None:
+                model.load_state_dict(
+                    {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}
+                )
+                ema.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("ema.")})
+                _restore_optim(opt, tensors, resumed["optimizer"])
+                gen.set_state(tensors["rng.generator"])
+
+            build_from_file(
+                out / Path(resumed["tensors"]).name,
+                restore,
+                what="PDP train-state tensors",
+                fix=STATE_FIX,
+            )
             latents_raw = tensors["demo_latents"].double().numpy()
             start_step = int(state_meta["step"])
         elif cfg.uses_z:
@@ -426,8 +479,8 @@ def load_train_latents(out_dir: str | os.PathLike[str]) -> tuple[np.ndarray, lis
         raise CheckpointError(
             f"{out} has no {STATE_JSON}", fix="pass the --out folder of `embodied train pdp`"
         )
-    meta = json.loads((out / STATE_JSON).read_text())
-    tensors = load_file(str(out / meta["tensors"]))
+    meta = _read_train_state(out)
+    tensors = _read_train_tensors(out, meta)
     raw = tensors["demo_latents"]
     mean, w = tensors.get("ema.normalizer.z_mean"), tensors.get("ema.normalizer.z_whiten")
     if raw.shape[1] == 0 or mean is None or w is None:

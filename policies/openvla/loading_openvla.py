@@ -11,7 +11,6 @@ refused.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -21,7 +20,7 @@ from typing import Any
 import torch
 
 from embodied.errors import CheckpointError
-from embodied.io import write_json
+from embodied.io import build_from_file, load_safetensors_file, read_json_file, write_json
 from policies.openvla.configuration_openvla import OpenVLAConfig
 from policies.openvla.convert_openvla import load_released_state, native_to_released
 from policies.openvla.modeling_openvla import OpenVLAModel
@@ -29,6 +28,10 @@ from policies.openvla.processing_openvla import OpenVLAProcessor
 
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
+RESAVE_FIX = (
+    "restore the file, or re-save the checkpoint (`embodied train vla`, save_pretrained) or "
+    "re-download it (huggingface-cli download ...)"
+)
 
 
 def resolve_device_dtype(
@@ -77,17 +80,39 @@ def resolve_path(spec: str | os.PathLike[str]) -> Path:
 
 
 def read_config(path: Path) -> OpenVLAConfig:
-    """Our or a released ``config.json`` (+ preprocessor config, dataset statistics)."""
+    """Our or a released ``config.json`` (+ preprocessor config, dataset statistics).
+
+    Raises:
+        CheckpointError: a file is missing, not valid JSON, or lacks or mistypes a key; the
+            message names the file.
+    """
     cfg_file = path / "config.json"
     if not cfg_file.exists():
         raise CheckpointError(f"{path} has no config.json", fix="pass a checkpoint folder")
-    raw = json.loads(cfg_file.read_text())
+    raw = read_json_file(cfg_file, what="OpenVLA config", fix=RESAVE_FIX)
     if raw.get("policy_type") == "openvla":
-        config = OpenVLAConfig.from_dict(raw["openvla"])
+        ours = raw.get("openvla")
+        if not isinstance(ours, dict):
+            raise CheckpointError(
+                f"OpenVLA config {str(cfg_file)!r} has policy_type 'openvla' but no 'openvla' "
+                f"object (keys: {sorted(raw)[:12]})",
+                fix="re-save the checkpoint with `embodied train vla` / save_pretrained",
+            )
+        config = build_from_file(
+            cfg_file, lambda: OpenVLAConfig.from_dict(ours), what="OpenVLA config", fix=RESAVE_FIX
+        )
     elif raw.get("model_type") in ("openvla", "prismatic"):
         pre = path / "preprocessor_config.json"
-        config = OpenVLAConfig.from_released(
-            raw, json.loads(pre.read_text()) if pre.exists() else None
+        pre_raw = (
+            read_json_file(pre, what="OpenVLA preprocessor config", fix=RESAVE_FIX)
+            if pre.exists()
+            else None
+        )
+        config = build_from_file(
+            cfg_file,
+            lambda: OpenVLAConfig.from_released(raw, pre_raw),
+            what="released OpenVLA config",
+            fix="pass an unmodified openvla/openvla-7b-style config.json (fused DINOv2+SigLIP)",
         )
     else:
         raise CheckpointError(
@@ -97,25 +122,49 @@ def read_config(path: Path) -> OpenVLAConfig:
         )
     stats = path / "dataset_statistics.json"
     if stats.exists():
-        config.norm_stats.update(json.loads(stats.read_text()))
+        extra = read_json_file(stats, what="OpenVLA dataset statistics", fix=RESAVE_FIX)
+        config.norm_stats.update(extra)
+        build_from_file(
+            stats,
+            lambda: OpenVLAConfig.from_dict(config.to_dict()),  # re-validates norm_stats
+            what="OpenVLA dataset statistics",
+            fix=RESAVE_FIX,
+        )
     return config
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a folder's safetensors (single file or shards)."""
-    from safetensors.torch import load_file
+    """All tensors of a folder's safetensors (single file or shards).
 
+    Raises:
+        CheckpointError: no weights, or a damaged index or weights file (named).
+    """
     if (path / WEIGHTS).exists():
-        return load_file(str(path / WEIGHTS))
+        return load_safetensors_file(path / WEIGHTS, what="OpenVLA weights", fix=RESAVE_FIX)
     if (path / INDEX).exists():
-        shards = sorted(set(json.loads((path / INDEX).read_text())["weight_map"].values()))
+        index = read_json_file(path / INDEX, what="OpenVLA weights index", fix=RESAVE_FIX)
+        weight_map = index.get("weight_map")
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(v, str) for v in weight_map.values()
+        ):
+            raise CheckpointError(
+                f"OpenVLA weights index {str(path / INDEX)!r} lacks a 'weight_map' of "
+                "parameter name -> shard file",
+                fix=RESAVE_FIX,
+            )
         state: dict[str, torch.Tensor] = {}
-        for shard in shards:
-            state.update(load_file(str(path / shard)))
+        for shard in sorted(set(weight_map.values())):
+            # Shards are file names beside the index; never read outside the folder.
+            state.update(
+                load_safetensors_file(
+                    path / Path(shard).name, what="OpenVLA weights shard", fix=RESAVE_FIX
+                )
+            )
         return state
     raise CheckpointError(
         f"{path} has no {WEIGHTS} or {INDEX}",
-        fix="weights must be safetensors (pickled .bin/.pt checkpoints are refused)",
+        fix=f"put the weights as safetensors beside config.json ({WEIGHTS}, or shards listed "
+        f"in {INDEX}); pickled .bin/.pt checkpoints are refused",
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import h5py
@@ -93,3 +94,138 @@ def test_missing_and_empty_datasets(tmp_path: Path) -> None:
         f.create_group("other")
     with pytest.raises(DatasetError, match="no 'data' group"):
         Dataset(bad)
+
+
+def _digests(root: Path) -> dict[str, str]:
+    import hashlib
+
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in root.glob("episode_*")}
+
+
+def test_writer_numbers_after_the_highest_shard_when_one_is_missing(tmp_path: Path) -> None:
+    w = DatasetWriter(tmp_path, env_args={"env_id": "test:first_order"})
+    for ep in _episodes(5):
+        w.add(ep)
+    (tmp_path / "episode_000002.hdf5").unlink()  # what the damaged-shard error advises
+    before = _digests(tmp_path)
+    resumed = DatasetWriter(tmp_path, env_args={"env_id": "test:first_order"})
+    paths = [resumed.add(ep) for ep in _episodes(2)]
+    assert [p.name for p in paths] == ["episode_000005.hdf5", "episode_000006.hdf5"]
+    after = _digests(tmp_path)
+    assert {k: after[k] for k in before} == before  # no existing shard changed
+    assert len(Dataset(tmp_path)) == 6
+
+
+def test_writer_never_replaces_an_existing_shard(tmp_path: Path) -> None:
+    first = DatasetWriter(tmp_path)
+    second = DatasetWriter(tmp_path)  # two writers on one folder both plan shard 0
+    first.add(_episodes(1)[0])
+    before = _digests(tmp_path)
+    with pytest.raises(DatasetError, match=r"episode_000000\.hdf5.*exists.*fix:"):
+        second.add(_episodes(2)[1])
+    assert _digests(tmp_path) == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_writer_without_env_args_keeps_the_metadata(tmp_path: Path) -> None:
+    env_args = {"env_id": "test:first_order", "control_rate_hz": 20}
+    DatasetWriter(tmp_path, env_args=env_args).add(_episodes(1)[0])
+    meta_before = (tmp_path / "meta.json").read_text()
+    resumed = DatasetWriter(tmp_path)  # e.g. a script appending episodes
+    resumed.add(_episodes(1)[0])
+    assert (tmp_path / "meta.json").read_text() == meta_before
+    assert resumed.env_args == env_args
+    assert Dataset(tmp_path / "episode_000001.hdf5").env_args == env_args
+
+
+def test_writer_refuses_a_damaged_meta_json(tmp_path: Path) -> None:
+    (tmp_path / "meta.json").write_text('{"format": "robomimic-shards", "env_args": ')
+    with pytest.raises(DatasetError, match=r"meta\.json.*fix:"):
+        DatasetWriter(tmp_path)
+
+
+def _write_demo_file(path: Path, obs_len: int, n_actions: int = 6) -> None:
+    with h5py.File(path, "w") as f:
+        data = f.create_group("data")
+        data.attrs["env_args"] = "{}"
+        demo = data.create_group("demo_0")
+        demo.create_dataset("obs/state", data=np.zeros((obs_len, 2)))
+        demo.create_dataset("actions", data=np.zeros((n_actions, 1)))
+
+
+@pytest.mark.parametrize("obs_len", [5, 7])
+def test_observations_of_another_length_than_actions_are_refused(
+    tmp_path: Path, obs_len: int
+) -> None:
+    path = tmp_path / "bad.hdf5"
+    _write_demo_file(path, obs_len)
+    ds = Dataset(path)
+    with pytest.raises(DatasetError) as info:
+        ds[0]
+    msg = str(info.value)
+    assert str(path) in msg and "obs/state" in msg and f"{obs_len}" in msg and "6" in msg
+    assert "fix:" in msg
+    _write_demo_file(tmp_path / "good.hdf5", 6)
+    assert len(Dataset(tmp_path / "good.hdf5")[0]) == 6
+
+
+@pytest.mark.parametrize("where", ["env_args", "meta"])
+def test_bad_json_attributes_name_the_file_and_the_key(tmp_path: Path, where: str) -> None:
+    DatasetWriter(tmp_path).add(_episodes(1)[0])
+    shard = tmp_path / "episode_000000.hdf5"
+    with h5py.File(shard, "a") as f:
+        attrs = f["data"].attrs if where == "env_args" else f["data/demo_0"].attrs
+        attrs[where] = '{"env_id": "test", '
+    with pytest.raises(DatasetError) as info:
+        Dataset(tmp_path)[0]
+    msg = str(info.value)
+    assert str(shard) in msg and where in msg and "fix:" in msg
+
+
+def test_collect_cli_after_deleting_a_middle_shard_changes_no_existing_shard(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "demos"
+
+    def collect(n: int) -> None:
+        args = ["collect", "--env", "mujoco:reach_around", "--episodes", str(n), "--no-camera"]
+        proc = subprocess.run(
+            [sys.executable, "-m", "embodied", *args, "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    collect(5)
+    (out / "episode_000002.hdf5").unlink()
+    before = _digests(out)
+    assert len(before) == 4
+    collect(6)
+    after = _digests(out)
+    assert {k: after[k] for k in before} == before
+    assert sorted(after) == sorted(before) + [f"episode_{i:06d}.hdf5" for i in range(5, 11)]
+    assert len(Dataset(out)) == 10
+
+
+def test_dataset_errors_are_reported_once(tmp_path: Path) -> None:
+    bad = tmp_path / "x.hdf5"
+    with h5py.File(bad, "w") as f:
+        f.create_group("other")
+    with pytest.raises(DatasetError) as info:
+        Dataset(bad)
+    assert str(info.value).count("fix:") == 1 and "cannot read" not in str(info.value)
+
+
+def test_writer_without_env_args_or_meta_json_keeps_the_shards_env_args(tmp_path: Path) -> None:
+    env_args = {"env_id": "test:first_order"}
+    DatasetWriter(tmp_path, env_args=env_args).add(_episodes(1)[0])
+    (tmp_path / "meta.json").unlink()
+    resumed = DatasetWriter(tmp_path)
+    resumed.add(_episodes(1)[0])
+    assert resumed.env_args == env_args
+    assert json.loads((tmp_path / "meta.json").read_text())["env_args"] == env_args
+    assert Dataset(tmp_path / "episode_000001.hdf5").env_args == env_args
