@@ -509,13 +509,13 @@ def run_experiment(
 
 
 def _unfinished(ckpt: Path) -> bool:
-    import json
+    from policies.diffusion.training import _read_train_state
 
-    meta = ckpt / "train_state.json"
-    if not meta.exists():
+    if not (ckpt / "train_state.json").exists():
         return True
-    data = json.loads(meta.read_text())
-    return int(data["step"]) < int(data["config"]["steps"])
+    data = _read_train_state(ckpt)
+    steps = data["config"].get("steps")
+    return not isinstance(steps, int) or data["step"] < steps
 
 
 def quick_demo(

@@ -14,7 +14,6 @@ Both artefacts save to ``<name>.safetensors`` + ``<name>.json`` (metadata).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,8 +25,16 @@ import torch
 from torch import nn
 
 from embodied.errors import CheckpointError, ConfigError
-from embodied.io import atomic_path, write_json
+from embodied.io import (
+    atomic_path,
+    build_from_file,
+    load_safetensors_file,
+    read_json_file,
+    write_json,
+)
 from policies.openvla.modeling_openvla import OpenVLAModel
+
+_EXTRACT_FIX = "re-create it with `embodied steer extract` (the files are damaged or not ours)"
 
 
 def _paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -74,22 +81,28 @@ class SteeringDirection:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> SteeringDirection:
         """Inverse of :meth:`save`."""
-        from safetensors.torch import load_file
-
         st, js = _paths(path)
         if not st.exists() or not js.exists():
             raise CheckpointError(
                 f"steering direction needs {st.name} and {js.name} in {st.parent}",
-                fix="create it with `embodied steer extract`",
+                fix=_EXTRACT_FIX,
             )
-        meta = json.loads(js.read_text())
+        meta = read_json_file(js, what="steering direction metadata", fix=_EXTRACT_FIX)
         if meta.get("kind") != "direction":
-            raise CheckpointError(f"{js} holds a {meta.get('kind')!r}, not a direction")
-        return cls(
-            load_file(str(st))["direction"],
-            int(meta["layer"]),
-            meta.get("concept", ""),
-            meta.get("meta", {}),
+            raise CheckpointError(
+                f"{js} holds a {meta.get('kind')!r}, not a direction", fix=_EXTRACT_FIX
+            )
+        tensors = load_safetensors_file(st, what="steering direction", fix=_EXTRACT_FIX)
+        return build_from_file(
+            js,
+            lambda: cls(
+                tensors["direction"],
+                int(meta["layer"]),
+                meta.get("concept", ""),
+                meta.get("meta", {}),
+            ),
+            what="steering direction",
+            fix=_EXTRACT_FIX,
         )
 
 
@@ -132,21 +145,28 @@ class NeuronCluster:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> NeuronCluster:
         """Inverse of :meth:`save`."""
-        from safetensors.torch import load_file
-
         st, js = _paths(path)
         if not st.exists() or not js.exists():
-            raise CheckpointError(f"neuron cluster needs {st.name} and {js.name} in {st.parent}")
-        meta = json.loads(js.read_text())
+            raise CheckpointError(
+                f"neuron cluster needs {st.name} and {js.name} in {st.parent}", fix=_EXTRACT_FIX
+            )
+        meta = read_json_file(js, what="neuron cluster metadata", fix=_EXTRACT_FIX)
         if meta.get("kind") != "neurons":
-            raise CheckpointError(f"{js} holds a {meta.get('kind')!r}, not a neuron cluster")
-        t = load_file(str(st))
-        return cls(
-            int(meta["layer"]),
-            t["neurons"],
-            t["values"],
-            meta.get("concept", ""),
-            meta.get("meta", {}),
+            raise CheckpointError(
+                f"{js} holds a {meta.get('kind')!r}, not a neuron cluster", fix=_EXTRACT_FIX
+            )
+        t = load_safetensors_file(st, what="neuron cluster", fix=_EXTRACT_FIX)
+        return build_from_file(
+            js,
+            lambda: cls(
+                int(meta["layer"]),
+                t["neurons"],
+                t["values"],
+                meta.get("concept", ""),
+                meta.get("meta", {}),
+            ),
+            what="neuron cluster",
+            fix=_EXTRACT_FIX,
         )
 
 
@@ -155,7 +175,7 @@ def load_intervention(path: str | os.PathLike[str]) -> SteeringDirection | Neuro
     _, js = _paths(path)
     if not js.exists():
         raise CheckpointError(f"no {js}", fix="pass the path written by `embodied steer extract`")
-    kind = json.loads(js.read_text()).get("kind")
+    kind = read_json_file(js, what="steering intervention metadata", fix=_EXTRACT_FIX).get("kind")
     return SteeringDirection.load(path) if kind == "direction" else NeuronCluster.load(path)
 
 

@@ -12,7 +12,6 @@ joint_states}``, ``actions`` (T, 7; gripper -1 open / +1 close), ``rewards``, ``
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -22,6 +21,7 @@ import numpy as np
 
 from embodied.datasets import Dataset, EpisodeData
 from embodied.errors import DatasetError
+from embodied.io import parse_json_text
 from sim.libero.processing_libero import gripper_from_libero
 
 LIBERO_OBS_KEY_MAP: Mapping[str, str] = {
@@ -79,7 +79,13 @@ class LiberoDemos(Dataset):
             raw = h["data"].attrs.get("problem_info")
         if raw is None:
             return ""
-        info = json.loads(raw if isinstance(raw, str) else bytes(raw).decode())
+        info = parse_json_text(
+            raw if isinstance(raw, str) else bytes(raw),
+            f"{file}::data.attrs['problem_info']",
+            what="LIBERO problem info",
+            fix="re-export the demo file with LIBERO's scripts (the attribute is damaged)",
+            error=DatasetError,
+        )
         return str(info.get("language_instruction", "")).strip()
 
     def __getitem__(self, i: int) -> EpisodeData:  # type: ignore[override]

@@ -93,6 +93,17 @@ def _build_dataset(root: Path) -> Path:
     return root
 
 
+def _build_steering(root: Path) -> Path:
+    import torch
+
+    from policies.openvla.steering import NeuronCluster, SteeringDirection
+
+    root.mkdir(parents=True)
+    SteeringDirection(torch.ones(4), layer=1, concept="speed").save(root / "direction")
+    NeuronCluster(1, torch.tensor([0, 2]), torch.ones(2), concept="speed").save(root / "neurons")
+    return root
+
+
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "pdp": _build_pdp,
     "rl": _build_rl,
@@ -101,6 +112,7 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
     "llava": _build_llava,
     "openvla": _build_openvla,
     "dataset": _build_dataset,
+    "steering": _build_steering,
 }
 
 
@@ -165,6 +177,18 @@ def _open_writer(folder: Path) -> Any:
     return DatasetWriter(folder)
 
 
+def _load_direction(folder: Path) -> Any:
+    from policies.openvla.steering import load_intervention
+
+    return load_intervention(folder / "direction")
+
+
+def _load_neurons(folder: Path) -> Any:
+    from policies.openvla.steering import load_intervention
+
+    return load_intervention(folder / "neurons")
+
+
 LOADERS: dict[str, tuple[str, Callable[[Path], Any], type[EmbodiedError]]] = {
     "pdp": ("pdp", _load_policy, CheckpointError),
     "pdp_latents": ("pdp", _load_train_latents, CheckpointError),
@@ -176,6 +200,8 @@ LOADERS: dict[str, tuple[str, Callable[[Path], Any], type[EmbodiedError]]] = {
     "openvla": ("openvla", _load_policy, CheckpointError),
     "dataset": ("dataset", _read_dataset, DatasetError),
     "dataset_writer": ("dataset", _open_writer, DatasetError),
+    "steering_direction": ("steering", _load_direction, CheckpointError),
+    "steering_neurons": ("steering", _load_neurons, CheckpointError),
 }
 """Loader name -> (pristine folder kind, load(folder), error it must raise)."""
 
@@ -190,6 +216,8 @@ FILES: dict[str, tuple[str, ...]] = {
     "openvla": ("config.json", "model.safetensors"),
     "dataset": ("episode_000000.hdf5",),
     "dataset_writer": ("meta.json",),
+    "steering_direction": ("direction.json", "direction.safetensors"),
+    "steering_neurons": ("neurons.json", "neurons.safetensors"),
 }
 """Loader name -> the files (glob patterns) it reads that get damaged."""
 

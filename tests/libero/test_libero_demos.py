@@ -109,3 +109,14 @@ def test_demo_file_without_state_parts_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(DatasetError, match="does not exist"):
         load_demos(tmp_path / "missing.hdf5")
+
+
+def test_demo_file_with_malformed_problem_info_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "task_demo.hdf5"
+    write_libero_demo_file(path)
+    with h5py.File(path, "a") as f:
+        f["data"].attrs["problem_info"] = '{"language_instruction": "put the'
+    with pytest.raises(DatasetError, match="problem_info") as info:
+        load_demos(path)
+    assert str(path) in str(info.value)
+    assert "fix:" in str(info.value)

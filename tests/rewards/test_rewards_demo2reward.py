@@ -179,3 +179,12 @@ def test_persistence_and_cli(tmp_path: Path, minijudge, arm_demos: list[Labelled
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
     assert len(report["episodes"]) == 1 and "{task}" in report["template"]
+
+
+def test_damaged_instruction_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "instruction.json"
+    path.write_text('{"instruction": "Evaluate')
+    with pytest.raises(ConfigError, match="not valid JSON") as info:
+        load_instruction(tmp_path)
+    assert str(path) in str(info.value)
+    assert "fix:" in str(info.value)

@@ -4,28 +4,74 @@ then fine-tune from the result with --steps 0 (recalibrate only)."""
 from __future__ import annotations
 
 import json
+from itertools import combinations
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 from safetensors.torch import load_file
 
+from embodied.errors import CheckpointError, ConfigError
+from embodied.rewards.calibration import best_threshold, rates
 from embodied.rewards.minijudge import MiniJudge
-from embodied.rewards.minijudge.train_minijudge import main
+from embodied.rewards.minijudge.train_minijudge import (
+    _cached,
+    build_parser,
+    evaluate,
+    history_train_seeds,
+    main,
+    seed_overlaps,
+)
 
-SMALL = ["--n-arm", "2", "--n-ball", "2", "--n-val", "2", "--extra-arm-experts", "0"]
-SMALL += ["--image-size", "64", "--batch", "16"]
+SMALL = ["--n-arm", "2", "--n-ball", "2", "--n-val", "2", "--n-wrong-val", "1"]
+SMALL += ["--extra-arm-experts", "0", "--image-size", "64", "--batch", "16"]
+
+
+def _split(cache: Path, name: str) -> list[Any]:
+    """The episodes of a split the run cached (recording them again would be a new draw)."""
+    (path,) = cache.glob(f"{name}_*.json")
+
+    def missing() -> list[Any]:
+        raise AssertionError(f"{path} was not cached")
+
+    return _cached(str(cache), path.stem, missing)
 
 
 def test_train_then_recalibrate_from_init(tmp_path: Path) -> None:
-    first = tmp_path / "first"
-    calib = main(["--out", str(first), "--steps", "3", "--swap-arm", "2", *SMALL])
+    first, cache = tmp_path / "first", tmp_path / "cache"
+    calib = main(
+        ["--out", str(first), "--steps", "3", "--swap-arm", "2", "--cache", str(cache), *SMALL]
+    )
     saved = json.loads((first / "calibration.json").read_text())
     assert saved["threshold"] == calib["threshold"]
     assert {"mujoco:arm_reach", "mujoco:reach_around"} <= set(saved["oracle_agreement_per_kind"])
+    assert "wrong" in saved["oracle_agreement_per_kind"]["mujoco:arm_reach"]
     assert saved["train"]["episodes"] == 2 + 2 + 2  # arm, ball and the swap pair
     assert "--swap-arm 2" in saved["train"]["command"]
     judge = MiniJudge.from_pretrained(first, device="cpu")
     assert judge.config.image_size == 64
+
+    # training, calibration and report seeds are recorded and pairwise disjoint
+    splits = {k: saved["splits"][k]["seeds"] for k in ("train", "calibration", "report")}
+    assert splits["train"] == {
+        "mujoco:arm_reach": [[0, 1], [12000, 12001]],
+        "mujoco:reach_around": [[0, 1]],
+    }
+    assert splits["calibration"]["mujoco:arm_reach"] == [[5000, 5001], [5002, 5002]]
+    assert splits["report"]["mujoco:arm_reach"] == [[6000, 6001], [6002, 6002]]
+    for a, b in combinations(splits, 2):
+        assert not seed_overlaps(splits[a], splits[b]), (a, b)
+
+    # the threshold is the calibration split's best; the agreement is the report split's
+    cal, report = _split(cache, "calibration"), _split(cache, "report")
+    assert len(cal) == len(report) == 2 + 2 + 1
+    ev_cal, ev_report = evaluate(judge, cal), evaluate(judge, report)
+    expected = float(np.clip(best_threshold(ev_cal["probs"], ev_cal["labels"]), 0.05, 0.95))
+    assert saved["threshold"] == pytest.approx(expected, abs=1e-6)
+    agreement = rates(ev_report["probs"] >= saved["threshold"], ev_report["labels"]).to_dict()
+    assert saved["oracle_agreement"] == pytest.approx(agreement)
+    assert saved["oracle_agreement"]["n_neg"] == sum(int((~d.labels).sum()) for d in report)
 
     again = tmp_path / "again"
     main(["--out", str(again), "--init", str(first), "--steps", "0", *SMALL])
@@ -35,5 +81,31 @@ def test_train_then_recalibrate_from_init(tmp_path: Path) -> None:
     )
     assert before.keys() == after.keys()
     assert all(np.array_equal(before[k].numpy(), after[k].numpy()) for k in before)  # no step
-    history = json.loads((again / "calibration.json").read_text())["train"]
+    # the weights file itself is untouched, byte for byte
+    assert (first / "model.safetensors").read_bytes() == (again / "model.safetensors").read_bytes()
+    recal = json.loads((again / "calibration.json").read_text())
+    history = recal["train"]
     assert history["steps"] == 0 and history["from"]["steps"] == 3
+    assert history["episodes"] == 0 and history["seeds"] == {}  # nothing trained on
+    # the recalibrated checkpoint still records the seeds its weights were trained on
+    assert recal["splits"]["train"]["seeds"] == splits["train"]
+
+
+def test_overlapping_splits_and_unreadable_history_are_refused(tmp_path: Path) -> None:
+    # 5001 arm_reach training episodes would run into the calibration seeds (5000...)
+    with pytest.raises(ConfigError, match=r"train and calibration episodes share reset seeds"):
+        main(["--out", str(tmp_path / "x"), *SMALL, "--n-arm", "5001"])
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(ConfigError, match=r"calibration and report.*\[5000, 6099\]"):
+        main(["--out", str(tmp_path / "x"), *SMALL, "--n-val", "1100", "--steps", "0"])
+    parser = build_parser()
+    history = {
+        "steps": 0,  # a recalibration records no seeds of its own
+        "from": {"steps": 9, "command": "python -m x.train_minijudge --out D --n-arm 3"},
+    }
+    assert history_train_seeds(history, parser) == {
+        "mujoco:arm_reach": [[0, 2], [9000, 9031]],
+        "mujoco:reach_around": [[0, 31]],
+    }
+    with pytest.raises(CheckpointError, match="records neither its seeds"):
+        history_train_seeds({"steps": 5, "command": "my_own_trainer --epochs 3"}, parser)

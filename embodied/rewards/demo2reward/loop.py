@@ -18,6 +18,7 @@ import numpy as np
 
 from embodied.contracts import Judge
 from embodied.errors import ConfigError
+from embodied.io import read_json_file
 from embodied.rewards.clips import format_instruction
 from embodied.rewards.demo2reward.demos import LabelledDemo
 from embodied.rewards.demo2reward.objective import DemoSet, Evaluation
@@ -201,8 +202,6 @@ def save_result(
 
 def load_instruction(path: str | os.PathLike[str]) -> str:
     """The frozen template from an ``instruction.json`` (or the folder holding it)."""
-    import json
-
     p = Path(path)
     p = p / "instruction.json" if p.is_dir() else p
     if not p.exists():
@@ -210,6 +209,11 @@ def load_instruction(path: str | os.PathLike[str]) -> str:
             f"no instruction file at {str(p)!r}",
             fix="run `embodied reward optimize --out DIR` first",
         )
-    template = json.loads(p.read_text()).get("instruction", "")
+    template = read_json_file(
+        p,
+        what="Demo2Reward instruction",
+        fix="re-run `embodied reward optimize --out DIR` (the file is damaged)",
+        error=ConfigError,
+    ).get("instruction", "")
     format_instruction(template, "check")
     return str(template)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, fields
@@ -154,10 +153,16 @@ class MiniJudgeConfig:
                 f"minijudge checkpoint {str(folder)!r} has no config.json",
                 fix="pass a folder written by MiniJudge.save_pretrained",
             )
-        raw = json.loads(path.read_text())
+        from embodied.io import build_from_file, read_json_file
+
+        resave = (
+            "restore the checkpoint, or retrain it (python -m embodied.rewards.minijudge.train)"
+        )
+        raw = read_json_file(path, what="minijudge config", fix=resave)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(raw) - known)
         if unknown:
             raise CheckpointError(f"{path} has unknown fields {unknown}", fix="re-save it")
-        raw.update(overrides)
-        return cls(**raw)
+        saved = build_from_file(path, lambda: cls(**raw), what="minijudge config", fix=resave)
+        # Overrides are applied outside the check: a bad override is the caller's, not the file's.
+        return cls(**{**raw, **overrides}) if overrides else saved

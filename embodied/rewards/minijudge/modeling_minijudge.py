@@ -231,10 +231,12 @@ class MiniJudge(BaseJudge):
         Raises:
             CheckpointError: missing files or weights that do not fit the config.
         """
-        import json
+        from embodied.io import load_safetensors_file, read_json_file
 
-        from safetensors.torch import load_file
-
+        retrain = (
+            "restore the checkpoint, or retrain with "
+            "`python -m embodied.rewards.minijudge.train --out DIR`"
+        )
         folder = Path(path) if path is not None else SHIPPED
         config = MiniJudgeConfig.load(folder, device=device)
         weights = folder / "model.safetensors"
@@ -244,15 +246,17 @@ class MiniJudge(BaseJudge):
                 fix="retrain with `python -m embodied.rewards.minijudge.train --out DIR`",
             )
         model = MiniJudgeModel(config)
-        state = load_file(str(weights))
+        state = load_safetensors_file(weights, what="minijudge weights", fix=retrain)
         try:
             model.load_state_dict(state)
         except RuntimeError as exc:
-            raise CheckpointError(f"{weights} does not fit its config.json: {exc}") from exc
+            raise CheckpointError(
+                f"{weights} does not fit its config.json: {exc}", fix=retrain
+            ) from exc
         judge = cls(config, model, **kw)
         calib = folder / "calibration.json"
         if calib.exists():
-            judge.calibration = json.loads(calib.read_text())
+            judge.calibration = read_json_file(calib, what="minijudge calibration", fix=retrain)
         return judge
 
     def save_pretrained(self, path: str | os.PathLike[str]) -> Path:

@@ -5,8 +5,13 @@
 2. Embed each distinct caption once with the frozen MiniLM text tower (cached).
 3. Train the CNN image tower, text projection head, scale and bias with a sigmoid (SigLIP-
    style) loss on (clip, caption, is-true) pairs, balanced between true and false captions.
-4. Calibrate the decision threshold on held-out episodes with the task instructions and
-   save ``config.json``, ``model.safetensors`` and ``calibration.json``.
+4. Choose the decision threshold on a calibration split of unseen episodes, report the
+   oracle agreement on a disjoint report split (other reset seeds; both hold wrong-cube
+   episodes) and save ``config.json``, ``model.safetensors`` and ``calibration.json``, which
+   records the reset seeds of training, calibration and report (disjoint, checked).
+
+``--init DIR --steps 0`` recalibrates a checkpoint without touching its weights; its training
+seeds are read from the history in ``DIR/calibration.json``.
 
 Runs in a few minutes on one CPU thread with the defaults.
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -26,6 +32,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from embodied.errors import ConfigError
 from embodied.io import atomic_path, write_json
 from embodied.rewards.calibration import best_threshold, calibration_table, rates
 from embodied.rewards.clips import context_indices
@@ -197,13 +204,177 @@ def colour_binding(judge: MiniJudge, demos: Sequence[LabelledDemo]) -> float | N
     return float(100 * np.concatenate(wins).mean()) if wins else None
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Record data, train, calibrate and save; returns the metrics."""
+ARM, BALL = "mujoco:arm_reach", "mujoco:reach_around"
+CALIBRATION_SEED0 = 5000
+"""First reset seed of the calibration split (plus ``--seed``): the threshold is chosen here."""
+REPORT_SEED0 = 6000
+"""First reset seed of the report split (plus ``--seed``): agreement is reported only here."""
+EXTRA_ARM_SOURCES = (  # (--option dest, cache name, first reset seed, kinds) of extra arm data
+    ("extra_arm_experts", "extra_arm", 9000, ("expert",)),
+    ("wrong_arm", "wrong", 11000, ("wrong",)),
+    ("swap_arm", "swap_arm", 12000, ("swap",)),
+)
+
+SeedRanges = dict[str, list[list[int]]]
+"""Env id -> inclusive ``[first, last]`` reset-seed ranges, as stored in ``calibration.json``."""
+
+
+def _add_range(out: SeedRanges, env_id: str, first: int, n: int) -> None:
+    if n > 0:
+        out.setdefault(env_id, []).append([first, first + n - 1])
+
+
+def train_seeds(args: argparse.Namespace) -> SeedRanges:
+    """Reset seeds of the episodes one training run records (none without optimizer steps)."""
+    out: SeedRanges = {}
+    if args.steps <= 0:
+        return out
+    _add_range(out, ARM, args.seed, args.n_arm)
+    _add_range(out, BALL, args.seed, args.n_ball)
+    for dest, _, seed0, _ in EXTRA_ARM_SOURCES:
+        _add_range(out, ARM, seed0 + args.seed, getattr(args, dest))
+    return out
+
+
+def split_seeds(seed0: int, n_val: int, n_wrong: int) -> SeedRanges:
+    """Reset seeds of a calibration or report split starting at ``seed0``: ``n_val`` episodes
+    per task, then ``n_wrong`` wrong-cube arm_reach episodes on the following seeds."""
+    out: SeedRanges = {}
+    _add_range(out, ARM, seed0, n_val)
+    _add_range(out, ARM, seed0 + n_val, n_wrong)
+    _add_range(out, BALL, seed0, n_val)
+    return out
+
+
+def merge_seeds(*parts: SeedRanges) -> SeedRanges:
+    """Union of seed ranges, sorted per env (ranges are kept as recorded, not coalesced)."""
+    out: SeedRanges = {}
+    for part in parts:
+        for env_id, ranges in part.items():
+            for r in ranges:
+                if list(r) not in out.setdefault(env_id, []):
+                    out[env_id].append([int(r[0]), int(r[1])])
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def seed_overlaps(a: SeedRanges, b: SeedRanges) -> list[str]:
+    """``'env: [a0, a1] & [b0, b1]'`` for every pair of ranges of ``a`` and ``b`` that share a
+    reset seed of the same env (empty: disjoint)."""
+    return [
+        f"{env_id}: {ra} & {rb}"
+        for env_id in sorted(set(a) & set(b))
+        for ra in a[env_id]
+        for rb in b[env_id]
+        if ra[0] <= rb[1] and rb[0] <= ra[1]
+    ]
+
+
+def check_disjoint(splits: dict[str, SeedRanges]) -> None:
+    """Refuse splits that share a reset seed (an episode seen in two roles).
+
+    Raises:
+        ConfigError: names both splits, the shared ranges and the fix.
+    """
+    names = list(splits)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            shared = seed_overlaps(splits[a], splits[b])
+            if shared:
+                raise ConfigError(
+                    f"{a} and {b} episodes share reset seeds ({'; '.join(shared)})",
+                    fix=f"keep --n-arm/--n-ball/--n-val/--n-wrong-val below "
+                    f"{REPORT_SEED0 - CALIBRATION_SEED0} and the extra episode counts below "
+                    "1000, or choose another --seed",
+                )
+
+
+def history_train_seeds(train: dict[str, Any], parser: argparse.ArgumentParser) -> SeedRanges:
+    """Reset seeds every stage of a checkpoint's training history was trained on.
+
+    A stage records ``seeds`` (this script since the split of calibration and report) or
+    only its ``command``, whose options are parsed with this script's parser; ``from`` holds
+    the stage it started from.
+
+    Raises:
+        CheckpointError: a stage that trained records neither (its seeds are unknown, so
+            disjointness cannot be shown).
+    """
+    from embodied.errors import CheckpointError
+
+    out: SeedRanges = {}
+    stage: dict[str, Any] | None = train
+    while stage:
+        if "seeds" in stage:
+            out = merge_seeds(out, stage["seeds"])
+        elif int(stage.get("steps", 0)) > 0:
+            words = shlex.split(str(stage.get("command", "")))
+            at = next((i for i, w in enumerate(words) if w.endswith("train_minijudge")), None)
+            if at is None:
+                raise CheckpointError(
+                    f"training history stage {stage.get('command', stage)!r} records neither "
+                    "its seeds nor a train_minijudge command",
+                    fix="recalibrate a checkpoint trained by this script, or retrain it",
+                )
+            try:
+                known, _ = parser.parse_known_args(words[at + 1 :])
+            except SystemExit as exc:  # argparse exits on a command it cannot read
+                raise CheckpointError(
+                    f"training history command {stage['command']!r} does not parse",
+                    fix="record the stage's 'seeds' in calibration.json, or retrain",
+                ) from exc
+            out = merge_seeds(out, train_seeds(known))
+        stage = stage.get("from")
+    return out
+
+
+def _record_split(cache: str | None, name: str, seed0: int, n_val: int, n_wrong: int) -> Any:
+    """Episodes of one calibration or report split (see :func:`split_seeds`)."""
+
+    def make() -> list[LabelledDemo]:
+        demos = make_demos(n_val, n_val, seed0)
+        if n_wrong:
+            demos += record_episodes(ARM, n_wrong, seed0 + n_val, ("wrong",))
+        return demos
+
+    return _cached(cache, f"{name}_{seed0}_{n_val}_{n_wrong}", make)
+
+
+def _kind_counts(demos: Sequence[LabelledDemo]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for d in demos:
+        kinds = out.setdefault(d.env_id, {})
+        kind = str(d.meta.get("kind", "?"))
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return out
+
+
+def _per_env(ev: dict[str, Any], threshold: float) -> dict[str, dict[str, float]]:
+    return {
+        env_id: rates(ev["probs"][m] >= threshold, ev["labels"][m]).to_dict()
+        for env_id in sorted(set(ev["envs"].tolist()))
+        for m in [ev["envs"] == env_id]
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of this script (also parses the commands in a checkpoint's
+    training history)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="checkpoint folder to write")
     ap.add_argument("--n-arm", type=int, default=48, help="arm_reach training episodes")
     ap.add_argument("--n-ball", type=int, default=32, help="reach_around training episodes")
-    ap.add_argument("--n-val", type=int, default=16, help="held-out episodes per task")
+    ap.add_argument(
+        "--n-val",
+        type=int,
+        default=24,
+        help="episodes per task in each of the calibration and report splits",
+    )
+    ap.add_argument(
+        "--n-wrong-val",
+        type=int,
+        default=12,
+        help="wrong-cube arm_reach episodes in each of the calibration and report splits",
+    )
     ap.add_argument("--steps", type=int, default=1500, help="optimizer steps")
     ap.add_argument("--batch", type=int, default=128, help="pairs per step")
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -234,6 +405,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--film-layer", type=int, default=-1, help="FiLM conv index (-1: off)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads for training")
     ap.add_argument("--cache", default=None, help="folder to cache recorded episodes (npz)")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Record data, train, calibrate and save; returns the metrics."""
+    ap = build_parser()
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -257,30 +434,131 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         missing, unexpected = judge.model.load_state_dict(state, strict=False)
         if unexpected or any(not k.startswith("film.") for k in missing):
             raise SystemExit(f"--init {args.init}: missing {missing}, unexpected {unexpected}")
-    train = _cached(args.cache, "train", lambda: make_demos(args.n_arm, args.n_ball, args.seed))
-    more = (  # extra arm_reach episodes: (count, cache name, first seed, kinds)
-        (args.extra_arm_experts, "extra_arm", 9000, ("expert",)),
-        (args.wrong_arm, "wrong", 11000, ("wrong",)),
-        (args.swap_arm, "swap_arm", 12000, ("swap",)),
+    # every episode has one role: trained on, chooses the threshold, or is reported on
+    stage_seeds = train_seeds(args)
+    seeds = {
+        "train": merge_seeds(stage_seeds, history_train_seeds(init_train, ap)),
+        "calibration": split_seeds(CALIBRATION_SEED0 + args.seed, args.n_val, args.n_wrong_val),
+        "report": split_seeds(REPORT_SEED0 + args.seed, args.n_val, args.n_wrong_val),
+    }
+    check_disjoint(seeds)
+    train: list[LabelledDemo] = []
+    if args.steps > 0:  # recalibration alone records no training episodes
+        train = _cached(args.cache, "train", lambda: make_demos(args.n_arm, args.n_ball, args.seed))
+        for dest, name, seed0, kinds in EXTRA_ARM_SOURCES:
+            n = getattr(args, dest)
+            if n:
+                record = partial(record_episodes, ARM, n, seed0 + args.seed, kinds)
+                train += _cached(args.cache, f"{name}_{n}", record)
+    calib_demos = _record_split(
+        args.cache, "calibration", CALIBRATION_SEED0 + args.seed, args.n_val, args.n_wrong_val
     )
-    for n, name, seed0, kinds in more:
-        if n:
-            record = partial(record_episodes, "mujoco:arm_reach", n, seed0 + args.seed, kinds)
-            train += _cached(args.cache, f"{name}_{n}", record)
-    val = _cached(args.cache, "val", lambda: make_demos(args.n_val, args.n_val, 5000 + args.seed))
+    report_demos = _record_split(
+        args.cache, "report", REPORT_SEED0 + args.seed, args.n_val, args.n_wrong_val
+    )
     t_data = time.perf_counter() - t0
-    pairs = PairSet(train, config.image_size, args.stride, args.seed)
-    text_emb = judge.text.encode(pairs.texts)  # frozen MiniLM, each caption once
     print(
-        f"data: {len(train)} train / {len(val)} val episodes, {len(pairs.label)} pairs, "
-        f"{len(pairs.texts)} captions ({t_data:.0f} s)",
+        f"data: {len(train)} train / {len(calib_demos)} calibration / {len(report_demos)} "
+        f"report episodes ({t_data:.0f} s)",
         flush=True,
     )
 
+    if args.steps > 0:
+        _train(judge, train, calib_demos, args, rng, t0)
+    judge.model.eval()
+    judge.clear_cache()
+
+    ev = evaluate(judge, calib_demos)
+    judge.threshold = float(np.clip(best_threshold(ev["probs"], ev["labels"]), 0.05, 0.95))
+    rep = evaluate(judge, report_demos)
+    per_env = _per_env(rep, judge.threshold)
+    judge.calibration = {
+        "threshold": judge.threshold,
+        "threshold_rule": "maximum TPR + TNR over the calibration split's frames, clipped to "
+        "0.05..0.95; every agreement figure below is on the report split unless named "
+        "calibration",
+        "instruction": "the task instruction (e.g. 'reach the red cube')",
+        "splits": {
+            "seed_ranges": "env id -> inclusive [first, last] reset seeds; the three splits "
+            "share none (checked by train_minijudge)",
+            "train": {"seeds": seeds["train"]},
+            "calibration": {
+                "episodes": len(calib_demos),
+                "kinds": _kind_counts(calib_demos),
+                "seeds": seeds["calibration"],
+            },
+            "report": {
+                "episodes": len(report_demos),
+                "kinds": _kind_counts(report_demos),
+                "seeds": seeds["report"],
+            },
+        },
+        "oracle_agreement": rates(rep["probs"] >= judge.threshold, rep["labels"]).to_dict(),
+        "oracle_agreement_per_env": per_env,
+        "oracle_agreement_per_kind": agreement_by_kind(rep, judge.threshold),
+        "colour_binding_percent": colour_binding(judge, report_demos),
+        "calibration_agreement": rates(ev["probs"] >= judge.threshold, ev["labels"]).to_dict(),
+        "table": calibration_table(ev["probs"], ev["labels"]),
+        "table_split": "calibration",
+        "train": {
+            "episodes": len(train),
+            "steps": args.steps,
+            "seeds": stage_seeds,
+            "seconds": round(time.perf_counter() - t0, 1),
+            "command": "python -m embodied.rewards.minijudge.train_minijudge "
+            + shlex.join(argv if argv is not None else sys.argv[1:]),
+        },
+    }
+    if args.init:  # keep the history of how the starting checkpoint was trained
+        judge.calibration["train"]["from"] = init_train
+    if args.init and args.steps == 0:
+        _save_recalibrated(judge, Path(args.init), Path(args.out))
+    else:
+        judge.save_pretrained(args.out)
+    print(
+        f"saved {args.out}: threshold {judge.threshold:.3f} (calibration split), report split "
+        f"agreement {judge.calibration['oracle_agreement']}",
+        flush=True,
+    )
+    for env_id, kinds in judge.calibration["oracle_agreement_per_kind"].items():
+        for kind, r in kinds.items():
+            print(f"  {env_id} {kind}: TPR {r['tpr']:.1f} FPR {r['fpr']:.1f}", flush=True)
+    return judge.calibration
+
+
+def _save_recalibrated(judge: MiniJudge, init: Path, out: Path) -> None:
+    """Write a recalibrated checkpoint whose weights file is ``init``'s, byte for byte.
+
+    Re-serialising would change the bytes though not the tensors (safetensors orders the
+    metadata freely), and a recalibration must leave the weights file as it was.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    judge.config.threshold = float(judge.threshold)
+    judge.config.save(out)
+    if out.resolve() != init.resolve():
+        weights = (init / "model.safetensors").read_bytes()
+        with atomic_path(out / "model.safetensors") as tmp:
+            tmp.write_bytes(weights)
+    write_json(out / "calibration.json", judge.calibration)
+
+
+def _train(
+    judge: MiniJudge,
+    train: list[LabelledDemo],
+    calib: list[LabelledDemo],
+    args: argparse.Namespace,
+    rng: np.random.Generator,
+    t0: float,
+) -> None:
+    """Optimise the image tower, text head, scale and bias on ``train`` (progress on the
+    calibration split, which only ever chooses the threshold)."""
+    pairs = PairSet(train, judge.config.image_size, args.stride, args.seed)
+    text_emb = judge.text.encode(pairs.texts)  # frozen MiniLM, each caption once
+    print(f"train: {len(pairs.label)} pairs, {len(pairs.texts)} captions", flush=True)
     model = judge.model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
-    sched = torch.optim.lr_scheduler.OneCycleLR(  # --steps 0 with --init: recalibrate only
-        opt, max_lr=args.lr, total_steps=max(1, args.steps), pct_start=0.1
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=args.lr, total_steps=args.steps, pct_start=0.1
     )
     for step in range(args.steps):
         idx = pairs.batch(args.batch, rng)
@@ -295,9 +573,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if step % 200 == 0 and step:
             model.eval()
             judge.clear_cache()
-            ev = evaluate(judge, val, stride=4)
+            ev = evaluate(judge, calib, stride=4)
             r = rates(ev["probs"] >= 0.5, ev["labels"])
-            print(f"  val (task instruction, p>=0.5): TPR {r.tpr:.1f} TNR {r.tnr:.1f}", flush=True)
+            print(f"  calibration split (p>=0.5): TPR {r.tpr:.1f} TNR {r.tnr:.1f}", flush=True)
             model.train()
         if step % 100 == 0 or step == args.steps - 1:
             acc = ((logits > 0) == (y > 0.5)).float().mean().item()
@@ -306,46 +584,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 f"({time.perf_counter() - t0:.0f} s)",
                 flush=True,
             )
-    model.eval()
-    judge.clear_cache()
-
-    ev = evaluate(judge, val)
-    judge.threshold = float(np.clip(best_threshold(ev["probs"], ev["labels"]), 0.05, 0.95))
-    per_env = {}
-    for env_id in sorted(set(ev["envs"].tolist())):
-        m = ev["envs"] == env_id
-        per_env[env_id] = rates(ev["probs"][m] >= judge.threshold, ev["labels"][m]).to_dict()
-    judge.calibration = {
-        "threshold": judge.threshold,
-        "instruction": "the task instruction (e.g. 'reach the red cube')",
-        "held_out_episodes": len(val),
-        "held_out_seeds": f"{5000 + args.seed}..{5000 + args.seed + args.n_val - 1}",
-        "oracle_agreement": rates(ev["probs"] >= judge.threshold, ev["labels"]).to_dict(),
-        "oracle_agreement_per_env": per_env,
-        "oracle_agreement_per_kind": agreement_by_kind(ev, judge.threshold),
-        "colour_binding_percent": colour_binding(judge, val),
-        "table": calibration_table(ev["probs"], ev["labels"]),
-        "train": {
-            "episodes": len(train),
-            "pairs": len(pairs.label),
-            "steps": args.steps,
-            "seconds": round(time.perf_counter() - t0, 1),
-            "command": "python -m embodied.rewards.minijudge.train_minijudge "
-            + " ".join(argv if argv is not None else sys.argv[1:]),
-        },
-    }
-    if args.init:  # keep the history of how the starting checkpoint was trained
-        judge.calibration["train"]["from"] = init_train
-    judge.save_pretrained(args.out)
-    print(
-        f"saved {args.out}: threshold {judge.threshold:.3f}, agreement "
-        f"{judge.calibration['oracle_agreement']}",
-        flush=True,
-    )
-    for env_id, env_rates in per_env.items():
-        print(f"  {env_id}: {env_rates}")
-    return judge.calibration
 
 
 if __name__ == "__main__":
-    main()
+    from embodied.errors import EmbodiedError
+
+    try:
+        main()
+    except EmbodiedError as exc:  # as the embodied CLI: one clean line, exit code 2
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
