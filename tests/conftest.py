@@ -1,9 +1,18 @@
-"""Shared test setup: headless GL, one torch thread, paths to shared data and artifacts."""
+"""Shared test setup: headless GL, one torch thread, paths to shared data and artifacts.
+
+Optional extras (ray, accelerate, robosuite, playwright) are required per test with
+:func:`require`, never by a module-level ``pytest.importorskip``: a missing extra skips only
+the tests that use it. Under ``EMBODIED_REQUIRE_EXTRAS=1`` (set by ``.ci/run``) a missing
+extra fails the test instead, and so does any other skip, so CI cannot pass by skipping.
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Generator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -12,15 +21,90 @@ os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+# pytester runs small test files in a temporary folder (tests/core/test_core_require_extras.py)
+pytest_plugins = ["pytester"]
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 ARTIFACTS = ROOT / "test-artifacts"
+REQUIRE_EXTRAS_VAR = "EMBODIED_REQUIRE_EXTRAS"
+EXTRA_OF = {
+    "ray": "dist",
+    "accelerate": "dist",
+    "robosuite": "robosuite",
+    "playwright": "ui",
+}
+"""Which ``pip install -e .[extra]`` provides each optional top-level module."""
+
+
+def extras_required() -> bool:
+    """True when ``EMBODIED_REQUIRE_EXTRAS`` is set to anything but empty/``0``: skips fail."""
+    return os.environ.get(REQUIRE_EXTRAS_VAR, "").strip() not in ("", "0")
+
+
+def require(module: str) -> ModuleType:
+    """Import an optional dependency for the calling test, or skip that test.
+
+    Call it inside the test or fixture that needs the module, so a missing extra drops only
+    those tests. Under ``EMBODIED_REQUIRE_EXTRAS=1`` the missing module fails the test.
+
+    Args:
+        module: Dotted module name, e.g. ``"ray"`` or ``"playwright.sync_api"``.
+
+    Returns:
+        The imported module.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        error = exc
+    # outside the except block, so the report shows one message instead of a chained traceback
+    extra = EXTRA_OF.get(module.split(".")[0])
+    hint = f"pip install -e '.[{extra}]'" if extra else f"install {module.split('.')[0]}"
+    reason = f"{module} is not installed ({error}); {hint}"
+    if extras_required():
+        pytest.fail(
+            f"{reason}. {REQUIRE_EXTRAS_VAR}=1: a missing dependency is a failure", pytrace=False
+        )
+    pytest.skip(reason)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     import torch
 
     torch.set_num_threads(1)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Under ``EMBODIED_REQUIRE_EXTRAS`` turn every skip (skip marks, ``pytest.skip``,
+    ``importorskip``) into a failure; expected failures (xfail) keep their outcome."""
+    report = yield
+    if report.skipped and not hasattr(report, "wasxfail") and extras_required():
+        report.outcome = "failed"
+        report.longrepr = f"{REQUIRE_EXTRAS_VAR}=1 forbids skips: {_skip_reason(report)}"
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """Same for a whole module skipped at import (a module-level ``importorskip``)."""
+    report = yield
+    if report.skipped and extras_required():
+        report.outcome = "failed"
+        report.longrepr = f"{REQUIRE_EXTRAS_VAR}=1 forbids skips: {_skip_reason(report)}"
+    return report
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])  # (path, line, "Skipped: reason")
+    return str(longrepr)
 
 
 @pytest.fixture(scope="session")

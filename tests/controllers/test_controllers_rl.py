@@ -11,11 +11,12 @@ import pytest
 import controllers
 import policies
 import sim
+from controllers.analysis import tracking_rmse
 from controllers.fixed import FixedController
 from controllers.rl import RLController, RLControllerConfig, SteeringEnv
 from controllers.rl.training import PPOSettings, train_rl_controller
 from embodied.concepts import make_concept
-from embodied.contracts import Controller
+from embodied.contracts import Controller, Env
 from embodied.errors import CheckpointError, CompatibilityError, ConfigError
 from embodied.loop import Steering, rollout
 
@@ -126,13 +127,28 @@ def test_refuses_non_steerable_policy_and_out_of_range_commands() -> None:
         SteeringEnv(env, policy, make_concept("ee_speed"), RLControllerConfig(output_min=-2.0))
 
 
+def _tracking_rmse(env: Env, controller: Controller, setpoint: float, seed: int) -> float:
+    """Tracking RMSE (m/s) of one steered rollout of the base-speed-0.2 expert."""
+    controller.reset()
+    ep = rollout(
+        env,
+        policies.load("expert_speed_knob", env=env, base_speed=0.2),
+        seed=seed,
+        steering=Steering(make_concept("ee_speed"), controller, "alpha", setpoint),
+        record_images=False,
+    )
+    assert len(ep) > 5 and np.isfinite(ep.measurements).all()
+    return tracking_rmse(ep.measurements, ep.setpoints)
+
+
 def test_train_export_save_load_round_trip(tmp_path: Path) -> None:
     senv = make_steering_env()
+    # 1024 steps (4 PPO updates, ~5 s): enough to beat no control on every seed 0-4 tried
     ctrl, model = train_rl_controller(
-        senv, PPOSettings(total_timesteps=256, n_steps=128, batch_size=64, n_epochs=2)
+        senv, PPOSettings(total_timesteps=1024, n_steps=256, batch_size=64)
     )
     assert isinstance(ctrl, Controller)
-    assert ctrl.meta["total_timesteps"] == 256 and ctrl.meta["concept"] == "ee_speed"
+    assert ctrl.meta["total_timesteps"] == 1024 and ctrl.meta["concept"] == "ee_speed"
     obs = np.random.default_rng(0).uniform(-3, 3, size=(64, 5)).astype(np.float32)
     sb3_actions, _ = model.predict(obs, deterministic=True)
     np.testing.assert_allclose(ctrl.act(obs), sb3_actions, atol=1e-5)  # exported actor == SB3
@@ -150,16 +166,16 @@ def test_train_export_save_load_round_trip(tmp_path: Path) -> None:
     out_b = [via_yaml.update(m, s, 0.05) for m, s in seq]
     assert out_a == out_b
     assert all(-1.0 <= a <= 1.0 for a in out_a)
-    # the controller drives a real steered rollout
+    # the trained controller tracks: on setpoints the uncontrolled expert (0.2 m/s at
+    # alpha = 0) misses, its RMSE is well below no control's on the same seeds. Measured after
+    # 1024 steps, PPO seeds 0-4: ratio of means 0.39-0.44 (worst single rollout 0.55); an
+    # untrained actor scores 0.95-1.05.
     env = senv.inner_env
-    ep = rollout(
-        env,
-        policies.load("expert_speed_knob", env=env, base_speed=0.2),
-        seed=1,
-        steering=Steering(make_concept("ee_speed"), loaded, "alpha", 0.25),
-        record_images=False,
-    )
-    assert len(ep) > 5 and np.isfinite(ep.measurements).all()
+    pairs = [(setpoint, seed) for setpoint in (0.12, 0.3) for seed in (1, 2)]
+    rl = np.array([_tracking_rmse(env, loaded, sp, s) for sp, s in pairs])
+    none = np.array([_tracking_rmse(env, FixedController(0.0), sp, s) for sp, s in pairs])
+    assert np.all(rl < 0.75 * none), (rl, none)
+    assert rl.mean() < 0.6 * none.mean(), (rl, none)
     senv.close()
 
 

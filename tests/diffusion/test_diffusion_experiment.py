@@ -1,46 +1,86 @@
-"""The evaluation pipeline and the quick demo, end to end on mujoco:reach_around (tiny)."""
+"""The evaluation pipeline and the quick demo, end to end on mujoco:reach_around."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from policies.diffusion.experiment import SHIFT_METHODS, evaluate, quick_demo
+import numpy as np
+import pytest
+
+from policies.diffusion.experiment import (
+    OBS_EXCLUDE,
+    SHIFT_METHODS,
+    collect_demos,
+    evaluate,
+    quick_demo,
+)
 from policies.diffusion.training import train_pdp
 from tests.diffusion.conftest import tiny_config
 
+ROUTES = ("center", "left", "right")
 
-def test_evaluate_writes_tables_and_plots(reach_dataset: Path, tmp_path: Path) -> None:
-    for name, z_dim in (("pdp", 2), ("dp", 0)):
-        train_pdp(
-            reach_dataset,
-            tmp_path / name,
-            tiny_config(z_dim=z_dim, steps=3),
-            overrides={"obs_exclude": ["vel_x", "vel_y"]},
-            progress=False,
-            tensorboard=False,
-        )
+
+@pytest.mark.slow
+def test_evaluate_trained_pdp_succeeds_and_route_latents_choose_the_route(
+    tmp_path: Path,
+) -> None:
+    """A PDP trained to completion (default config, 3000 steps, fixed: no wall-clock budget)
+    on 24 demos: z set to a route's mean latent takes that route and reaches the goal.
+
+    Measured over training seeds 0, 1, 2 (5 rollouts per route): route match 0.8-1.0 per
+    route and 0.93 overall, success 0.87-0.93 overall. A policy that ignores z matches about
+    1/3 overall; the 3-step DP below succeeds 0.2 of the time.
+    """
+    demos = collect_demos(24, seed=0)
+    assert set(demos.labels) == set(ROUTES)
+    train_pdp(
+        demos,
+        tmp_path / "pdp",
+        None,
+        overrides={"seed": 0, "obs_exclude": list(OBS_EXCLUDE)},
+        progress=False,
+        tensorboard=False,
+    )
+    # the DP baseline only has to run through the pipeline: 3 steps keep the test short
+    train_pdp(
+        demos,
+        tmp_path / "dp",
+        tiny_config(z_dim=0, steps=3),
+        overrides={"obs_exclude": list(OBS_EXCLUDE)},
+        progress=False,
+        tensorboard=False,
+    )
     res = evaluate(
         tmp_path / "pdp",
         tmp_path / "dp",
         tmp_path / "eval",
-        n_eval=1,
-        n_coverage=2,
+        n_eval=5,
+        n_coverage=6,
         scenes=("block_left",),
-        n_shift_eval=1,
+        n_shift_eval=2,
         cem_iterations=1,
         cem_population=2,
         cem_rollouts=1,
         adapt_steps=3,
-        n_control=1,
+        n_control=5,
         plot_grid=2,
     )
-    for key in ("unshifted", "coverage", "route_control", "shifted"):
+    control = res["route_control"]
+    assert sorted(control) == list(ROUTES)
+    match = {r: control[r]["route_match"] for r in ROUTES}
+    success = {r: control[r]["success"] for r in ROUTES}
+    assert all(m >= 0.6 for m in match.values()), match  # 3 of 5 rollouts per route
+    assert np.mean(list(match.values())) >= 0.7, match
+    assert np.mean(list(success.values())) >= 0.6, success
+    for key in ("unshifted", "coverage", "shifted"):
         assert key in res
+    assert res["unshifted"]["pdp_z0"]["n"] == 5
     row = res["shifted"]["block_left"]
     for method in SHIFT_METHODS:
-        assert 0.0 <= row[method] <= 1.0
+        assert row[method] in (0.0, 0.5, 1.0), (method, row[method])  # 2 episodes each
     saved = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert saved["route_control"] == json.loads(json.dumps(control))
     assert saved["shifted"]["block_left"]["cem_rollouts"] == 2
     md = (tmp_path / "eval" / "results.md").read_text()
     assert "PDP + one-demo adaptation (paper: z from 0)" in md and "block_left" in md
@@ -49,10 +89,22 @@ def test_evaluate_writes_tables_and_plots(reach_dataset: Path, tmp_path: Path) -
 
 
 def test_quick_demo_trains_and_rolls_out(tmp_path: Path) -> None:
+    """The demo's time-boxed PDP section. Its training is bounded by wall time, so what it
+    achieves depends on the machine (about 250 steps here: no successes yet); the success
+    floor is the test above. Here: its reported rates are the ones of its own rollouts."""
     metrics = quick_demo(tmp_path, budget_s=12.0, n_demos=6)
     assert metrics["train_steps"] >= 1
-    assert set(metrics["routes"]) <= {"left", "center", "right"} and metrics["routes"]
+    routes = metrics["routes"]
+    assert routes and set(routes) <= set(ROUTES)
+    for row in routes.values():
+        assert row["route_taken"] in (*ROUTES, "none") and row["steps"] >= 1
+        assert len(row["z"]) == 2 and np.isfinite(row["z"]).all()
     assert len(metrics["prior_samples"]) == 3
-    assert 0.0 <= metrics["success_rate"] <= 1.0
+    assert metrics["success_rate"] == pytest.approx(
+        np.mean([r["success"] for r in routes.values()])
+    )
+    assert metrics["route_match"] == pytest.approx(
+        np.mean([r["route_taken"] == k for k, r in routes.items()])
+    )
     assert Path(metrics["plot"]).exists()
     assert (Path(metrics["checkpoint"]) / "model.safetensors").exists()

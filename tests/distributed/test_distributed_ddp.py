@@ -15,8 +15,8 @@ from safetensors.torch import load_file
 
 from embodied.distributed import Distributed, resolve_mixed_precision
 from embodied.errors import ConfigError
+from tests.conftest import require
 
-pytest.importorskip("accelerate", reason="the accelerate extra is not installed")
 HERE = Path(__file__).resolve().parent
 
 
@@ -60,6 +60,7 @@ def test_single_process_context_and_sharding() -> None:
 
 def test_ddp_helpers_two_processes(tmp_path: Path) -> None:
     """2 gloo ranks: different local data, synchronised gradients, single-process result."""
+    require("accelerate")
     proc = subprocess.run(
         _torchrun(2, str(HERE / "ddp_toy.py"), str(tmp_path)),
         env=_env(),
@@ -99,6 +100,7 @@ def pdp_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_train_pdp_two_processes_match_one(pdp_data: Path, tmp_path: Path) -> None:
     """`embodied train pdp` unchanged under torchrun: same loss curve and weights as 1 process."""
+    require("accelerate")
     args = [
         "train", "pdp", "--data", str(pdp_data), "--steps", "20", "--manifold-steps", "5",
         "--batch-size", "16", "--hidden-dim", "32", "--horizon", "8", "--n-action-steps", "4",

@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install ray)")
-
-from embodied.evaluation import EvalConfig, EvalVariant, evaluate  # noqa: E402
-from embodied.evaluation.ray_backend import RayBackend  # noqa: E402
-from embodied.evaluation.sweep import SweepConfig, run_sweep  # noqa: E402
+from embodied.evaluation import EvalConfig, EvalVariant, evaluate
+from embodied.evaluation.ray_backend import RayBackend
+from embodied.evaluation.sweep import SweepConfig, run_sweep
+from tests.conftest import require
 
 OUTCOME = ("success", "steps", "success_step", "reward_sum", "reason")
 
@@ -23,6 +22,7 @@ OUTCOME = ("success", "steps", "success_step", "reward_sum", "reason")
 @pytest.fixture(scope="module")
 def local_ray() -> Any:
     """One local Ray instance for the module (2 CPUs, no dashboard, 127.0.0.1 only)."""
+    ray = require("ray")
     ray.init(
         num_cpus=2,
         include_dashboard=False,
@@ -42,6 +42,7 @@ def test_ray_backend_without_cluster_names_the_fix() -> None:
     """--address auto with no running cluster: an error naming the address and the fix."""
     from embodied.errors import ConfigError
 
+    ray = require("ray")
     assert not ray.is_initialized()
     with pytest.raises(ConfigError, match="'auto'") as info:
         RayBackend(workers=1, address="auto").connect()
@@ -190,3 +191,74 @@ def test_sweep_cli_local_backend(tmp_path: Path) -> None:
     assert [r["point"]["kp"] for r in rows] == [0.5, 2]
     assert all(r["n"] == 1 and r["errors"] == 0 for r in rows)
     assert (tmp_path / "sweep.png").stat().st_size > 10_000
+
+
+RAY_AUTH_PROBE = r"""
+import json, os
+import grpc
+from ray.core.generated import gcs_service_pb2 as gcs, gcs_service_pb2_grpc as gcs_grpc
+from ray.core.generated import node_manager_pb2 as nm, node_manager_pb2_grpc as nm_grpc
+from embodied.evaluation import EvalConfig, evaluate
+
+probes = {}
+
+def probe(kind, data):
+    # runs while the backend's private instance is up: call its GCS and raylet directly
+    if kind != "start" or probes:
+        return
+    import ray
+    node = ray._private.worker.global_worker.node
+    bearer = [("authorization", "Bearer " + os.environ.get("RAY_AUTH_TOKEN", ""))]
+    calls = {
+        "gcs": (node.gcs_address, lambda ch, md: gcs_grpc.NodeInfoGcsServiceStub(ch)
+                .GetAllNodeInfo(gcs.GetAllNodeInfoRequest(), timeout=20, metadata=md)),
+        "raylet": (f"{node.node_ip_address}:{node.node_manager_port}",
+                   lambda ch, md: nm_grpc.NodeManagerServiceStub(ch)
+                   .GetNodeStats(nm.GetNodeStatsRequest(), timeout=20, metadata=md)),
+    }
+    for name, (address, call) in calls.items():
+        with grpc.insecure_channel(address) as channel:
+            for suffix, metadata in (("without_token", None), ("with_token", bearer)):
+                try:
+                    call(channel, metadata)
+                    probes[f"{name}_{suffix}"] = "OK"
+                except grpc.RpcError as exc:
+                    probes[f"{name}_{suffix}"] = exc.code().name
+
+result = evaluate(
+    EvalConfig(envs=("mujoco:reach_around",), episodes=2, workers=1, backend="ray"), "expert", probe
+)
+print(json.dumps({
+    "probes": probes,
+    "errors": [e.error for e in result.episodes],
+    "env_after": {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")},
+}))
+"""
+
+
+def test_private_ray_instance_refuses_rpcs_without_its_token(tmp_path: Path) -> None:
+    """The backend's own Ray instance (its GCS and raylet listen beyond loopback) answers only
+    RPCs carrying its token, even when the shell says ``RAY_AUTH_MODE=disabled``; the token is
+    per instance (no file in ``~/.ray``) and the environment is restored afterwards."""
+    import subprocess
+    import sys
+
+    require("ray")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(RAY_AUTH_MODE="disabled", HOME=str(tmp_path))  # e.g. left over in a user's shell
+    proc = subprocess.run(
+        [sys.executable, "-c", RAY_AUTH_PROBE],
+        capture_output=True, text=True, timeout=300, env=env,
+        cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["probes"] == {
+        "gcs_without_token": "UNAUTHENTICATED",
+        "gcs_with_token": "OK",
+        "raylet_without_token": "UNAUTHENTICATED",
+        "raylet_with_token": "OK",
+    }, out
+    assert out["errors"] == [None, None]  # the actors work under token authentication
+    assert out["env_after"] == {"RAY_AUTH_MODE": "disabled", "RAY_AUTH_TOKEN": None}
+    assert not (tmp_path / ".ray" / "auth_token").exists()

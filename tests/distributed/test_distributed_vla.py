@@ -17,8 +17,7 @@ from safetensors.torch import load_file
 from embodied.distributed import Distributed
 from embodied.errors import ConfigError
 from policies.openvla.training_openvla import BCSettings, Demos, build_tiny_vla, train_bc
-
-pytest.importorskip("accelerate", reason="the accelerate extra is not installed")
+from tests.conftest import require
 
 
 def _port() -> int:
@@ -67,6 +66,7 @@ def test_each_rank_trains_on_its_block_of_the_global_batch() -> None:
 
 def test_train_vla_two_processes_match_one(tmp_path: Path) -> None:
     """`embodied train vla` unchanged under torchrun: same loss curve and weights as 1 process."""
+    require("accelerate")
     args = ["train", "vla", "--demo-episodes", "1", "--steps", "8", "--batch-size", "8",
             "--llm-layers", "1"]  # fmt: skip
     one = subprocess.Popen(

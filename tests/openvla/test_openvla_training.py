@@ -94,5 +94,40 @@ def test_cli_registers_steer_and_train_vla() -> None:
     out = runner.invoke(app, ["steer", "--help"])
     assert out.exit_code == 0 and "experiment" in out.output and "extract" in out.output
     train = runner.invoke(app, ["train", "--help"])
-    if train.exit_code == 0:
-        assert "vla" in train.output
+    assert train.exit_code == 0, train.output
+    assert "vla" in train.output and "pdp" in train.output
+    vla = runner.invoke(app, ["train", "vla", "--help"])
+    assert vla.exit_code == 0, vla.output
+    assert "--demo-episodes" in vla.output and "--llm-layers" in vla.output
+
+
+def test_train_vla_cli_one_process(tmp_path: Path) -> None:
+    """`embodied train vla` in one process (no accelerate): it trains, writes a checkpoint
+    that loads through ``policies.load`` and prints its final loss."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import policies
+    import sim
+    from embodied.cli import app
+
+    out = tmp_path / "vla"
+    res = CliRunner().invoke(
+        app,
+        ["train", "vla", "--demo-episodes", "1", "--steps", "8", "--batch-size", "8",
+         "--llm-layers", "1", "--out", str(out)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    training = json.loads((out / "config.json").read_text())["training"]
+    assert training["world_size"] == 1
+    curve = [r["loss"] for r in training["history"]]
+    assert len(curve) == 8 and curve[-1] < curve[0]  # it trains
+    assert json.loads(res.stdout.strip().splitlines()[-1])["final_loss"] == curve[-1]
+    env = sim.make("mujoco:arm_reach", image_size=64)
+    policy = policies.load(out, device="cpu")
+    policy.check_compatible(env)
+    obs, _ = env.reset(seed=0)
+    chunk = policy.predict_action_chunk(obs)
+    assert chunk.shape[1:] == (env.action_spec.dim,) and np.isfinite(chunk).all()
+    env.close()

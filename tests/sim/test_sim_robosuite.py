@@ -8,12 +8,12 @@ import pytest
 import sim
 from embodied.errors import ActionError, UnknownNameError
 from embodied.loop import rollout
-
-pytest.importorskip("robosuite")
+from tests.conftest import require
 
 
 @pytest.fixture(scope="module")
 def lift() -> object:
+    require("robosuite")
     env = sim.make("robosuite:Lift", camera=["agentview"], image_size=48, max_episode_steps=20)
     yield env
     env.close()
@@ -62,6 +62,7 @@ def test_lift_runs_in_the_loop(lift: object) -> None:
 
 
 def test_unknown_robosuite_env_lists_envs() -> None:
+    require("robosuite")
     with pytest.raises(UnknownNameError, match="Lift"):
         sim.make("robosuite:Lfit")
     with pytest.raises(UnknownNameError, match="OSC_POSE"):

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import require
+
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
@@ -48,7 +50,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def page(server: Any) -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (see .ci/run)")
-    sync_api = pytest.importorskip("playwright.sync_api")
+    sync_api = require("playwright.sync_api")
     profile = tempfile.mkdtemp(prefix="tune-chromium-")
     with sync_api.sync_playwright() as pw:
         ctx = pw.chromium.launch_persistent_context(
