@@ -1,6 +1,6 @@
 """``python -m embodied`` runs the CLI."""
 
-from embodied.cli import main
+from embodied.apps.cli import main
 
 if __name__ == "__main__":
     main()

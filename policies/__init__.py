@@ -21,8 +21,8 @@ POLICIES: Registry[Policy] = Registry(
         "policies.scripted",
         "policies.diffusion",
         "policies.openvla",
-        "hardware.bringup",
-        "controllers.steerable_expert",
+        "policies.bringup",
+        "policies.steerable_expert",
     ),
 )
 """Name -> factory(env: Env | None, **kwargs) -> Policy."""

@@ -21,7 +21,7 @@ from embodied.errors import ConfigError
 
 if TYPE_CHECKING:
     from controllers.rl.env import SteeringEnv
-    from controllers.rl.training import PPOSettings, train_rl_controller
+    from controllers.rl.training_rl import PPOSettings, train_rl_controller
 
 __all__ = [
     "OBS_NAMES",

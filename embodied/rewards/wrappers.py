@@ -20,7 +20,7 @@ import numpy as np
 from embodied.contracts import Judge
 from embodied.errors import ConfigError
 from embodied.rewards.clips import context_indices, format_instruction
-from embodied.rewards.demo2reward.demos import task_text
+from embodied.rewards.demo2reward.demonstrations import task_text
 
 
 class JudgeReward(gym.Wrapper):  # type: ignore[type-arg]

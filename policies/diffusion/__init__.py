@@ -9,8 +9,8 @@ Following "From Noise to Control: Parameterized Diffusion Policies" (Zhang et al
 * :mod:`~policies.diffusion.policy_pdp` - the :class:`~embodied.contracts.Policy` with knob z;
 * :mod:`~policies.diffusion.training` - ``embodied train pdp`` (checkpoints, resume, TB);
 * :mod:`~policies.diffusion.adaptation` - z from one demo, z from a constraint (CEM);
-* :mod:`~policies.diffusion.experiment` - the multimodal-task evaluation and quick demo;
-* :mod:`~policies.diffusion.plots` - latent-space and interpolation PNGs.
+* :mod:`~embodied.apps.experiments.pdp` - the multimodal-task evaluation and quick demo;
+* :mod:`~embodied.apps.experiments.pdp_plots` - latent-space and interpolation PNGs.
 
 Importing this package registers the checkpoint loader ``policy_type == "pdp"`` and the
 policy name ``pdp`` (``policies.load("pdp", path=DIR)``); torch/diffusers load lazily.

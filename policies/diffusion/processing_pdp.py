@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +90,7 @@ def load_demos(
     path: str | os.PathLike[str],
     label_key: str = "route",
     successful_only: bool = True,
+    label_fn: Callable[[np.ndarray], str] | None = None,
 ) -> Demos:
     """Read demos from a dataset folder/file written by ``embodied collect``.
 
@@ -97,6 +98,9 @@ def load_demos(
         path: Dataset folder of shards or one robomimic HDF5 file.
         label_key: Demo attribute (or ``meta`` entry) holding the behaviour label.
         successful_only: Skip demos whose ``success`` attribute is False.
+        label_fn: Labels the demos from their ``(T, state_dim)`` states when none records a
+            label (e.g. ``sim.mujoco.classify_route`` for reach_around); labels only feed
+            diagnostics (mode coverage), never training.
     """
     from embodied.datasets import Dataset
 
@@ -119,10 +123,8 @@ def load_demos(
         raise DatasetError(
             f"dataset {str(path)!r} has no successful demos", fix="collect successful expert demos"
         )
-    if not any(labels) and ds.env_args.get("env_id") == "mujoco:reach_around":
-        from sim.mujoco import classify_route  # label by geometry when not recorded
-
-        labels = [str(classify_route(s[:, :2])) for s in states]
+    if not any(labels) and label_fn is not None:
+        labels = [str(label_fn(s)) for s in states]
     return Demos(states, actions, labels, dict(ds.env_args))
 
 

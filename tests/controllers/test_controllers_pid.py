@@ -289,7 +289,7 @@ def test_fixed_controller_set_gains_and_bumpless_switch_to_pid() -> None:
 
 
 def test_pid_update_benchmark_runs() -> None:
-    from controllers.bench import pid_update_us, run
+    from embodied.apps.bench._pid import pid_update_us, run
 
     assert pid_update_us(n=200, repeats=3) > 0.0
     assert set(run(quick=True)) == {"pid_update_us"}

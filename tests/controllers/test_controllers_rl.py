@@ -14,7 +14,7 @@ import sim
 from controllers.analysis import tracking_rmse
 from controllers.fixed import FixedController
 from controllers.rl import RLController, RLControllerConfig, SteeringEnv
-from controllers.rl.training import PPOSettings, train_rl_controller
+from controllers.rl.training_rl import PPOSettings, train_rl_controller
 from embodied.concepts import make_concept
 from embodied.contracts import Controller, Env
 from embodied.errors import CheckpointError, CompatibilityError, ConfigError

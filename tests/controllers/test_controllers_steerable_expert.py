@@ -10,11 +10,12 @@ import pytest
 import controllers
 import policies
 from controllers.analysis import tracking_rmse
-from controllers.plotting import plot_tracking
-from controllers.steerable_expert import REFERENCE_PID, SpeedKnobExpert, reference_task
+from embodied.apps.experiments.controller_plots import plot_tracking
+from embodied.apps.reference_task import REFERENCE_PID, reference_task
 from embodied.contracts import Steerable
 from embodied.errors import ConfigError
 from embodied.loop import Steering, rollout
+from policies.steerable_expert import SpeedKnobExpert
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,7 @@ def test_pid_tracks_setpoint_step_where_open_loop_cannot(task, artifacts_dir: Pa
 
 
 def test_demo_pid_rollout_and_comparison_table(tmp_path: Path) -> None:
-    from controllers.demo import compare, pid_steered_rollout
+    from embodied.apps.experiments.controllers import compare, pid_steered_rollout
 
     ep = pid_steered_rollout(seed=0, record_images=False, camera=False)
     assert ep.success and ep.meta["steering_knob"] == "alpha"

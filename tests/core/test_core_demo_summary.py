@@ -53,7 +53,7 @@ def sample_metrics() -> dict[str, Any]:
 def _render(metrics: dict[str, Any], out: Path) -> str:
     from rich.console import Console
 
-    from embodied.demo import print_summary
+    from embodied.apps.demo import print_summary
 
     buf = io.StringIO()
     print_summary(metrics, out, Console(file=buf, width=160, color_system=None))
@@ -99,8 +99,8 @@ def test_cli_prints_the_summary_not_the_json(
     """The command's own output (the sections themselves are tested elsewhere)."""
     from typer.testing import CliRunner
 
-    import embodied.demo
-    from embodied.cli import app
+    import embodied.apps.demo
+    from embodied.apps.cli import app
 
     def fake_run_demo(out: Path, **kwargs: Any) -> dict[str, Any]:
         out.mkdir(parents=True, exist_ok=True)
@@ -108,7 +108,7 @@ def test_cli_prints_the_summary_not_the_json(
         (out / "steer_pid_tracking.png").write_bytes(b"x")
         return sample_metrics()
 
-    monkeypatch.setattr(embodied.demo, "run_demo", fake_run_demo)
+    monkeypatch.setattr(embodied.apps.demo, "run_demo", fake_run_demo)
     res = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
     assert '"sections"' not in res.stdout and '"per_episode"' not in res.stdout
@@ -119,7 +119,7 @@ def test_cli_prints_the_summary_not_the_json(
 def test_demo_judges_scenes_the_judge_never_saw() -> None:
     """The demo's judged episodes use reset seeds outside every split the judge was trained,
     calibrated or reported on (as recorded in the shipped ``calibration.json``)."""
-    from embodied.demo import JUDGE_SEED0
+    from embodied.apps.demo import JUDGE_SEED0
     from embodied.rewards.minijudge.modeling_minijudge import SHIPPED
 
     splits = json.loads((Path(SHIPPED) / "calibration.json").read_text())["splits"]

@@ -68,7 +68,7 @@ def demos() -> Demos:
 @pytest.fixture(scope="session")
 def reach_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A few real expert demos of mujoco:reach_around written by the DatasetWriter."""
-    from policies.diffusion.experiment import collect_demos
+    from embodied.apps.experiments.pdp import collect_demos
 
     root = tmp_path_factory.mktemp("reach_demos")
     collect_demos(8, seed=0, out_dir=root)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from policies.diffusion.experiment import (
+from embodied.apps.experiments.pdp import (
     OBS_EXCLUDE,
     SHIFT_METHODS,
     collect_demos,

@@ -86,7 +86,7 @@ def test_resume_without_state_is_an_error(demos: Demos, tmp_path: Path) -> None:
 
 
 def test_cli_trains_on_real_env_dataset(reach_dataset: Path, tmp_path: Path) -> None:
-    from embodied.cli import app
+    from embodied.apps.cli import app
 
     demos = load_demos(reach_dataset)
     assert demos.state_dim == 8 and set(demos.labels) <= {"left", "center", "right"}

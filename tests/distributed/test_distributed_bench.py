@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from embodied.bench import AREAS
-from embodied.bench._report import TARGETS, figures, to_markdown
+from embodied.apps.bench import AREAS
+from embodied.apps.bench._report import TARGETS, figures, to_markdown
 
 
 def test_bench_all_quick_writes_report(tmp_path: Path) -> None:
@@ -92,7 +92,7 @@ def _report(areas: dict[str, Any]) -> dict[str, Any]:
 
 def test_missing_figures_are_unmet_targets() -> None:
     """An error row, a figure the area never produced and a failed area: each target unmet."""
-    from embodied.bench._report import area_error, problems
+    from embodied.apps.bench._report import area_error, problems
 
     report = _report(
         {
@@ -142,7 +142,7 @@ def test_missing_figures_are_unmet_targets() -> None:
 
 
 def test_run_all_marks_error_rows_not_ok(monkeypatch: pytest.MonkeyPatch) -> None:
-    from embodied.bench import _report
+    from embodied.apps.bench import _report
 
     def fake(area: str, quick: bool, timeout_s: float) -> dict[str, Any]:
         return {"ok": True, "seconds": 1.0, "result": {"pdp": {"error": "RuntimeError: boom"}}}
@@ -158,10 +158,10 @@ def test_run_all_marks_error_rows_not_ok(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_sim_area_without_libero_reports_an_error_row(monkeypatch: pytest.MonkeyPatch) -> None:
     """The LIBERO rows failing to import are recorded, so their target is missing, not dropped."""
-    from embodied.bench import sim as sim_bench
+    from embodied.apps.bench import sim as sim_bench
 
     monkeypatch.setitem(sys.modules, "sim.libero", None)  # import fails as without the extra
-    monkeypatch.setitem(sys.modules, "sim.libero.bench", None)
+    monkeypatch.setitem(sys.modules, "embodied.apps.bench._libero", None)
     monkeypatch.setattr(sim_bench, "bench_task", lambda task, *a: {"overhead": 1.1})
     result = sim_bench.run(quick=True)
     assert "ImportError" in result["libero"]["error"]
@@ -187,8 +187,8 @@ def test_strict_exits_nonzero_when_a_target_is_unmet(
 ) -> None:
     from typer.testing import CliRunner
 
-    from embodied.bench import _report
-    from embodied.cli import app
+    from embodied.apps.bench import _report
+    from embodied.apps.cli import app
 
     monkeypatch.setattr(_report, "run_area_subprocess", lambda *a: json.loads(json.dumps(outcome)))
     args = ["bench", "all", "--areas", "eval", "--out", str(tmp_path)]

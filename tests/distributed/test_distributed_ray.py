@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from embodied.evaluation import EvalConfig, EvalVariant, evaluate
-from embodied.evaluation.ray_backend import RayBackend
-from embodied.evaluation.sweep import SweepConfig, run_sweep
+from embodied.apps.evaluation import EvalConfig, EvalVariant, evaluate
+from embodied.apps.evaluation.ray_backend import RayBackend
+from embodied.apps.evaluation.sweep import SweepConfig, run_sweep
 from tests.conftest import require
 
 OUTCOME = ("success", "steps", "success_step", "reward_sum", "reason")
@@ -151,8 +151,8 @@ def test_sweep_on_ray_matches_inline_and_writes_table(local_ray: Any, tmp_path: 
 
 def test_sweep_bad_input_names_value_and_fix() -> None:
     """Bad axes, a missing setpoint and an unknown controller gain are refused up front."""
+    from embodied.apps.evaluation.sweep import parse_axis
     from embodied.errors import ConfigError
-    from embodied.evaluation.sweep import parse_axis
 
     assert parse_axis("kp=1,2.5,x") == ("kp", (1, 2.5, "x"))
     with pytest.raises(ConfigError, match="'kp'.*NAME=V1,V2"):
@@ -176,7 +176,7 @@ def test_sweep_cli_local_backend(tmp_path: Path) -> None:
     """`embodied sweep` from the command line (local backend): table, JSON and plot."""
     from typer.testing import CliRunner
 
-    from embodied.cli import app
+    from embodied.apps.cli import app
 
     res = CliRunner().invoke(
         app,
@@ -198,7 +198,7 @@ import json, os
 import grpc
 from ray.core.generated import gcs_service_pb2 as gcs, gcs_service_pb2_grpc as gcs_grpc
 from ray.core.generated import node_manager_pb2 as nm, node_manager_pb2_grpc as nm_grpc
-from embodied.evaluation import EvalConfig, evaluate
+from embodied.apps.evaluation import EvalConfig, evaluate
 
 probes = {}
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from embodied.apps.evaluation import EvalConfig, EvalVariant, build_grid
 from embodied.errors import ConfigError, UnknownNameError
-from embodied.evaluation import EvalConfig, EvalVariant, build_grid
 
 
 def test_grid_is_task_x_episode_x_variant_with_paired_seeds() -> None:

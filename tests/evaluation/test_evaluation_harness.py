@@ -16,9 +16,9 @@ import pytest
 
 import policies
 import sim
+from embodied.apps.evaluation import EvalConfig, PolicyLoader, evaluate, wilson_interval
 from embodied.contracts import Env, Policy
 from embodied.errors import CompatibilityError
-from embodied.evaluation import EvalConfig, PolicyLoader, evaluate, wilson_interval
 
 ROOT = Path(__file__).resolve().parents[2]
 

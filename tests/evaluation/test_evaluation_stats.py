@@ -6,9 +6,9 @@ import math
 
 import pytest
 
+from embodied.apps.evaluation import wilson_interval
+from embodied.apps.evaluation.stats import group_stats, task_stats
 from embodied.errors import ConfigError
-from embodied.evaluation import wilson_interval
-from embodied.evaluation.stats import group_stats, task_stats
 
 
 @pytest.mark.parametrize(

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 import policies
+from embodied.apps.deploy import deploy
 from embodied.datasets import Dataset
 from embodied.errors import ActionError, SafetyFault
 from embodied.loop import rollout
 from hardware import DEFAULT_CONFIG, RobotEnv, SimRobot, load_robot_config
-from hardware.deploy import deploy
 from hardware.ros import messages
 
 
@@ -153,7 +153,7 @@ def test_keyboard_interrupt_mid_rollout_sends_stop(config, tmp_path):
                 raise KeyboardInterrupt
             return False
 
-    import hardware.deploy as dep
+    import embodied.apps.deploy as dep
 
     real = dep.rollout
 

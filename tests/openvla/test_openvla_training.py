@@ -88,7 +88,7 @@ def test_checkpoint_loads_through_policies_and_steers_in_the_loop(tmp_path: Path
 def test_cli_registers_steer_and_train_vla() -> None:
     from typer.testing import CliRunner
 
-    from embodied.cli import app
+    from embodied.apps.cli import app
 
     runner = CliRunner()
     out = runner.invoke(app, ["steer", "--help"])
@@ -110,7 +110,7 @@ def test_train_vla_cli_one_process(tmp_path: Path) -> None:
 
     import policies
     import sim
-    from embodied.cli import app
+    from embodied.apps.cli import app
 
     out = tmp_path / "vla"
     res = CliRunner().invoke(

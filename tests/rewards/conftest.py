@@ -27,7 +27,7 @@ def tiny_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def arm_demos() -> list:
     """Labelled arm_reach episodes: 3 experts, 1 near miss, 1 expert (held out)."""
-    from embodied.rewards.minijudge.data_minijudge import record_episodes
+    from embodied.apps.training.data_minijudge import record_episodes
 
     return record_episodes(
         "mujoco:arm_reach", 5, 40000, kinds=("expert", "expert", "expert", "near", "expert")

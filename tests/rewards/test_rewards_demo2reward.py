@@ -134,7 +134,7 @@ def test_persistence_and_cli(tmp_path: Path, minijudge, arm_demos: list[Labelled
     path = save_result(result, tmp_path / "out", minijudge.describe(), [])
     assert load_instruction(path) == result.template
 
-    from embodied.cli import app
+    from embodied.apps.cli import app
 
     runner = CliRunner()
     res = runner.invoke(

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from embodied.rewards.minijudge.data_minijudge import arrival_steps, record_episodes
+from embodied.apps.training.data_minijudge import arrival_steps, record_episodes
 
 
 def test_eval_reports_judge_agreement() -> None:
-    from embodied.evaluation import EvalConfig, evaluate
+    from embodied.apps.evaluation import EvalConfig, evaluate
 
     cfg = EvalConfig("mujoco:arm_reach", episodes=2, workers=0, seed=7000, judge="minijudge")
     result = evaluate(cfg, "expert")

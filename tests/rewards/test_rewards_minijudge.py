@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.errors import CheckpointError, ConfigError
-from embodied.rewards.demo2reward import LabelledDemo
-from embodied.rewards.minijudge import SHIPPED, MiniJudge, MiniJudgeConfig, clips_to_pixels
-from embodied.rewards.minijudge.data_minijudge import first_env_success, record_episodes
-from embodied.rewards.minijudge.train_minijudge import (
+from embodied.apps.training.data_minijudge import first_env_success, record_episodes
+from embodied.apps.training.training_minijudge import (
     build_parser,
     history_train_seeds,
     seed_overlaps,
 )
+from embodied.errors import CheckpointError, ConfigError
+from embodied.rewards.demo2reward import LabelledDemo
+from embodied.rewards.minijudge import SHIPPED, MiniJudge, MiniJudgeConfig, clips_to_pixels
 
 WRONG_CUBE_SEED0, WRONG_CUBE_EPISODES = 41000, 8
 TEST_SEEDS = {"mujoco:arm_reach": [[40000, 40004], [41000, 41000 + WRONG_CUBE_EPISODES - 1]]}

@@ -12,10 +12,7 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 
-from embodied.errors import CheckpointError, ConfigError
-from embodied.rewards.calibration import best_threshold, rates
-from embodied.rewards.minijudge import MiniJudge
-from embodied.rewards.minijudge.train_minijudge import (
+from embodied.apps.training.training_minijudge import (
     _cached,
     build_parser,
     evaluate,
@@ -23,6 +20,9 @@ from embodied.rewards.minijudge.train_minijudge import (
     main,
     seed_overlaps,
 )
+from embodied.errors import CheckpointError, ConfigError
+from embodied.rewards.calibration import best_threshold, rates
+from embodied.rewards.minijudge import MiniJudge
 
 SMALL = ["--n-arm", "2", "--n-ball", "2", "--n-val", "2", "--n-wrong-val", "1"]
 SMALL += ["--extra-arm-experts", "0", "--image-size", "64", "--batch", "16"]

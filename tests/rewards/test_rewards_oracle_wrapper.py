@@ -9,7 +9,7 @@ import policies
 import sim
 from embodied.errors import ConfigError
 from embodied.loop import rollout
-from embodied.rewards.demo import episode_frames, judge_episodes
+from embodied.rewards.judging import episode_frames, judge_episodes
 from embodied.rewards.oracle import SimOracle, frame_labels
 from embodied.rewards.wrappers import JudgeReward
 

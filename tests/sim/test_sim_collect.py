@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import policies
 import sim
-from embodied.cli import app
+from embodied.apps.cli import app
 from embodied.datasets import Dataset, DatasetWriter
 from embodied.loop import rollout
 
@@ -114,7 +114,7 @@ def test_collect_cli_refuses_bad_input(tmp_path: Path) -> None:
 
 
 def test_bench_sim_reports_every_task() -> None:
-    from embodied.bench.sim import bench_task
+    from embodied.apps.bench.sim import bench_task
 
     row = bench_task("reach_around", steps=50, repeats=1, render_reps=2)
     for key in ("adapter_steps_per_s", "raw_steps_per_s", "overhead", "render_ms"):

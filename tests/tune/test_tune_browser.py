@@ -35,9 +35,9 @@ TIMEOUT_MS = 30_000
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from embodied.tune import ServerConfig, TuneConfig, TuneSession
-    from embodied.tune.server import TuneServer
-    from embodied.tune.task import build_task
+    from embodied.apps.tune import ServerConfig, TuneConfig, TuneSession
+    from embodied.apps.tune.server import TuneServer
+    from embodied.apps.tune.task import build_task
 
     cfg = TuneConfig(out_dir=tmp_path_factory.mktemp("tune-out"), setpoint=0.15)
     srv = TuneServer(TuneSession(build_task(cfg), cfg), ServerConfig(port=0))

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from embodied.apps.tune.commands import Command, ValidationContext, parse_command
+from embodied.apps.tune.configuration_tune import ServerConfig, TuneConfig, is_loopback
+from embodied.apps.tune.session import default_builder
 from embodied.errors import ConfigError
-from embodied.tune.commands import Command, ValidationContext, parse_command
-from embodied.tune.configuration_tune import ServerConfig, TuneConfig, is_loopback
-from embodied.tune.session import default_builder
 
 PID = {
     "kp": 1.0,
@@ -140,7 +140,7 @@ def test_tune_config_validates() -> None:
 
 
 def test_every_command_has_a_handler() -> None:
-    from embodied.tune.commands import COMMANDS
-    from embodied.tune.handlers import HANDLERS
+    from embodied.apps.tune.commands import COMMANDS
+    from embodied.apps.tune.handlers import HANDLERS
 
     assert set(COMMANDS) == set(HANDLERS)

@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from embodied.apps.tune import TuneConfig, TuneSession
+from embodied.apps.tune.task import build_robot_task
 from embodied.contracts import Env, Knob, KnobMixin
-from embodied.tune import TuneConfig, TuneSession
-from embodied.tune.task import build_robot_task
 from hardware import DEFAULT_CONFIG
-from hardware.bringup import SinePolicy
+from policies.bringup import SinePolicy
 
 
 class SteerableSine(KnobMixin, SinePolicy):

@@ -17,9 +17,9 @@ TOKEN = "tok-0123456789"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from embodied.tune import ServerConfig, TuneConfig, TuneSession
-    from embodied.tune.server import TuneServer
-    from embodied.tune.task import build_task
+    from embodied.apps.tune import ServerConfig, TuneConfig, TuneSession
+    from embodied.apps.tune.server import TuneServer
+    from embodied.apps.tune.task import build_task
 
     cfg = TuneConfig(out_dir=tmp_path_factory.mktemp("tune-srv"))
     srv = TuneServer(
@@ -142,7 +142,7 @@ def test_telemetry_streams_control_steps(server: Any) -> None:
 
 
 def test_page_ships_every_asset_itself() -> None:
-    from embodied.tune.server import STATIC_DIR
+    from embodied.apps.tune.server import STATIC_DIR
 
     html = (STATIC_DIR / "index.html").read_text()
     refs = re.findall(r'(?:src|href)="([^"]+)"', html)
@@ -157,9 +157,9 @@ def test_page_ships_every_asset_itself() -> None:
 @pytest.fixture(scope="module")
 def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A server without a token: what `embodied tune` runs by default on 127.0.0.1."""
-    from embodied.tune import ServerConfig, TuneConfig, TuneSession
-    from embodied.tune.server import TuneServer
-    from embodied.tune.task import build_task
+    from embodied.apps.tune import ServerConfig, TuneConfig, TuneSession
+    from embodied.apps.tune.server import TuneServer
+    from embodied.apps.tune.task import build_task
 
     cfg = TuneConfig(out_dir=tmp_path_factory.mktemp("tune-open"))
     srv = TuneServer(TuneSession(build_task(cfg, camera=False), cfg), ServerConfig(port=0))
@@ -227,9 +227,9 @@ def _scope(host: str | None) -> dict[str, Any]:
 
 
 def test_host_allow_list_takes_configured_names() -> None:
+    from embodied.apps.tune import ServerConfig
+    from embodied.apps.tune.server import host_ok
     from embodied.errors import ConfigError
-    from embodied.tune import ServerConfig
-    from embodied.tune.server import host_ok
 
     cfg = ServerConfig(allowed_hosts=("tune.lab", "Robot-PC.local", "10.0.0.7", "[fd00::5]"))
     allowed = cfg.host_allow_list()

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 import controllers
+from embodied.apps.tune import TuneConfig, TuneSession, experiments
+from embodied.apps.tune.live_controller import LiveController
+from embodied.apps.tune.session import default_builder
+from embodied.apps.tune.task import build_task
 from embodied.errors import ConfigError
-from embodied.tune import TuneConfig, TuneSession, experiments
-from embodied.tune.live_controller import LiveController
-from embodied.tune.session import default_builder
-from embodied.tune.task import build_task
 
 
 def _session(tmp_path: Path, **kw: object) -> TuneSession:
@@ -87,7 +87,7 @@ def test_save_and_load_gains_round_trip(tmp_path: Path) -> None:
     session.submit({"cmd": "save", "name": "tuned"})
     ctrl = controllers.load(tmp_path / "tuned.yaml")  # the file `embodied eval/deploy` take
     assert (ctrl.config.kp, ctrl.config.ki) == (0.7, 55.0)  # type: ignore[attr-defined]
-    from hardware.deploy import steering_from_file  # `embodied deploy --controller tuned.yaml`
+    from embodied.apps.deploy import steering_from_file  # `embodied deploy --controller tuned.yaml`
 
     steer = steering_from_file(tmp_path / "tuned.yaml")
     assert (steer.concept.name, steer.knob, steer.setpoint) == ("ee_speed", "alpha", 0.2)

@@ -8,7 +8,7 @@ result = optimize_instruction(judge, load_demos("demos/"))
 print(result.template, result.best.rates)
 """
 
-from embodied.rewards.demo2reward.demos import (
+from embodied.rewards.demo2reward.demonstrations import (
     FALLBACK_TASKS,
     LabelledDemo,
     load_demos,

@@ -20,7 +20,7 @@ from embodied.contracts import Judge
 from embodied.errors import ConfigError
 from embodied.io import read_json_file
 from embodied.rewards.clips import format_instruction
-from embodied.rewards.demo2reward.demos import LabelledDemo
+from embodied.rewards.demo2reward.demonstrations import LabelledDemo
 from embodied.rewards.demo2reward.objective import DemoSet, Evaluation
 from embodied.rewards.demo2reward.proposers import (
     DEFAULT_TEMPLATE,

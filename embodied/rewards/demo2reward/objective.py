@@ -16,7 +16,7 @@ from embodied.contracts import Judge
 from embodied.errors import ConfigError
 from embodied.rewards.calibration import Rates, calibration_table, rates
 from embodied.rewards.clips import format_instruction
-from embodied.rewards.demo2reward.demos import LabelledDemo
+from embodied.rewards.demo2reward.demonstrations import LabelledDemo
 
 TPR_WEIGHT = 0.01
 """Weight of the TPR in J; the TNR has weight 1."""

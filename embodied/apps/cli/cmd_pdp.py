@@ -1,0 +1,186 @@
+"""``embodied pdp ...``: Parameterized Diffusion Policy evaluation, adaptation and demo.
+
+* ``embodied pdp experiment --out DIR`` - collect demos, train PDP + DP, evaluate (all).
+* ``embodied pdp eval --pdp CKPT --dp CKPT --out DIR`` - evaluate trained checkpoints.
+* ``embodied pdp adapt --policy CKPT --scene block_left`` - adapt z to a shifted scene.
+* ``embodied pdp demo --out DIR`` - time-boxed train + rollout (what ``embodied demo`` runs).
+
+Training alone is ``embodied train pdp``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+pdp_app = typer.Typer(
+    help="Parameterized Diffusion Policy: evaluate, adapt z, demo.", no_args_is_help=True
+)
+
+_SCENES_HELP = "Shifted scenes (comma-separated): block_left, block_center, ..."
+
+
+def _threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(n)
+
+
+@pdp_app.command("experiment")
+def experiment_cmd(
+    out: Path = typer.Option(..., "--out", help="Output folder (demos, checkpoints, results)."),
+    demos: int = typer.Option(100, help="Expert demos to collect."),
+    seeds: int = typer.Option(1, help="Training seeds (PDP and DP trained per seed)."),
+    first_seed: int = typer.Option(0, help="First training seed (seeds first..first+n-1)."),
+    steps: int | None = typer.Option(None, help="Diffusion training steps [3000]."),
+    n_eval: int = typer.Option(30, help="Unshifted evaluation episodes per method."),
+    n_shift_eval: int = typer.Option(15, help="Episodes per shifted scene and method."),
+    scenes: str | None = typer.Option(None, help=_SCENES_HELP),
+    threads: int = typer.Option(1, help="torch CPU threads."),
+) -> None:
+    """Full evaluation on mujoco:reach_around; writes results.json/.md and PNG plots."""
+    from embodied.apps.experiments.pdp import SHIFTED_SCENES, run_experiment
+
+    _threads(threads)
+    summary = run_experiment(
+        out,
+        n_demos=demos,
+        train_seeds=tuple(range(first_seed, first_seed + seeds)),
+        overrides={"steps": steps} if steps else None,
+        n_eval=n_eval,
+        n_shift_eval=n_shift_eval,
+        scenes=tuple(scenes.split(",")) if scenes else SHIFTED_SCENES,
+    )
+    print(json.dumps(summary["aggregate"], indent=1))
+    print(f"wrote {out / 'results.md'}")
+
+
+@pdp_app.command("aggregate")
+def aggregate_cmd(
+    runs: list[Path] = typer.Argument(..., help="Output folders of `embodied pdp experiment`."),
+    out: Path = typer.Option(..., "--out", help="Folder for the combined results.json/.md."),
+) -> None:
+    """Combine experiment runs (e.g. one per training seed, run in parallel)."""
+    from embodied.apps.experiments.pdp import aggregate, aggregate_markdown, results_markdown
+    from embodied.io import write_json, write_text
+
+    per_seed = []
+    for run in runs:
+        per_seed += json.loads((run / "results.json").read_text())["per_seed"]
+    agg = aggregate(per_seed)
+    write_json(
+        out / "results.json",
+        {"per_seed": per_seed, "aggregate": agg, "runs": [str(r) for r in runs]},
+    )
+    md = aggregate_markdown(agg, len(per_seed))
+    write_text(out / "results.md", md + "\n" + "\n".join(results_markdown(r) for r in per_seed))
+    print(md)
+
+
+@pdp_app.command("eval")
+def eval_cmd(
+    pdp: Path = typer.Option(..., "--pdp", help="PDP checkpoint folder (embodied train pdp)."),
+    dp: Path = typer.Option(..., "--dp", help="Same policy trained with --z-dim 0."),
+    out: Path = typer.Option(..., "--out", help="Folder for results.json/.md and PNGs."),
+    n_eval: int = typer.Option(30, help="Unshifted evaluation episodes per method."),
+    n_shift_eval: int = typer.Option(15, help="Episodes per shifted scene and method."),
+    scenes: str | None = typer.Option(None, help=_SCENES_HELP),
+    seed: int = typer.Option(1000, help="First evaluation seed."),
+    threads: int = typer.Option(1, help="torch CPU threads."),
+) -> None:
+    """Evaluate PDP vs DP: success, mode coverage, shifted scenes, plots."""
+    from embodied.apps.experiments.pdp import SHIFTED_SCENES, evaluate, results_markdown
+
+    _threads(threads)
+    res = evaluate(
+        pdp,
+        dp,
+        out,
+        n_eval=n_eval,
+        n_shift_eval=n_shift_eval,
+        seed=seed,
+        scenes=tuple(scenes.split(",")) if scenes else SHIFTED_SCENES,
+    )
+    print(results_markdown(res))
+
+
+@pdp_app.command("adapt")
+def adapt_cmd(
+    policy: Path = typer.Option(..., "--policy", help="PDP checkpoint folder."),
+    scene: str = typer.Option("block_left", help="Shifted scene of mujoco:reach_around."),
+    method: str = typer.Option("demo", help="demo (one expert demo) or cem (constraint only)."),
+    steps: int = typer.Option(300, help="Adam steps (method=demo)."),
+    n_eval: int = typer.Option(10, help="Evaluation episodes before/after."),
+    seed: int = typer.Option(0, help="Seed of the demo/search episodes."),
+    threads: int = typer.Option(1, help="torch CPU threads."),
+) -> None:
+    """Adapt only z to a shifted scene and report success before/after (weights frozen)."""
+    import numpy as np
+
+    from embodied.apps.experiments.pdp import collect_demos, make_env, run_episodes, success_rate
+    from embodied.errors import ConfigError
+    from policies.diffusion.adaptation import adapt_z_from_demo, search_z_cem
+
+    _threads(threads)
+    from policies.diffusion.policy_pdp import PDPPolicy
+
+    pol = PDPPolicy.from_pretrained(policy)
+    env = make_env()
+    ev = list(range(50000 + seed, 50000 + seed + n_eval))
+    before = success_rate(run_episodes(env, pol, ev, scene, z=np.zeros(pol.config.z_dim)))
+    if method == "demo":
+        demo = collect_demos(1, seed=40000 + seed, scene=scene)
+        z = adapt_z_from_demo(pol, demo.states[0], demo.actions[0], steps=steps, seed=seed).z
+    elif method == "cem":
+
+        def cost(cands: np.ndarray) -> np.ndarray:
+            return np.asarray(
+                [
+                    np.mean(
+                        [
+                            1.0 - r["success"] + 1e-3 * r["steps"]
+                            for r in run_episodes(
+                                env, pol, [45000 + seed, 45001 + seed], scene, z=zc
+                            )
+                        ]
+                    )
+                    for zc in cands
+                ]
+            )
+
+        z = search_z_cem(cost, pol.config.z_dim, bound=pol.config.z_bound, seed=seed).z
+    else:
+        raise ConfigError(f"unknown adaptation method {method!r}", fix="use demo or cem")
+    after = success_rate(run_episodes(env, pol, ev, scene, z=z))
+    print(
+        json.dumps(
+            {
+                "scene": scene,
+                "method": method,
+                "z": z.tolist(),
+                "success_z0": before,
+                "success_adapted": after,
+                "n": n_eval,
+            }
+        )
+    )
+
+
+@pdp_app.command("demo")
+def demo_cmd(
+    out: Path = typer.Option(..., "--out", help="Output folder."),
+    budget_s: float = typer.Option(90.0, help="Wall-time budget in seconds."),
+    threads: int = typer.Option(1, help="torch CPU threads."),
+) -> None:
+    """Train a small PDP within the budget and roll it out once per route latent."""
+    from embodied.apps.experiments.pdp import quick_demo
+
+    _threads(threads)
+    print(json.dumps(quick_demo(out, budget_s=budget_s), indent=1))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``pdp`` command group to ``app``."""
+    app.add_typer(pdp_app, name="pdp")

@@ -1,0 +1,198 @@
+"""``embodied tune``: tune a steering controller live in the browser (or run its experiments).
+
+Examples::
+
+    embodied tune                                   # page on http://127.0.0.1:8765/
+    embodied tune --host 0.0.0.0 --token SECRET --allow-host robot-pc.local
+                                                    # reachable from the network (token required;
+                                                    # the page answers only to the names allowed)
+    embodied tune --step-test                       # the page's step experiment, headless
+    embodied tune --autotune 12 --step-test         # auto-tune, save <out>/autotuned.yaml, measure
+    embodied tune --step-test --gains tune-out/autotuned.yaml
+    embodied tune --robot hardware/configs/sim_arm.yaml --dry-run --policy <steerable policy>
+
+The built-in task is ``mujoco:arm_reach`` with the scripted expert whose speed knob ``alpha``
+the controller sets so that ``ee_speed`` (m/s) tracks the setpoint. Saved gains files are the
+controller YAML that ``embodied eval`` and ``embodied deploy`` accept.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``tune`` command to ``app``."""
+
+    @app.command("tune")
+    def tune(
+        env: str = typer.Option(
+            "mujoco:arm_reach", "--env", help="Env id (the built-in steering task by default)."
+        ),
+        policy: str = typer.Option(
+            "expert",
+            "--policy",
+            help="Steerable policy ('expert' = scripted arm expert with speed knob alpha).",
+        ),
+        concept: str = typer.Option(
+            "ee_speed",
+            "--concept",
+            help="Concept signal to track (ee_speed m/s, ee_height m, smoothness).",
+        ),
+        knob: str = typer.Option("alpha", "--knob", help="Policy knob the controller drives."),
+        setpoint: float = typer.Option(
+            0.15, "--setpoint", help="Initial setpoint (concept units, m/s for ee_speed)."
+        ),
+        controller: str = typer.Option(
+            "pid", "--controller", help="Initial controller: off, fixed, pid, rl."
+        ),
+        gains: Path | None = typer.Option(
+            None, "--gains", help="Controller YAML to start from (as saved by the page)."
+        ),
+        seed: int = typer.Option(0, "--seed", help="Episode seed."),
+        out: Path = typer.Option(
+            Path("tune-out"), "--out", help="Folder for gains files and experiment results."
+        ),
+        host: str = typer.Option(
+            "127.0.0.1", "--host", help="Interface to bind (non-loopback needs --token)."
+        ),
+        port: int = typer.Option(8765, "--port", help="TCP port (0 = any free port)."),
+        token: str | None = typer.Option(
+            None, "--token", help="Access token required by the page (>= 8 chars)."
+        ),
+        allow_host: list[str] = typer.Option(
+            [],
+            "--allow-host",
+            help="Extra host name the page may be opened under (repeatable; 127.0.0.1, "
+            "localhost, [::1] and --host are always allowed).",
+        ),
+        no_pace: bool = typer.Option(
+            False,
+            "--no-pace",
+            help="Run live episodes as fast as possible instead of at the control rate.",
+        ),
+        step_test: bool = typer.Option(
+            False,
+            "--step-test",
+            help="Run the page's step-response experiment headless and print its figures.",
+        ),
+        step_from: float = typer.Option(
+            0.08, "--step-from", help="Step experiment: initial setpoint."
+        ),
+        step_to: float = typer.Option(0.15, "--step-to", help="Step experiment: final setpoint."),
+        autotune: int = typer.Option(
+            0,
+            "--autotune",
+            help="Run the page's auto-tuner headless with this many step tests; writes <out>/autotuned.yaml.",
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print experiment results as JSON."),
+        robot: str | None = typer.Option(
+            None,
+            "--robot",
+            help="Tune on a robot: config YAML or rosbridge://host:port (instead of --env).",
+        ),
+        dry_run: bool = typer.Option(
+            False, "--dry-run", help="With --robot: the simulated robot, not ROS."
+        ),
+        max_seconds: float = typer.Option(
+            20.0, "--max-seconds", help="With --robot: episode length (s)."
+        ),
+    ) -> None:
+        """Serve a live tuning page for a steered rollout (http://127.0.0.1:8765 by default)."""
+        from embodied.apps.tune import ServerConfig, TuneConfig, TuneSession, experiments, gains_io
+        from embodied.apps.tune.task import build_task
+
+        headless = step_test or autotune > 0
+        if port == 0 and not headless:
+            import socket
+
+            with socket.socket() as sock:  # a free port, so the printed URL is the real one
+                sock.bind((host, 0))
+                port = int(sock.getsockname()[1])
+        server_cfg = (
+            None
+            if headless
+            else ServerConfig(host=host, port=port, token=token, allowed_hosts=tuple(allow_host))
+        )
+        cfg = TuneConfig(
+            env_id=env,
+            policy=policy,
+            concept=concept,
+            knob=knob,
+            setpoint=setpoint,
+            controller=controller,
+            seed=seed,
+            pace=not no_pace,
+            out_dir=out,
+        )
+        if robot is not None:
+            from embodied.apps.tune.task import build_robot_task
+
+            task = build_robot_task(cfg, robot, dry_run=dry_run, max_seconds=max_seconds)
+        else:
+            task = build_task(cfg, camera=not headless)
+        try:
+            session = TuneSession(task, cfg)
+            if gains is not None:
+                gains_io.load_path(session, Path(gains))
+        except BaseException:
+            if task.on_close is not None:
+                task.on_close()  # e.g. stop and disconnect the robot
+            raise
+        if headless:
+            results: dict[str, Any] = {}
+            try:
+                if autotune > 0:
+                    res = experiments.autotune(session, step_from, step_to, autotune)
+                    session.live.set_mode("pid", res["proposal"])
+                    path = gains_io.save(session, "autotuned.yaml")
+                    results["autotune"] = {k: v for k, v in res.items()}
+                    results["autotune"]["saved"] = str(path)
+                if step_test:
+                    res = experiments.step_test(session, step_from, step_to, emit=False)
+                    res.pop("trace")
+                    results["step_test"] = res
+            finally:
+                session.close()
+            _print(results, as_json)
+            return
+        from embodied.apps.tune.configuration_tune import is_loopback
+        from embodied.apps.tune.server import TuneServer
+
+        assert server_cfg is not None
+        server = TuneServer(session, server_cfg)
+        print(f"embodied tune: {task.env.env_id} on {server.url}  (Ctrl-C stops)", flush=True)
+        if not is_loopback(host) and not allow_host:
+            print(
+                f"note: the page answers only to {host}, 127.0.0.1 and localhost; add "
+                "--allow-host NAME for each name or address other machines open it under",
+                flush=True,
+            )
+        server.run()
+
+
+def _print(results: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(results, indent=2, default=str))
+        return
+    if "autotune" in results:
+        at = results["autotune"]
+        print(
+            f"auto-tune: proposal {at['proposal']} score {at['score']:.4f} "
+            f"(start gains {at['baseline_score']:.4f}), {len(at['candidates'])} step tests -> {at['saved']}"
+        )
+    if "step_test" in results:
+        r = results["step_test"]
+
+        def f(v: Any, unit: str) -> str:
+            return "n/a (not reached)" if v is None else f"{v:.3f}{unit}"
+
+        print(f"step {r['from']} -> {r['to']} ({r['mode']} {r['params']}):")
+        print(f"  rise time     {f(r['rise_time_s'], ' s')}")
+        print(f"  overshoot     {f(r['overshoot_pct'], ' %')}")
+        print(f"  settling time {f(r['settling_time_s'], ' s')}")
+        print(f"  IAE/step {r['iae_norm']:.4f}  success={r['success']}  steps={r['steps']}")

@@ -1,0 +1,269 @@
+"""Deploy a policy on a robot: ``embodied.loop.rollout`` + safety filter + episode logging.
+
+:func:`deploy` is what ``embodied deploy`` runs. It connects the robot (a ROS robot, or the
+simulated robot for a dry run), wraps it in :class:`~hardware.env.RobotEnv`, runs the one
+closed loop with the :class:`~hardware.safety.SafetyFilter`, writes every episode with
+:class:`embodied.datasets.DatasetWriter` (also the partial episode of a fault), and always
+leaves the robot commanded to stop: on the time limit, on ``request_stop()`` (Ctrl-C), on a
+fault and on any exception.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embodied.errors import ActionError, ConfigError, SafetyFault
+from embodied.io import write_json
+from embodied.loop import Episode, Steering, StepRecord, rollout
+from hardware.configuration_robot import RobotConfig
+from hardware.env import RobotEnv
+from hardware.robot import Robot
+
+log = logging.getLogger("embodied.apps.deploy")
+
+
+@dataclass
+class DeployResult:
+    """Outcome of :func:`deploy`.
+
+    Attributes:
+        reason: ``max_steps`` (time limit), ``stopped`` (stop requested), ``fault``, ``error``.
+        steps: Control steps run, all episodes.
+        episodes: Shard paths written.
+        fault: The fault message, if any.
+        summary: What ``summary.json`` holds.
+    """
+
+    reason: str
+    steps: int
+    episodes: list[Path]
+    fault: str | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+class _Recorder:
+    """Keeps the StepRecords of the running episode, so a fault still yields its data."""
+
+    def __init__(self) -> None:
+        self.records: list[StepRecord] = []
+
+    def __call__(self, record: StepRecord) -> None:
+        self.records.append(record)
+
+    def episode_data(self, instruction: str, meta: Mapping[str, Any]) -> Any:
+        import json
+
+        from embodied.datasets import EpisodeData
+
+        rows = self.records
+        keys = list(rows[0].obs) if rows else []
+        obs = {k: np.stack([np.asarray(r.obs[k]) for r in rows]) for k in keys}
+        n = len(rows)
+        dones = np.zeros(n, dtype=np.uint8)
+        if n:
+            dones[-1] = 1
+        return EpisodeData(
+            obs=obs,
+            actions=np.asarray([r.action for r in rows], dtype=np.float64),
+            rewards=np.asarray([r.reward for r in rows], dtype=np.float64),
+            dones=dones,
+            attrs={
+                "instruction": instruction,
+                "success": False,
+                "success_step": -1,
+                "judge_score": -1.0,
+                "meta": json.dumps(dict(meta), default=str),
+            },
+            extras={"raw_actions": np.asarray([r.raw_action for r in rows], dtype=np.float64)},
+        )
+
+
+def steering_from_file(path: str | Path) -> Steering:
+    """A :class:`Steering` from a controller YAML (``controllers.save`` format).
+
+    The file's ``meta`` names the ``concept``, ``setpoint`` and ``knob`` (default ``alpha``).
+    """
+    import controllers
+    from embodied.concepts import make_concept
+
+    meta = controllers.read_meta(path)
+    missing = [k for k in ("concept", "setpoint") if k not in meta]
+    if missing:
+        raise ConfigError(
+            f"controller file {str(path)!r} lacks meta {missing}",
+            fix="add 'meta: {concept: ee_speed, setpoint: 0.1, knob: alpha}'",
+        )
+    return Steering(
+        concept=make_concept(str(meta["concept"])),
+        controller=controllers.load(path),
+        knob=str(meta.get("knob", "alpha")),
+        setpoint=float(meta["setpoint"]),
+    )
+
+
+def deploy(
+    config: RobotConfig,
+    policy: str,
+    out: str | Path,
+    *,
+    dry_run: bool = False,
+    rate_hz: float | None = None,
+    max_seconds: float = 30.0,
+    episodes: int = 1,
+    controller: str | Path | None = None,
+    instruction: str = "",
+    policy_kwargs: Mapping[str, Any] | None = None,
+    stop_event: threading.Event | None = None,
+    robot: Robot | None = None,
+    clear_estop: bool = False,
+) -> DeployResult:
+    """Run ``policy`` on the robot of ``config`` with the safety filter; log episodes to ``out``.
+
+    Args:
+        config: Robot config (joints, limits, safety rules, ROS interface).
+        policy: Registered policy name or checkpoint folder (``policies.load``).
+        out: Output folder: ``episodes/`` (dataset shards), ``summary.json``,
+            ``safety_events.json``.
+        dry_run: Use the simulated robot (same config and loop) instead of ROS.
+        rate_hz: Control rate (Hz); default ``config.control_rate_hz``.
+        max_seconds: Time limit per episode (s).
+        episodes: Number of episodes (the robot is not moved between them).
+        controller: Optional controller YAML steering a policy knob (see
+            :func:`steering_from_file`).
+        instruction: Task instruction for language-conditioned policies.
+        policy_kwargs: Extra keyword arguments for the policy factory.
+        stop_event: Set it (e.g. from a SIGINT handler) to stop at the next control step.
+        robot: A robot to use instead of building one from ``config`` (tests).
+        clear_estop: Call the robot's enable service first (clears a latched robot e-stop).
+
+    Returns:
+        A :class:`DeployResult`. Faults do not raise: they end the run with
+        ``reason="fault"`` after the stop command; other errors propagate after it.
+    """
+    import policies
+    from embodied.datasets import DatasetWriter
+    from hardware import make_robot
+
+    if not max_seconds > 0:
+        raise ConfigError(f"max_seconds {max_seconds} must be > 0 (s)")
+    if episodes < 1:
+        raise ConfigError(f"episodes {episodes} must be >= 1")
+    rate = float(rate_hz or config.control_rate_hz)
+    if not rate > 0:
+        raise ConfigError(f"rate {rate} must be > 0 (Hz)")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stop_event = stop_event or threading.Event()
+    robot = robot or make_robot(config, dry_run=dry_run)
+    steering = steering_from_file(controller) if controller else None
+    steps_per_episode = max(1, round(max_seconds * rate))
+    shards: list[Path] = []
+    reason, fault, total_steps = "max_steps", None, 0
+    t0 = time.monotonic()
+    summary: dict[str, Any] = {
+        "robot": config.name,
+        "dry_run": dry_run,
+        "policy": str(policy),
+        "rate_hz": rate,
+        "max_seconds": max_seconds,
+    }
+    safety = None
+    try:
+        with robot:
+            if clear_estop:
+                log.warning("clearing the robot e-stop (enable) on operator request")
+                robot.enable()
+            env = RobotEnv(
+                robot,
+                instruction=instruction,
+                control_rate_hz=rate,
+                max_episode_steps=steps_per_episode,
+            )
+            pol = policies.load(policy, env=env, **dict(policy_kwargs or {}))
+            safety = env.safety_filter()
+            writer = DatasetWriter(
+                out / "episodes",
+                env_args={
+                    **env.describe(),
+                    "robot_url": None if dry_run else config.ros.url,
+                    "dry_run": dry_run,
+                    "policy": str(policy),
+                },
+            )
+            for index in range(episodes):
+                recorder = _Recorder()
+                deadline = time.monotonic() + max_seconds
+
+                def should_stop(_deadline: float = deadline) -> bool:
+                    return stop_event.is_set() or time.monotonic() > _deadline
+
+                meta = {"episode": index, "dry_run": dry_run, "policy": str(policy)}
+                try:
+                    episode: Episode = rollout(
+                        env,
+                        pol,
+                        steering=steering,
+                        safety=safety,
+                        pace=True,
+                        stop_on_success=False,
+                        callbacks=[recorder],
+                        should_stop=should_stop,
+                        max_steps=steps_per_episode,
+                    )
+                    reason = episode.meta["reason"]
+                    if reason == "stopped" and not stop_event.is_set():
+                        reason = "max_steps"  # the wall-clock deadline
+                    episode.meta.update(meta, deploy_reason=reason)
+                    shards.append(writer.add(episode))
+                    total_steps += len(episode)
+                    summary["timing_ms_median"] = {
+                        k: float(np.median(v)) for k, v in episode.timings_ms.items() if len(v)
+                    }
+                except (SafetyFault, ActionError) as exc:  # stop, keep the partial episode
+                    reason, fault = "fault", str(exc)
+                    log.error("fault: %s", exc)
+                    robot.stop()
+                    data = recorder.episode_data(
+                        instruction, {**meta, "deploy_reason": reason, "fault": fault}
+                    )
+                    if len(data):
+                        shards.append(writer.add(data))
+                    total_steps += len(recorder.records)
+                if reason != "max_steps":
+                    break
+            summary["link_losses"] = env.link_losses
+            summary["steps_without_command"] = env.steps_without_command
+    except BaseException as exc:
+        reason = "stopped" if isinstance(exc, KeyboardInterrupt) else "error"
+        fault = fault or f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        # `with robot` has commanded the stop (hold) and closed the link by now.
+        summary.update(
+            {
+                "reason": reason,
+                "fault": fault,
+                "steps": total_steps,
+                "duration_s": time.monotonic() - t0,
+                "episodes": [str(p) for p in shards],
+                "commands_sent": robot.commands_sent,
+                "commands_refused": robot.commands_refused,
+                "stop_command_rad": None if robot.last_sent is None else robot.last_sent.tolist(),
+                "safety": None if safety is None else safety.summary(),
+            }
+        )
+        link = getattr(robot, "link", None) or getattr(robot, "last_link", None)
+        if link is not None:
+            summary["link"] = {k: v for k, v in vars(link.stats).items()}
+        write_json(out / "summary.json", summary)
+        if safety is not None:
+            write_json(out / "safety_events.json", [e.to_dict() for e in safety.events])
+    return DeployResult(reason, total_steps, shards, fault, summary)

@@ -1,0 +1,224 @@
+"""Configuration of an evaluation: what to run (the episode grid) and how (workers, outputs).
+
+The grid is explicit: :func:`embodied.apps.evaluation.grid.build_grid` turns an
+:class:`EvalConfig` into a list of :class:`EpisodeSpec` (task x episode/seed/init state x
+variant), each of which is self-contained, so any backend (local processes now, Ray later)
+can run any episode anywhere and rerun it identically after a crash.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from embodied.contracts import Env, Policy
+from embodied.errors import ConfigError
+
+PolicyFactory = Callable[[Env], Policy]
+"""Builds a policy for an env (called in the worker process; must be picklable)."""
+
+
+@dataclass(frozen=True)
+class PolicyLoader:
+    """A picklable policy factory: ``policies.load(spec, env=env, **kwargs)``.
+
+    Args:
+        spec: A registered policy name (``random``, ``expert``) or a checkpoint folder.
+        kwargs: Extra keyword arguments for the factory or checkpoint loader.
+    """
+
+    spec: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __call__(self, env: Env) -> Policy:
+        import policies
+
+        return policies.load(self.spec, env=env, **dict(self.kwargs))
+
+    def describe(self) -> dict[str, Any]:
+        """JSON form for result files."""
+        return {"spec": str(self.spec), "kwargs": dict(self.kwargs)}
+
+
+@dataclass(frozen=True)
+class EvalVariant:
+    """One setting of the optional controller/steering axis of the grid.
+
+    Args:
+        name: Label in result tables (``default`` when there is one variant).
+        steering: ``steering(env, policy) -> Steering | None`` (picklable, called in the
+            worker per episode), e.g. a knob controller at a setpoint.
+        policy_kwargs: Extra kwargs for the policy factory when it is a :class:`PolicyLoader`.
+        rollout_kwargs: Extra kwargs for :func:`embodied.loop.rollout` (e.g. ``safety``).
+    """
+
+    name: str = "default"
+    steering: Callable[[Env, Policy], Any] | None = None
+    policy_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    rollout_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name:
+            raise ConfigError(f"variant name {self.name!r} must be non-empty without '/'")
+        reserved = {"seed", "reset_options", "max_steps", "steering", "callbacks"}
+        clash = sorted(reserved & set(self.rollout_kwargs))
+        if clash:
+            raise ConfigError(
+                f"variant {self.name!r} rollout_kwargs sets {clash}, which the harness controls",
+                fix="set seeds via EvalConfig.seed, steps via EvalConfig.max_steps",
+            )
+
+    def describe(self) -> dict[str, Any]:
+        """JSON form for result files."""
+        return {
+            "name": self.name,
+            "steering": None if self.steering is None else repr(self.steering),
+            "policy_kwargs": dict(self.policy_kwargs),
+            "rollout_kwargs": {k: repr(v) for k, v in self.rollout_kwargs.items()},
+        }
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """An evaluation.
+
+    Args:
+        envs: Env ids; a suite id (``libero:libero_spatial``) expands to all its tasks.
+        episodes: Episodes per task and variant; None: the family default (LIBERO: 50, one
+            per fixed init state; others: 10).
+        workers: Worker processes (0: run in this process, for debugging).
+        out: Output folder for ``results.json``, ``results.md`` and ``videos/`` (None: none).
+        video_episodes: Episode indices (within each task/variant) to save as MP4.
+        seed: Base seed; episode ``k`` of a task uses ``seed + k``.
+        env_kwargs: Family name -> kwargs for ``sim.make`` (e.g. ``{"libero": {"cameras":
+            ("agentview",)}}``).
+        max_steps: Step limit per episode; None: the env's ``max_episode_steps`` (protocol).
+        variants: The controller/steering axis; one ``default`` variant by default.
+        backend: Execution backend name (``local`` process pool, ``inline``).
+        max_retries: Reruns of an episode whose worker died before it is marked failed.
+        start_method: Multiprocessing start method (``forkserver`` or ``spawn``; never
+            ``fork``: simulators and GL contexts do not survive it).
+        preflight: Build one env per group in the parent and check policy compatibility
+            before starting workers.
+        judge: Optional judge spec (``minijudge``, a checkpoint folder, ...) that scores each
+            episode's final clip; results then report judge-vs-oracle agreement.
+
+    Derived:
+        env_ids: ``envs`` as a tuple.
+    """
+
+    envs: Sequence[str] | str
+    episodes: int | None = None
+    workers: int = 1
+    out: str | os.PathLike[str] | None = None
+    video_episodes: Sequence[int] = ()
+    seed: int = 0
+    env_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    max_steps: int | None = None
+    variants: Sequence[EvalVariant] = (EvalVariant(),)
+    backend: str = "local"
+    max_retries: int = 2
+    start_method: str = "forkserver"
+    preflight: bool = True
+    judge: str | None = None
+    env_ids: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        ids = (self.envs,) if isinstance(self.envs, str) else tuple(self.envs)
+        if not ids or not all(isinstance(e, str) and e for e in ids):
+            raise ConfigError(
+                f"envs must name at least one env id, got {self.envs!r}",
+                fix="e.g. envs=('libero:libero_spatial',) or 'mujoco:reach_around'",
+            )
+        object.__setattr__(self, "env_ids", tuple(dict.fromkeys(ids)))
+        if self.episodes is not None and self.episodes <= 0:
+            raise ConfigError(f"episodes must be positive, got {self.episodes}")
+        if self.workers < 0:
+            raise ConfigError(f"workers must be >= 0, got {self.workers}", fix="0 runs inline")
+        bad = [v for v in self.video_episodes if not isinstance(v, int) or v < 0]
+        if bad:
+            raise ConfigError(f"video_episodes must be episode indices >= 0, got {bad}")
+        object.__setattr__(self, "video_episodes", tuple(sorted(set(self.video_episodes))))
+        if self.max_steps is not None and self.max_steps <= 0:
+            raise ConfigError(f"max_steps must be positive, got {self.max_steps}")
+        variants = tuple(self.variants)
+        names = [v.name for v in variants]
+        if not variants or len(set(names)) != len(names):
+            raise ConfigError(f"variants must be non-empty with unique names, got {names}")
+        object.__setattr__(self, "variants", variants)
+        if self.max_retries < 0:
+            raise ConfigError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.start_method not in ("forkserver", "spawn"):
+            raise ConfigError(
+                f"start_method {self.start_method!r} not allowed; use 'forkserver' or 'spawn'",
+                fix="fork copies simulator and GL state into workers and breaks them",
+            )
+        object.__setattr__(
+            self, "env_kwargs", {k: dict(v) for k, v in dict(self.env_kwargs).items()}
+        )
+        if self.out is not None:
+            object.__setattr__(self, "out", Path(self.out))
+
+    def describe(self) -> dict[str, Any]:
+        """JSON form for result files."""
+        return {
+            "envs": list(self.env_ids),
+            "episodes": self.episodes,
+            "workers": self.workers,
+            "out": None if self.out is None else str(self.out),
+            "video_episodes": list(self.video_episodes),
+            "seed": self.seed,
+            "env_kwargs": {
+                k: {kk: repr(vv) for kk, vv in v.items()} for k, v in self.env_kwargs.items()
+            },
+            "max_steps": self.max_steps,
+            "variants": [v.describe() for v in self.variants],
+            "backend": self.backend,
+            "max_retries": self.max_retries,
+            "start_method": self.start_method,
+            "judge": self.judge,
+        }
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One cell of the episode grid: everything needed to run (or rerun) one episode.
+
+    Attributes:
+        index: Position in the grid (results are keyed by it).
+        env_id: Full env id of one task (``libero:libero_spatial:3``).
+        group: Averaging group (``libero:libero_spatial``; the env id for single tasks).
+        episode: Episode number within (task, variant).
+        seed: Reset seed.
+        init_state: Fixed init-state index (LIBERO) or None.
+        variant: Name of the :class:`EvalVariant`.
+        reset_options: Passed to ``env.reset`` (``{"init_state": i}`` for LIBERO).
+        record_video: Save this episode as MP4.
+    """
+
+    index: int
+    env_id: str
+    group: str
+    episode: int
+    seed: int
+    init_state: int | None
+    variant: str
+    reset_options: Mapping[str, Any]
+    record_video: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "index": self.index,
+            "env_id": self.env_id,
+            "group": self.group,
+            "episode": self.episode,
+            "seed": self.seed,
+            "init_state": self.init_state,
+            "variant": self.variant,
+            "reset_options": dict(self.reset_options),
+            "record_video": self.record_video,
+        }

@@ -1,0 +1,129 @@
+"""``evaluate(config, policy_factory) -> EvalResult``: the evaluation harness."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from embodied.apps.evaluation.backends import BACKENDS, EventCallback, InlineBackend
+from embodied.apps.evaluation.configuration_evaluation import (
+    EpisodeSpec,
+    EvalConfig,
+    PolicyFactory,
+    PolicyLoader,
+)
+from embodied.apps.evaluation.grid import build_grid
+from embodied.apps.evaluation.report import EvalResult, library_versions, write_results
+from embodied.apps.evaluation.stats import GroupStats, TaskStats, group_stats, task_stats
+from embodied.apps.evaluation.worker import EpisodeRecord, EpisodeRunner
+
+
+def preflight(runner: EpisodeRunner, specs: Sequence[EpisodeSpec]) -> dict[str, dict[str, Any]]:
+    """Build one env per group with ``runner`` and check every variant's policy against it.
+
+    Returns:
+        Env id -> ``env.describe()`` of the envs checked.
+
+    Raises:
+        CompatibilityError: before any worker starts or any step is taken.
+    """
+    firsts: dict[str, str] = {}
+    for s in specs:
+        firsts.setdefault(s.group, s.env_id)
+    return {env_id: runner.check(env_id) for env_id in firsts.values()}
+
+
+def summarize(
+    records: Sequence[EpisodeRecord],
+) -> tuple[list[TaskStats], list[GroupStats]]:
+    """Per (task, variant) and per (group, variant) statistics of ``records``."""
+    by_task: dict[tuple[str, str], list[EpisodeRecord]] = defaultdict(list)
+    for r in records:
+        by_task[(r.spec.env_id, r.spec.variant)].append(r)
+    tasks: list[TaskStats] = []
+    for (env_id, variant), recs in by_task.items():
+        ok = [r for r in recs if r.error is None]
+        tasks.append(
+            task_stats(
+                env_id,
+                recs[0].spec.group,
+                variant,
+                next((r.instruction for r in ok if r.instruction), ""),
+                [r.success for r in ok],
+                [r.steps for r in ok],
+                errors=len(recs) - len(ok),
+            )
+        )
+    by_group: dict[tuple[str, str], list[TaskStats]] = defaultdict(list)
+    for t in tasks:
+        by_group[(t.group, t.variant)].append(t)
+    groups = [group_stats(g, v, ts) for (g, v), ts in by_group.items()]
+    return tasks, groups
+
+
+def evaluate(
+    config: EvalConfig,
+    policy_factory: PolicyFactory | str,
+    on_event: EventCallback | None = None,
+) -> EvalResult:
+    """Run the episode grid of ``config`` and summarise it.
+
+    Args:
+        config: What to run and how.
+        policy_factory: ``factory(env) -> Policy``, picklable (module-level function or
+            :class:`PolicyLoader`); a string is ``PolicyLoader(string)`` (a registered
+            name or a checkpoint folder).
+        on_event: Progress callback ``(kind, data)`` (see
+            :data:`~embodied.apps.evaluation.backends.EventCallback`), called in this process.
+
+    Returns:
+        The :class:`EvalResult`; when ``config.out`` is set, ``results.json``,
+        ``results.md`` and ``videos/*.mp4`` are written there (atomically).
+
+    Raises:
+        UnknownNameError: unknown env, suite, task or backend (listing what exists).
+        CompatibilityError: the policy does not fit an env (before the first step).
+        EvaluationError: an episode raised inside a worker.
+    """
+    factory: PolicyFactory = (
+        PolicyLoader(policy_factory) if isinstance(policy_factory, str) else policy_factory
+    )
+    t0 = time.perf_counter()
+    specs = build_grid(config)
+    backend = BACKENDS.make(
+        config.backend if config.workers > 0 else "inline",
+        workers=config.workers,
+        max_retries=config.max_retries,
+        start_method=config.start_method,
+    )
+    envs: dict[str, dict[str, Any]] = {}
+    runner = EpisodeRunner.from_config(config, factory)
+    try:
+        if config.preflight:
+            envs.update(preflight(runner, specs))
+    finally:
+        if not isinstance(backend, InlineBackend):
+            runner.close()  # workers get the runner without envs (and build their own)
+    results = backend.run(specs, runner, on_event=on_event)
+    records = [results[s.index] for s in specs]
+    for r in records:
+        if r.env_description is not None:
+            envs.setdefault(r.spec.env_id, r.env_description)
+    tasks, groups = summarize(records)
+    describe = getattr(factory, "describe", None)
+    result = EvalResult(
+        config=config.describe(),
+        policy=describe() if callable(describe) else {"factory": repr(factory)},
+        envs=dict(sorted(envs.items())),
+        versions=library_versions(),
+        episodes=records,
+        tasks=tasks,
+        groups=groups,
+        wall_s=time.perf_counter() - t0,
+    )
+    if config.out is not None:
+        write_results(result, Path(config.out))
+    return result

@@ -1,0 +1,197 @@
+"""Evaluation results: the :class:`EvalResult` object and its JSON / markdown files."""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from embodied.apps.evaluation.stats import GroupStats, TaskStats
+from embodied.apps.evaluation.worker import EpisodeRecord
+from embodied.io import write_json, write_text
+
+VERSIONED_PACKAGES = (
+    "embodied",
+    "numpy",
+    "torch",
+    "mujoco",
+    "gymnasium",
+    "robosuite",
+    "libero",
+    "bddl",
+    "imageio-ffmpeg",
+)
+"""Packages whose versions every result file records (None when not installed)."""
+
+
+def library_versions(packages: Sequence[str] = VERSIONED_PACKAGES) -> dict[str, str | None]:
+    """Installed versions of ``packages`` plus Python and the platform."""
+    out: dict[str, str | None] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+    }
+    for name in packages:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+@dataclass
+class EvalResult:
+    """Everything an evaluation produced.
+
+    Attributes:
+        config: :meth:`EvalConfig.describe` of the run.
+        policy: Description of the policy factory.
+        envs: Env id -> ``env.describe()`` (includes the LIBERO protocol for LIBERO envs).
+        versions: Library versions (:func:`library_versions`).
+        episodes: One record per grid episode, in grid order.
+        tasks: Per (task, variant) statistics with Wilson 95% intervals.
+        groups: Per (group, variant) averages (e.g. per LIBERO suite).
+        wall_s: Wall time of the evaluation (s).
+        files: Written files by kind (``json``, ``markdown``, ``videos``), relative to ``out``.
+    """
+
+    config: dict[str, Any]
+    policy: dict[str, Any]
+    envs: dict[str, dict[str, Any]]
+    versions: dict[str, str | None]
+    episodes: list[EpisodeRecord]
+    tasks: list[TaskStats]
+    groups: list[GroupStats]
+    wall_s: float
+    files: dict[str, Any] = field(default_factory=dict)
+
+    def task(self, env_id: str, variant: str = "default") -> TaskStats:
+        """Statistics of one task and variant."""
+        for t in self.tasks:
+            if t.env_id == env_id and t.variant == variant:
+                return t
+        raise KeyError(f"no results for {env_id!r} / {variant!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (written to ``results.json``; NaN written as null)."""
+        d = {
+            "format": "embodied-eval/1",
+            "config": self.config,
+            "policy": self.policy,
+            "versions": self.versions,
+            "envs": self.envs,
+            "groups": [g.to_dict() for g in self.groups],
+            "tasks": [t.to_dict() for t in self.tasks],
+            "episodes": [e.to_dict() for e in self.episodes],
+            "wall_s": self.wall_s,
+            "files": self.files,
+        }
+        if self.judge_agreement() is not None:
+            d["judge_agreement"] = self.judge_agreement()
+        return _finite(d)  # type: ignore[no-any-return]
+
+    def judge_agreement(self) -> dict[str, Any] | None:
+        """Judge-vs-oracle (env success) agreement over judged episodes, or None (no judge)."""
+        judged = [e for e in self.episodes if e.judge_success is not None and e.error is None]
+        if not judged:
+            return None
+        from embodied.rewards.calibration import rates
+
+        return {
+            "judge": self.config.get("judge"),
+            "episodes": len(judged),
+            **rates([bool(e.judge_success) for e in judged], [e.success for e in judged]).to_dict(),
+        }
+
+    def markdown(self) -> str:
+        """Markdown report: per-group averages, per-task table, protocol and versions."""
+        return to_markdown(self)
+
+
+def _pct(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def to_markdown(result: EvalResult) -> str:
+    """Render ``result`` as markdown."""
+    lines = [
+        "# Evaluation results",
+        "",
+        f"Policy: `{json.dumps(result.policy)}`  ",
+        f"Episodes: {len(result.episodes)} in {result.wall_s:.1f} s with "
+        f"{result.config.get('workers')} worker(s), backend `{result.config.get('backend')}`",
+        "",
+        "## Groups",
+        "",
+        "| group | variant | tasks | episodes | mean task success | pooled success | 95% CI |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for g in result.groups:
+        lines.append(
+            f"| {g.group} | {g.variant} | {g.n_tasks} | {g.n} | {_pct(g.mean_task_success)} | "
+            f"{_pct(g.success_rate)} | [{_pct(g.ci_low)}, {_pct(g.ci_high)}] |"
+        )
+    lines += [
+        "",
+        "## Tasks",
+        "",
+        "| task | instruction | variant | success | 95% CI (Wilson) | n | mean steps | errors |",
+        "|---|---|---|---:|---|---:|---:|---:|",
+    ]
+    for t in result.tasks:
+        lines.append(
+            f"| {t.env_id} | {t.instruction} | {t.variant} | {t.successes}/{t.n} "
+            f"({_pct(t.success_rate)}) | [{_pct(t.ci_low)}, {_pct(t.ci_high)}] | {t.n} | "
+            f"{t.mean_steps:.1f} | {t.errors} |"
+        )
+    agr = result.judge_agreement()
+    if agr is not None:
+        lines += [
+            "",
+            "## Judge vs oracle",
+            "",
+            f"Judge `{agr['judge']}` on {agr['episodes']} episodes: agreement "
+            f"{agr['accuracy']:.1f}% (TPR {agr['tpr']:.1f}%, TNR {agr['tnr']:.1f}%)",
+        ]
+    videos = result.files.get("videos") or []
+    if videos:
+        lines += ["", "## Videos", ""] + [f"- [{v}]({v})" for v in videos]
+    protocols = {
+        json.dumps(d["protocol"], sort_keys=True) for d in result.envs.values() if "protocol" in d
+    }
+    if protocols:
+        lines += ["", "## Protocol", ""]
+        for p in sorted(protocols):
+            lines += ["```json", json.dumps(json.loads(p), indent=2), "```"]
+    lines += ["", "## Versions", ""]
+    lines += [f"- {k}: {v}" for k, v in result.versions.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_results(result: EvalResult, out: Path) -> dict[str, Any]:
+    """Atomically write ``results.json`` and ``results.md`` into ``out``; return the file map."""
+    files: dict[str, Any] = {
+        "json": "results.json",
+        "markdown": "results.md",
+        "videos": sorted(e.video for e in result.episodes if e.video),
+    }
+    result.files = files
+    write_json(out / "results.json", result.to_dict())
+    write_text(out / "results.md", result.markdown())
+    return files
+
+
+def _finite(obj: Any) -> Any:
+    """Replace NaN/inf by None so the JSON is strict."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj

@@ -1,0 +1,1 @@
+"""Experiments: each runs a component against baselines and writes tables and plots."""

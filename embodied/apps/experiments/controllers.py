@@ -1,0 +1,129 @@
+"""Closed-loop steering on the built-in task: no control vs fixed alpha vs PID (vs RL).
+
+``python -m embodied.apps.experiments.controllers --out runs/ctrl_demo [--rl runs/rl_speed] [--train-rl 20000]``
+writes ``tracking.png`` (ee_speed and alpha_t over time) and ``table.json`` (RMSE, rise time,
+overshoot, settling time, success per controller). :func:`pid_steered_rollout` is the
+PID-steered rollout of ``embodied demo``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from controllers.analysis import step_response, tracking_rmse
+from embodied.errors import ConfigError
+from embodied.loop import Episode, Steering, rollout
+
+STEP_LOW_MPS, STEP_HIGH_MPS, STEP_TIME_S = 0.06, 0.15, 1.0
+
+
+def step_setpoint(
+    low: float = STEP_LOW_MPS, high: float = STEP_HIGH_MPS, at_s: float = STEP_TIME_S
+) -> Callable[[float], float]:
+    """Setpoint schedule: ``low`` m/s until ``at_s`` seconds, then ``high``."""
+
+    def setpoint(t_s: float) -> float:
+        return low if t_s < at_s else high
+
+    return setpoint
+
+
+def pid_steered_rollout(seed: int = 0, record_images: bool = True, **env_kwargs: Any) -> Episode:
+    """One PID-steered rollout of the built-in task (ee_speed setpoint step via alpha)."""
+    import controllers
+    from embodied.apps.reference_task import REFERENCE_PID, reference_task
+
+    task = reference_task(**env_kwargs)
+    steering = Steering(
+        task.concept, controllers.make("pid", **REFERENCE_PID), task.knob, step_setpoint()
+    )
+    return rollout(task.env, task.policy, steering=steering, seed=seed, record_images=record_images)
+
+
+def compare(
+    out_dir: str | os.PathLike[str], rl_path: str | None = None, seeds: int = 5
+) -> dict[str, dict[str, float | None]]:
+    """Run every controller on the setpoint step over ``seeds`` episodes; write table + figure."""
+    import controllers
+    from embodied.apps.experiments.controller_plots import plot_tracking
+    from embodied.apps.reference_task import REFERENCE_PID, reference_task
+    from embodied.io import write_json
+
+    task = reference_task(camera=False)
+    candidates: dict[str, Callable[[], Any]] = {
+        "no control (alpha=0)": lambda: None,
+        "fixed alpha=0.5": lambda: controllers.make("fixed", value=0.5),
+        "PID": lambda: controllers.make("pid", **REFERENCE_PID),
+    }
+    if rl_path:
+        candidates["RL (PPO)"] = lambda: controllers.make("rl", path=rl_path)
+    table: dict[str, dict[str, float | None]] = {}
+    first: dict[str, Episode] = {}
+    for label, build in candidates.items():
+        rows = []
+        for seed in range(seeds):
+            ep = rollout(
+                task.env, task.policy, seed=seed, record_images=False,
+                steering=Steering(task.concept, build(), task.knob, step_setpoint()),
+            )  # fmt: skip
+            first.setdefault(label, ep)
+            t = np.arange(len(ep)) * task.env.dt
+            try:
+                r = step_response(
+                    t, ep.measurements, STEP_HIGH_MPS, step_time=STEP_TIME_S, initial=STEP_LOW_MPS
+                )
+                figures = [r.rise_time_s, r.overshoot_pct, r.settling_time_s]
+            except ConfigError:  # the episode ended (success) before the step
+                figures = [math.nan] * 3
+            rows.append(
+                [tracking_rmse(ep.measurements, ep.setpoints, skip=5), *figures,
+                 float(ep.success)]
+            )  # fmt: skip
+        arr = np.asarray(rows, dtype=np.float64)
+        names = ("rmse_mps", "rise_time_s", "overshoot_pct", "settling_time_s", "success_rate")
+        table[label] = {
+            n: (None if np.isnan(arr[:, i]).all() else float(np.nanmean(arr[:, i])))
+            for i, n in enumerate(names)
+        }
+    out = Path(out_dir)
+    write_json(out / "table.json", table)
+    plot_tracking(
+        first, out / "tracking.png",
+        title=f"arm_reach ee_speed step {STEP_LOW_MPS} -> {STEP_HIGH_MPS} m/s at {STEP_TIME_S} s",
+    )  # fmt: skip
+    return table
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--out", default="runs/ctrl_demo")
+    parser.add_argument("--rl", default=None, help="folder of a trained RL controller")
+    parser.add_argument("--train-rl", type=int, default=0, help="train RL for N steps first")
+    parser.add_argument("--seeds", type=int, default=5)
+    args = parser.parse_args(argv)
+    rl_path = args.rl
+    if args.train_rl:
+        from embodied.apps.reference_task import train_on_reference_task
+
+        rl_path = str(Path(args.out) / "rl_controller")
+        train_on_reference_task(args.train_rl, save_to=rl_path)
+    table = compare(args.out, rl_path=rl_path, seeds=args.seeds)
+    width = max(len(k) for k in table)
+    print(f"{'controller':{width}s}  rmse[m/s]  rise[s]  overshoot[%]  settle[s]  success")
+    for label, row in table.items():
+        cells = [row[k] for k in ("rmse_mps", "rise_time_s", "overshoot_pct", "settling_time_s")]
+        text = "  ".join("    n/a  " if v is None else f"{v:9.4f}" for v in cells)
+        print(f"{label:{width}s}  {text}  {row['success_rate']:.2f}")
+    print(f"wrote {Path(args.out) / 'table.json'} and {Path(args.out) / 'tracking.png'}")
+
+
+if __name__ == "__main__":
+    main()
