@@ -16,6 +16,10 @@ roslibpy's limits, and how this module lives with them:
 
 Outgoing messages are validated against their type first (:mod:`hardware.ros.messages`), and
 are latest-wins per topic: a burst leaves one pending message per topic, never a growing queue.
+Latest-wins alone cannot promise delivery: a ROS 1 subscriber connects to the server's
+publisher asynchronously after ``advertise``, and what is published before that is lost. The
+caller re-publishes what must arrive (``publish(..., resend=True)``; :class:`hardware.ros.robot
+.RosRobot` does so for its newest command and its e-stop until the robot's state confirms them).
 Incoming messages are kept in a bounded deque per topic (default: latest only).
 """
 
@@ -48,6 +52,11 @@ logging.getLogger("twisted").addFilter(_DropStalePongs())
 
 _REACTOR_LOCK = threading.Lock()
 _REACTOR_THREAD: threading.Thread | None = None
+
+
+def in_reactor_thread() -> bool:
+    """Whether the caller runs on the reactor thread (where blocking calls would deadlock)."""
+    return _REACTOR_THREAD is not None and threading.current_thread() is _REACTOR_THREAD
 
 
 def ensure_reactor(timeout_s: float = 5.0) -> None:
@@ -90,9 +99,12 @@ class LinkStats:
     """Counters of a link (for reports and tests)."""
 
     published: int = 0
-    """Messages accepted by :meth:`RosbridgeLink.publish` (validated, link open)."""
+    """New messages accepted by :meth:`RosbridgeLink.publish` (validated, link open)."""
+    resent: int = 0
+    """Re-publications accepted (``publish(..., resend=True)``), counted apart from new ones;
+    once everything is flushed, ``sent + superseded == published + resent``."""
     sent: int = 0
-    """Messages written to the websocket."""
+    """Messages written to the websocket (new and re-published)."""
     superseded: int = 0
     """Messages replaced by a newer one on the same topic before they were written."""
     dropped_disconnected: int = 0
@@ -115,6 +127,10 @@ class RosbridgeLink:
         reconnect_max_s: Largest reconnect delay (s).
         reconnect_factor: Delay growth per failed attempt.
         on_change: Called (from the reactor thread) with True/False when the link opens/closes.
+        ping_interval_s: Websocket ping period (s) while the link is idle.
+        ping_timeout_s: A ping unanswered this long (s) closes the link. A crashed server is
+            seen at once through the TCP close; a hung one (no FIN) within
+            :attr:`dead_peer_timeout_s`.
     """
 
     def __init__(
@@ -126,9 +142,12 @@ class RosbridgeLink:
         reconnect_max_s: float = 2.0,
         reconnect_factor: float = 2.0,
         on_change: Callable[[bool], None] | None = None,
+        ping_interval_s: float = 0.5,
+        ping_timeout_s: float = 1.0,
     ) -> None:
         self.host, self.port, self.ros_version = host, int(port), ros_version
         self.backoff = (reconnect_initial_s, reconnect_max_s, reconnect_factor)
+        self.ping = (ping_interval_s, ping_timeout_s)
         self.on_change = on_change
         self.stats = LinkStats()
         self.opened_s = -1.0
@@ -163,7 +182,7 @@ class RosbridgeLink:
         # A half-open socket (peer hung, no FIN) is closed by websocket pings; a crashed peer
         # is noticed at once through the TCP close.
         factory.setProtocolOptions(
-            autoPingInterval=0.5, autoPingTimeout=1.0, openHandshakeTimeout=2.0
+            autoPingInterval=self.ping[0], autoPingTimeout=self.ping[1], openHandshakeTimeout=2.0
         )
         factory.on("ready", self._on_ready)
         factory.on("close", self._on_close)
@@ -221,6 +240,11 @@ class RosbridgeLink:
             except Exception as exc:  # reactor gone (interpreter exit): nothing left to send
                 log.warning("closing rosbridge link: %s", exc)
         self._ros = None
+
+    @property
+    def dead_peer_timeout_s(self) -> float:
+        """Longest time (s) a dead server can go unnoticed: one ping period plus its timeout."""
+        return self.ping[0] + self.ping[1]
 
     @property
     def connected(self) -> bool:
@@ -368,8 +392,14 @@ class RosbridgeLink:
         """Monotonic time (s) of the last message on ``topic`` (-1 if none)."""
         return self._subs[topic].last_rx_s
 
-    def publish(self, topic: str, msg: Mapping[str, Any]) -> bool:
+    def publish(self, topic: str, msg: Mapping[str, Any], resend: bool = False) -> bool:
         """Validate and publish ``msg`` on an advertised ``topic``; latest-wins.
+
+        Args:
+            topic: An advertised topic.
+            msg: The message (rosbridge JSON form).
+            resend: ``msg`` repeats one published before (counted in ``stats.resent``, not
+                ``stats.published``).
 
         Returns:
             True if accepted for sending; False when the link is down (nothing is queued).
@@ -406,7 +436,10 @@ class RosbridgeLink:
             if topic in self._pending:
                 self.stats.superseded += 1
             self._pending[topic] = payload
-            self.stats.published += 1
+            if resend:
+                self.stats.resent += 1
+            else:
+                self.stats.published += 1
             schedule = topic not in self._scheduled
             self._scheduled.add(topic)
         if schedule:
@@ -440,6 +473,11 @@ class RosbridgeLink:
         """
         import roslibpy
 
+        if in_reactor_thread():  # the reply arrives on this very thread: it would never come
+            raise SafetyFault(
+                f"service {service} called from the reactor thread",
+                fix="call services from another thread (e.g. RosRobot's keeper)",
+            )
         if self._proto is None or self._ros is None:
             raise SafetyFault(
                 f"service {service} not called: rosbridge link is down",

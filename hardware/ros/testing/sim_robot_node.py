@@ -9,8 +9,10 @@ no ``embodied`` imports. Behaviour:
   name) or ``std_msgs/Float64MultiArray`` (joint order) on the command topic, and moves each
   joint towards its target at up to its velocity limit, within its position limits;
 * stale commands (older than ``command_timeout_ms``): holds position, velocity zero;
-* ``std_msgs/Bool`` e-stop topic (true latches a stop), ``std_srvs/Trigger`` enable service
-  (clears it);
+* ``std_msgs/Bool`` e-stop topic (true latches a stop) or ``std_srvs/Trigger`` e-stop service,
+  ``std_srvs/Trigger`` enable service (clears it); with ``ros.estop_state`` in the config it
+  publishes whether its e-stop is latched (``std_msgs/Bool``, latched topic, at 10 Hz and at
+  once on every change): the acknowledgement the driver waits for;
 * ``--log FILE`` appends one JSON line per received command / e-stop / enable (wall time),
   so tests observe exactly what reached the ROS side;
 * ``--bench``: targets are reached at once and a state is published right after each
@@ -111,6 +113,12 @@ class SimRobotNode:
         enable = ros.get("enable")
         if enable:
             rospy.Service(enable["topic"], Trigger, self.on_enable)
+        estop_state = ros.get("estop_state")
+        self.estop_state_pub = None
+        if estop_state:
+            self.estop_state_pub = rospy.Publisher(
+                estop_state["topic"], Bool, queue_size=1, latch=True
+            )
 
     def record(self, kind: str, **data: object) -> None:
         if self.log is not None:
@@ -159,6 +167,7 @@ class SimRobotNode:
                 self.estopped = True
                 self.target = None
                 self.record("estop")
+            self.publish_estop_state()
 
     def on_estop_service(self, _req: object) -> TriggerResponse:
         self.on_estop(Bool(data=True))
@@ -168,7 +177,14 @@ class SimRobotNode:
         with self.lock:
             self.estopped = False
             self.record("enable")
+        self.publish_estop_state()
         return TriggerResponse(success=True, message="enabled")
+
+    def publish_estop_state(self) -> None:
+        if self.estop_state_pub is not None:
+            with self.lock:
+                estopped = self.estopped
+            self.estop_state_pub.publish(Bool(data=estopped))
 
     # ---------------------------------------------------------------- loop
     def step(self, dt: float) -> None:
@@ -217,6 +233,7 @@ class SimRobotNode:
             now = time.monotonic()
             if now - last_count > 0.1:  # 10 Hz: command counter and camera
                 self.count_pub.publish(UInt64(data=self.received))
+                self.publish_estop_state()
                 self.publish_image()
                 last_count = now
             next_t += period
