@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mujoco
 import numpy as np
 
+from embodied.contracts import Env, Policy
 from embodied.errors import ConfigError, UnknownNameError
-from embodied.specs import VectorSpec
+from embodied.specs import Observation, VectorSpec
+from sim.mujoco.env import EpisodeExpert, MujocoEnv, as_mujoco_env, check_speed
 from sim.mujoco.task import Task
-
-if TYPE_CHECKING:
-    from embodied.contracts import Policy
-    from sim.mujoco.env import MujocoEnv
 
 COLORS: tuple[str, ...] = ("red", "green", "blue", "yellow")
 """Cube colours; each episode's instruction names one."""
@@ -299,8 +297,59 @@ class ArmReachTask(Task):
             "ee_pos": self.ee_pos.tolist(),
         }
 
-    def expert(self, env: MujocoEnv, **kwargs: Any) -> Policy:
-        """:class:`~sim.mujoco.experts.ArmReachExpert` (kwargs: speed, speed_range, seed)."""
-        from sim.mujoco.experts import ArmReachExpert
+    def expert(self, env: Env, **kwargs: Any) -> Policy:
+        """:class:`ArmReachExpert` (kwargs: speed, speed_range, seed)."""
+        return ArmReachExpert(as_mujoco_env(env), **kwargs)
 
-        return ArmReachExpert(env, **kwargs)
+
+class ArmReachExpert(EpisodeExpert):
+    """Moves the arm's fingertip above the named target, then down onto it, at a set speed.
+
+    Args:
+        env: The arm_reach env (privileged state: fingertip and target positions).
+        speed: End-effector cruise speed in m/s, or None for a random one in ``speed_range``.
+        speed_range: (min, max) speed in m/s when ``speed`` is None.
+        seed: Extra seed mixed with the env's episode seed.
+    """
+
+    def __init__(
+        self,
+        env: MujocoEnv,
+        speed: float | None = None,
+        speed_range: tuple[float, float] = (0.05, 0.25),
+        seed: int = 0,
+    ) -> None:
+        super().__init__(env, seed)
+        self.speed = check_speed(speed, 0.02, MAX_EE_SPEED_MPS, "arm_reach")
+        lo, hi = (float(x) for x in speed_range)
+        check_speed(lo, 0.02, MAX_EE_SPEED_MPS, "arm_reach")
+        check_speed(hi, lo, MAX_EE_SPEED_MPS, "arm_reach")
+        self.speed_range = (lo, hi)
+        self.current_speed = 0.0
+        self._waypoints = np.zeros((0, 3))
+        self._i = 0
+
+    def plan(self, rng: np.random.Generator) -> None:
+        """Waypoints: above the target (hover height), then the grasp point on it."""
+        task = self.env.task
+        speed = self.speed if self.speed is not None else float(rng.uniform(*self.speed_range))
+        target = np.asarray(task.target_point(self.env.data), dtype=np.float64)  # type: ignore[attr-defined]
+        hover = target + np.array([0.0, 0.0, task.hover_height_m])  # type: ignore[attr-defined]
+        self._waypoints = np.stack([hover, target])
+        self._i = 0
+        self.current_speed = speed
+
+    def predict_action_chunk(self, obs: Observation) -> np.ndarray:
+        """One (vx, vy, vz, gripper) command toward the active waypoint."""
+        self._ensure_plan()
+        ee = np.asarray(self.env.task.ee_position(self.env.data), dtype=np.float64)  # type: ignore[attr-defined]
+        last = len(self._waypoints) - 1
+        while self._i < last and np.linalg.norm(self._waypoints[self._i] - ee) < 0.02:
+            self._i += 1
+        delta = self._waypoints[self._i] - ee
+        dist = float(np.linalg.norm(delta))
+        speed = self.current_speed if self._i < last else min(self.current_speed, 3.0 * dist)
+        action = np.zeros(self.action_dim)
+        action[:3] = delta / max(dist, 1e-9) * speed
+        action[3] = -1.0  # gripper open
+        return action[None, :]

@@ -19,7 +19,7 @@ import mujoco
 import numpy as np
 
 from embodied.contracts import Env, Policy
-from embodied.errors import ActionError, ConfigError
+from embodied.errors import ActionError, CompatibilityError, ConfigError
 from embodied.specs import ImageSpec, Observation, ObservationSpec, image_key
 from sim.mujoco.rendering import CameraRenderer
 from sim.mujoco.task import Task
@@ -243,3 +243,58 @@ class MujocoEnv(Env):
             task_options=self.task.options(),
         )
         return out
+
+
+def as_mujoco_env(env: Env) -> MujocoEnv:
+    """``env`` (or the env inside its gymnasium wrappers) as a :class:`MujocoEnv`.
+
+    Raises:
+        CompatibilityError: ``env`` is not a MuJoCo task env (its experts read its sim state).
+    """
+    inner = getattr(env, "unwrapped", env)
+    if not isinstance(inner, MujocoEnv):
+        raise CompatibilityError(
+            f"{type(inner).__name__} is not a MuJoCo task env",
+            fix="build the env with sim.make('mujoco:<task>') before asking for its expert",
+        )
+    return inner
+
+
+def check_speed(speed: float | None, low: float, high: float, what: str) -> float | None:
+    """``speed`` (m/s) checked to lie in ``[low, high]``; None passes (a random speed)."""
+    if speed is None:
+        return None
+    speed = float(speed)
+    if not (np.isfinite(speed) and low <= speed <= high):
+        raise ConfigError(
+            f"{what} expert speed {speed!r} m/s outside [{low}, {high}] m/s",
+            fix=f"pass a speed between {low} and {high} m/s (or None for a random one)",
+        )
+    return speed
+
+
+class EpisodeExpert(Policy):
+    """Base of the scripted experts: plans once per env episode (keyed by ``env.episode_count``).
+
+    The plan comes from a per-episode RNG seeded by ``(env.episode_seed, seed)``, so identical
+    env seeds give identical demonstrations. Experts read privileged sim state from the env.
+
+    :meth:`reset` only clears the action queue, so resetting the policy mid-episode keeps the
+    route and speed; the next ``env.reset`` triggers a new plan.
+    """
+
+    def __init__(self, env: MujocoEnv, seed: int = 0) -> None:
+        super().__init__()
+        self.env = env
+        self.action_dim = env.action_spec.dim
+        self.seed = int(seed)
+        self._planned_for: int | None = None
+
+    def _ensure_plan(self) -> None:
+        if self._planned_for != self.env.episode_count:
+            self.plan(np.random.default_rng([self.env.episode_seed, self.seed]))
+            self._planned_for = self.env.episode_count
+
+    def plan(self, rng: np.random.Generator) -> None:
+        """Build the episode plan from privileged state."""
+        raise NotImplementedError

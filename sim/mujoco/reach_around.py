@@ -20,18 +20,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mujoco
 import numpy as np
 
+from embodied.contracts import Env, Policy
 from embodied.errors import ConfigError, UnknownNameError
-from embodied.specs import VectorSpec
+from embodied.specs import Observation, VectorSpec
+from sim.mujoco.env import EpisodeExpert, MujocoEnv, as_mujoco_env, check_speed
 from sim.mujoco.task import Task
-
-if TYPE_CHECKING:
-    from embodied.contracts import Policy
-    from sim.mujoco.env import MujocoEnv
 
 ROUTES: tuple[str, ...] = ("left", "center", "right")
 """Route classes of the expert, by the passage taken through the obstacle row."""
@@ -220,8 +218,73 @@ class ReachAroundTask(Task):
         info["scene"] = self.scene
         return (1.0 if success else 0.0), (blocked and self.terminate_on_block)
 
-    def expert(self, env: MujocoEnv, **kwargs: Any) -> Policy:
-        """:class:`~sim.mujoco.experts.ReachAroundExpert` (kwargs: route, speed, seed)."""
-        from sim.mujoco.experts import ReachAroundExpert
+    def expert(self, env: Env, **kwargs: Any) -> Policy:
+        """:class:`ReachAroundExpert` (kwargs: route, speed, seed)."""
+        return ReachAroundExpert(as_mujoco_env(env), **kwargs)
 
-        return ReachAroundExpert(env, **kwargs)
+
+class ReachAroundExpert(EpisodeExpert):
+    """Waypoint follower through one passage of ``mujoco:reach_around``.
+
+    Args:
+        env: The reach_around env (privileged state: agent position, goal).
+        route: ``"left"``, ``"center"``, ``"right"`` or None for a random route per episode.
+        speed: Cruise speed in m/s, or None for a random one in ``speed_range`` per episode.
+        speed_range: (min, max) cruise speed in m/s when ``speed`` is None.
+        avoid_blocked: Pick random routes only among open passages of the current scene.
+        seed: Extra seed mixed with the env's episode seed.
+    """
+
+    def __init__(
+        self,
+        env: MujocoEnv,
+        route: str | None = None,
+        speed: float | None = None,
+        speed_range: tuple[float, float] = (0.2, 0.45),
+        avoid_blocked: bool = False,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(env, seed)
+        if route is not None and route not in ROUTES:
+            raise UnknownNameError(
+                f"unknown reach_around route {route!r}; routes: {list(ROUTES)}",
+                fix="pass route='left', 'center', 'right' or None (random)",
+            )
+        self.route = route
+        self.speed = check_speed(speed, 0.05, MAX_SPEED_MPS, "reach_around")
+        lo, hi = (float(x) for x in speed_range)
+        check_speed(lo, 0.05, MAX_SPEED_MPS, "reach_around")
+        check_speed(hi, lo, MAX_SPEED_MPS, "reach_around")
+        self.speed_range = (lo, hi)
+        self.avoid_blocked = bool(avoid_blocked)
+        self.current_route = ""
+        self.current_speed = 0.0
+        self._waypoints = np.zeros((0, 2))
+        self._i = 0
+
+    def plan(self, rng: np.random.Generator) -> None:
+        """Pick route and speed; lay waypoints through the passage with a small jitter."""
+        task = self.env.task
+        options = [r for r in ROUTES if not (self.avoid_blocked and r in task.closed)]  # type: ignore[attr-defined]
+        route = self.route or str(rng.choice(options or list(ROUTES)))
+        speed = self.speed if self.speed is not None else float(rng.uniform(*self.speed_range))
+        jitter = 0.008 if route == "center" else 0.02
+        x = PASSAGE_X[route] + rng.uniform(-jitter, jitter)
+        y_in, y_out = -0.12 - rng.uniform(0, 0.03), 0.12 + rng.uniform(0, 0.03)
+        goal = np.asarray(task.goal, dtype=np.float64)  # type: ignore[attr-defined]
+        self._waypoints = np.array([[x, y_in], [x, y_out], goal])
+        self._i = 0
+        self.current_route, self.current_speed = route, speed
+
+    def predict_action_chunk(self, obs: Observation) -> np.ndarray:
+        """One velocity command (m/s) toward the active waypoint."""
+        self._ensure_plan()
+        pos = np.asarray(self.env.data.qpos[:2], dtype=np.float64)
+        last = len(self._waypoints) - 1
+        while self._i < last and np.linalg.norm(self._waypoints[self._i] - pos) < 0.04:
+            self._i += 1
+        delta = self._waypoints[self._i] - pos
+        dist = float(np.linalg.norm(delta))
+        speed = self.current_speed if self._i < last else min(self.current_speed, 4.0 * dist)
+        action = delta / max(dist, 1e-9) * speed
+        return action[None, :]

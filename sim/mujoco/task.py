@@ -28,8 +28,7 @@ from embodied.specs import VectorSpec
 if TYPE_CHECKING:
     import mujoco
 
-    from embodied.contracts import Policy
-    from sim.mujoco.env import MujocoEnv
+    from embodied.contracts import Env, Policy
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 
@@ -123,5 +122,5 @@ class Task(abc.ABC):
         return ""
 
     @abc.abstractmethod
-    def expert(self, env: MujocoEnv, **kwargs: Any) -> Policy:
+    def expert(self, env: Env, **kwargs: Any) -> Policy:
         """A scripted expert policy that reads privileged state from ``env``."""
