@@ -23,3 +23,51 @@ def test_readme_has_exactly_the_two_setup_commands_and_ci_uses_one() -> None:
     setup = re.findall(r"^python3 -m embodied\.bootstrap (\w+)", README, flags=re.M)
     assert setup == ["demo", "test"]
     assert "python3 -m embodied.bootstrap test" in (ROOT / ".ci" / "run").read_text()
+
+
+def _readme_commands() -> list[tuple[list[str], list[str]]]:
+    """(command words, option names) of every ``embodied ...`` example in README's tables."""
+    out = []
+    for cell in re.findall(r"`(embodied [^`]+)`", README):
+        words = cell.replace("[", " ").replace("]", " ").split()[1:]
+        path = []
+        for w in words:
+            if w.startswith(("-", "<")) or w == "...":
+                break
+            path.append(w)
+        options = [w.split("=")[0] for w in words if w.startswith("--")]
+        out.append((path, options))
+    return out
+
+
+def test_every_readme_command_exists_with_its_options() -> None:
+    """Each ``embodied ...`` command of the README resolves, and its help lists its options."""
+    from typer.testing import CliRunner
+
+    from embodied.apps.cli import app
+
+    commands = _readme_commands()
+    assert len(commands) >= 14, commands
+    for path, options in commands:
+        result = CliRunner().invoke(app, [*path, "--help"], terminal_width=200)
+        assert result.exit_code == 0, (path, result.output)
+        for option in options:
+            assert option in result.output, (path, option, result.output)
+
+
+def test_readme_python_module_commands_run() -> None:
+    """``python -m <module>`` commands named in the README accept ``--help``."""
+    import subprocess
+    import sys
+
+    modules = re.findall(r"`python -m ([\w.]+)", README)
+    assert modules, "README lost its python -m commands"
+    for module in modules:
+        proc = subprocess.run(
+            [sys.executable, "-m", module, "--help"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, (module, proc.stdout[-2000:], proc.stderr[-2000:])
