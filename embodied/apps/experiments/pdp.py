@@ -18,14 +18,23 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+import sim
+from embodied.apps.experiments.pdp_plots import obstacle_boxes, plot_interpolation, plot_latents
+from embodied.datasets import DatasetWriter
 from embodied.io import write_json, write_text
+from embodied.loop import rollout
+from policies.diffusion.adaptation import adapt_z_from_demo, encode_demo, search_z_cem
+from policies.diffusion.policy_pdp import PDPPolicy
 from policies.diffusion.processing_pdp import Demos
+from policies.diffusion.training import _read_train_state, load_train_latents, train_pdp
+from sim.mujoco import classify_route
 
 ENV_ID = "mujoco:reach_around"
 OBS_EXCLUDE = ("vel_x", "vel_y", "goal_x", "goal_y")
@@ -50,17 +59,53 @@ SHIFTED_SCENES = (
 )
 
 
+@dataclass(frozen=True)
+class SeedOffsets:
+    """Offsets from :func:`evaluate`'s first seed of each group of rollouts (env + noise seeds).
+
+    They keep the groups' seeds disjoint, so no two groups replay the same episodes and none
+    replays a training demo (demos use seeds < 1000, the first evaluation seed is 1000): the
+    unshifted evaluation uses ``[seed, seed + n_eval)``; each shifted scene ``i`` owns the
+    block ``seed + shifted + i * scene_stride``, whose evaluation episodes start at the block,
+    whose one adaptation demo starts at ``+ shifted_demo`` and whose CEM search rollouts start
+    at ``+ cem_search``, so neither adaptation sees an episode it is scored on. The groups
+    stay disjoint with at most 500 episodes per group and 9 shifted scenes.
+    """
+
+    coverage: int = 5000
+    """Mode-coverage rollouts (z ~ N(0, I))."""
+    route_control: int = 7000
+    """Route-control rollouts (z = a route's mean latent)."""
+    shifted: int = 10000
+    """First shifted scene's block."""
+    scene_stride: int = 1000
+    """Distance between two shifted scenes' blocks."""
+    shifted_demo: int = 500
+    """Within a scene's block: the expert demo of one-demo adaptation."""
+    cem_search: int = 600
+    """Within a scene's block: the CEM search rollouts."""
+    latent_plot: int = 20000
+    """Rollouts of the latent route-map plot."""
+    interpolation_plot: int = 30000
+    """Rollouts of the interpolation plot."""
+
+
+SEED_OFFSETS = SeedOffsets()
+"""The seed offsets of the experiment."""
+CEM_STEP_COST = 1e-3
+"""CEM cost per control step of a search rollout, added to its failure (0 or 1): among z that
+succeed, prefer the faster ones; 120 steps (the horizon) cost less than one failure."""
+LATENT_GRID_LIM = 2.5
+"""The latent route-map plot rolls out z on a grid over ``[-lim, lim]^2`` (knob space)."""
+
+
 def make_env(terminate_on_block: bool = True) -> Any:
     """The reach_around env (episodes end when a closed passage's wall is hit)."""
-    import sim
-
     return sim.make(ENV_ID, terminate_on_block=terminate_on_block)
 
 
 def route_of(states: np.ndarray) -> str:
     """Route class of a state trajectory (x, y are the first two state dims)."""
-    from sim.mujoco import classify_route
-
     return str(classify_route(np.asarray(states)[:, :2]))
 
 
@@ -80,9 +125,6 @@ def collect_demos(
         scene: Scene of every episode.
         route: Force one route (None: random among open passages).
     """
-    from embodied.datasets import DatasetWriter
-    from embodied.loop import rollout
-
     env = make_env()
     writer = DatasetWriter(out_dir, env_args=env.describe()) if out_dir is not None else None
     states: list[np.ndarray] = []
@@ -113,8 +155,6 @@ def run_episodes(
     z: np.ndarray | Sequence[np.ndarray] | Sequence[float] | None = None,
 ) -> list[dict[str, Any]]:
     """Roll out ``policy`` once per seed; ``z`` is one latent or one per seed."""
-    from embodied.loop import rollout
-
     rows = []
     for i, seed in enumerate(seeds):
         if z is not None:
@@ -140,6 +180,62 @@ def run_episodes(
 def success_rate(rows: Sequence[dict[str, Any]]) -> float:
     """Fraction of successful episodes."""
     return float(np.mean([r["success"] for r in rows])) if rows else float("nan")
+
+
+def constraint_cost(
+    env: Any, policy: Any, scene: str, seeds: Sequence[int]
+) -> Callable[[np.ndarray], np.ndarray]:
+    """The constraint-only CEM cost of a shifted scene (no demo, only sim rollouts).
+
+    ``cost(Z)[k]`` is the mean over ``seeds`` of ``failure + CEM_STEP_COST * steps`` of
+    ``policy`` run at ``Z[k]`` in ``scene`` (failure: a closed passage's wall hit or timeout).
+    """
+
+    def cost(cands: np.ndarray) -> np.ndarray:
+        vals = []
+        for zc in cands:
+            rr = run_episodes(env, policy, seeds, scene, z=zc)
+            vals.append(np.mean([1.0 - r["success"] + CEM_STEP_COST * r["steps"] for r in rr]))
+        return np.asarray(vals)
+
+    return cost
+
+
+def latent_grid_rollouts(
+    env: Any, policy: Any, seed: int, grid: int = 7, lim: float = LATENT_GRID_LIM
+) -> tuple[list[np.ndarray], list[dict[str, Any]]]:
+    """Roll out ``policy`` (seed ``seed``) at each z of a ``grid`` x ``grid`` grid over
+    ``[-lim, lim]^2``; returns the z and the rows (for :func:`plot_latents`)."""
+    vals = np.linspace(-lim, lim, grid)
+    zs = [np.array([a, b]) for b in vals for a in vals]
+    return zs, run_episodes(env, policy, [seed] * len(zs), z=zs)
+
+
+def interpolation_rollouts(
+    env: Any, policy: Any, centroids: Mapping[str, np.ndarray], seed: int, n: int = 7
+) -> tuple[tuple[str, str], np.ndarray, list[dict[str, Any]]]:
+    """Roll out ``policy`` (seed ``seed``) at ``n`` z linearly interpolated from the left to
+    the right route latent (or the first two routes present).
+
+    Returns:
+        The two routes interpolated, the weights a and the rows (for
+        :func:`plot_interpolation`).
+    """
+    keys = [k for k in ("left", "right") if k in centroids]
+    if len(keys) < 2:
+        keys = sorted(centroids)[:2]
+    za, zb = centroids[keys[0]], centroids[keys[-1]]
+    alphas = np.linspace(0.0, 1.0, n)
+    zs = [(1 - a) * za + a * zb for a in alphas]
+    return (keys[0], keys[-1]), alphas, run_episodes(env, policy, [seed] * n, z=zs)
+
+
+def write_interpolation_plot(
+    path: str | Path, env: Any, policy: Any, centroids: Mapping[str, np.ndarray], seed: int
+) -> Path:
+    """Roll out the z interpolation and plot it over the obstacles of ``env``'s model."""
+    ends, alphas, rows = interpolation_rollouts(env, policy, centroids, seed)
+    return plot_interpolation(path, alphas, rows, ends, obstacle_boxes(env.unwrapped.model))
 
 
 def route_centroids(latents: np.ndarray, labels: Sequence[str]) -> dict[str, np.ndarray]:
@@ -188,10 +284,6 @@ def evaluate(
         seed: First evaluation seed (training demos use seeds < 1000 by default).
         plots: Write PNG plots.
     """
-    from policies.diffusion.adaptation import adapt_z_from_demo, encode_demo, search_z_cem
-    from policies.diffusion.policy_pdp import PDPPolicy
-    from policies.diffusion.training import load_train_latents
-
     t0 = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -217,7 +309,8 @@ def evaluate(
     }
 
     # ---- mode coverage and route control --------------------------------------------------
-    cov_seeds = list(range(seed + 5000, seed + 5000 + n_coverage))
+    off = SEED_OFFSETS
+    cov_seeds = list(range(seed + off.coverage, seed + off.coverage + n_coverage))
     cov_z = [rng.standard_normal(pdp.config.z_dim) for _ in cov_seeds]
     cov_pdp = run_episodes(env, pdp, cov_seeds, z=cov_z)
     cov_dp = run_episodes(env, dp, cov_seeds)
@@ -240,8 +333,9 @@ def evaluate(
     demo_counts = Counter(labels)
     res["coverage"]["demos"] = {"route_counts": dict(demo_counts)}
     control = {}
+    control_seeds = list(range(seed + off.route_control, seed + off.route_control + n_control))
     for route, zc in centroids.items():
-        rr = run_episodes(env, pdp, list(range(seed + 7000, seed + 7000 + n_control)), z=zc)
+        rr = run_episodes(env, pdp, control_seeds, z=zc)
         control[route] = {
             "z": zc.tolist(),
             "route_match": float(np.mean([r["route"] == route for r in rr])),
@@ -252,13 +346,13 @@ def evaluate(
     # ---- shifted scenes --------------------------------------------------------------------
     shifted: dict[str, Any] = {}
     for si, scene in enumerate(scenes):
-        base = seed + 10000 + 1000 * si
+        base = seed + off.shifted + off.scene_stride * si
         ev = list(range(base, base + n_shift_eval))
         entry: dict[str, Any] = {}
         entry["dp"] = success_rate(run_episodes(env, dp, ev, scene))
         entry["pdp_z0"] = success_rate(run_episodes(env, pdp, ev, scene, z=np.zeros(2)))
         # one demo of the shifted scene (expert through an open passage), adapt z only
-        demo = collect_demos(1, seed=base + 500, scene=scene)
+        demo = collect_demos(1, seed=base + off.shifted_demo, scene=scene)
         t_a = time.perf_counter()
         ad = adapt_z_from_demo(pdp, demo.states[0], demo.actions[0], steps=adapt_steps, seed=si)
         entry["adapt_seconds"] = time.perf_counter() - t_a
@@ -275,20 +369,10 @@ def evaluate(
         entry["encoder_z"] = z_enc.tolist()
         entry["adapt_enc_z"] = ad_enc.z.tolist()
         # constraint only: CEM over z, cost = failure (wall hit / timeout) of search rollouts
-        search_seeds = list(range(base + 600, base + 600 + cem_rollouts))
-
-        def cost(
-            cands: np.ndarray, _scene: str = scene, _seeds: list[int] = search_seeds
-        ) -> np.ndarray:
-            vals = []
-            for zc in cands:
-                rr = run_episodes(env, pdp, _seeds, _scene, z=zc)
-                vals.append(np.mean([1.0 - r["success"] + 1e-3 * r["steps"] for r in rr]))
-            return np.asarray(vals)
-
+        search_seeds = list(range(base + off.cem_search, base + off.cem_search + cem_rollouts))
         t_c = time.perf_counter()
         cem = search_z_cem(
-            cost,
+            constraint_cost(env, pdp, scene, search_seeds),
             pdp.config.z_dim,
             bound=pdp.config.z_bound,
             iterations=cem_iterations,
@@ -304,23 +388,17 @@ def evaluate(
     res["shifted"] = shifted
     res["seconds"] = time.perf_counter() - t0
     if plots:
-        from embodied.apps.experiments.pdp_plots import plot_interpolation, plot_latents
-
+        grid_seed = seed + off.latent_plot
+        grid_z, grid_rows = latent_grid_rollouts(env, pdp, grid_seed, grid=plot_grid)
         res["plots"] = {
             "latents": str(
                 plot_latents(
-                    out / "latent_space.png",
-                    latents,
-                    labels,
-                    pdp,
-                    env,
-                    seed=seed + 20000,
-                    grid=plot_grid,
+                    out / "latent_space.png", latents, labels, grid_z, grid_rows, seed=grid_seed
                 )
             ),
             "interpolation": str(
-                plot_interpolation(
-                    out / "interpolation.png", pdp, env, centroids, seed=seed + 30000
+                write_interpolation_plot(
+                    out / "interpolation.png", env, pdp, centroids, seed + off.interpolation_plot
                 )
             ),
         }
@@ -465,8 +543,6 @@ def run_experiment(
     Writes ``OUT/demos`` (dataset), ``OUT/seed<k>/{pdp,dp,eval}`` and ``OUT/results.json`` +
     ``OUT/results.md`` (mean ± std over seeds). Existing checkpoints are reused.
     """
-    from policies.diffusion.training import train_pdp
-
     out = Path(out_dir)
     demo_dir = out / "demos"
     if not (demo_dir / "meta.json").exists():
@@ -509,8 +585,6 @@ def run_experiment(
 
 
 def _unfinished(ckpt: Path) -> bool:
-    from policies.diffusion.training import _read_train_state
-
     if not (ckpt / "train_state.json").exists():
         return True
     data = _read_train_state(ckpt)
@@ -530,9 +604,6 @@ def quick_demo(
         Metrics: checkpoint path, training steps/seconds/loss, per-route rollout outcome,
         success rate and the plot path.
     """
-    from policies.diffusion.policy_pdp import PDPPolicy
-    from policies.diffusion.training import train_pdp
-
     t0 = time.perf_counter()
     out = Path(out_dir)
     demos = collect_demos(n_demos, seed=seed, out_dir=out / "demos")
@@ -564,9 +635,7 @@ def quick_demo(
         z = rng.standard_normal(policy.config.z_dim)
         row = run_episodes(env, policy, [seed + 900 + i], z=z)[0]
         prior.append({"z": z.tolist(), "route_taken": row["route"], "success": row["success"]})
-    from embodied.apps.experiments.pdp_plots import plot_interpolation
-
-    plot = plot_interpolation(out / "interpolation.png", policy, env, centroids, seed=seed + 777)
+    plot = write_interpolation_plot(out / "interpolation.png", env, policy, centroids, seed + 777)
     return {
         "checkpoint": str(out / "pdp"),
         "train_steps": result.steps,

@@ -1,41 +1,90 @@
-"""PNG plots of the PDP evaluation (matplotlib, Agg backend)."""
+"""PNG plots of the PDP evaluation (matplotlib, Agg backend).
+
+The plots only draw what they are given: demo latents and labels, rollout rows (as returned by
+:func:`embodied.apps.experiments.pdp.run_episodes`: ``route``, ``success``, ``path``) and
+obstacle boxes read from the task's MuJoCo model (:func:`obstacle_boxes`). Every rollout
+happens in the experiment (:mod:`embodied.apps.experiments.pdp`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.patches import Rectangle
 
+from embodied.errors import ConfigError
 from embodied.io import atomic_path
 
+matplotlib.use("Agg")
+
 ROUTE_COLORS = {"left": "tab:blue", "center": "tab:green", "right": "tab:red", "none": "0.6"}
+ARENA_VIEW_M = 0.4
+"""Half width (m) of the top-view axes: the reach_around arena is |x|, |y| <= 0.40 m."""
+OBSTACLE_PREFIX = "obstacle_"
+"""Name prefix of the obstacle geoms in ``reach_around.xml`` (``obstacle_left/right``)."""
 
 
-def _plt() -> Any:
-    import matplotlib
+@dataclass(frozen=True)
+class Box:
+    """An axis-aligned rectangle of the top view (x, y in m), e.g. an obstacle geom."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    name: str
+    x_min: float
+    y_min: float
+    x_max: float
+    y_max: float
 
-    return plt
+
+def obstacle_boxes(model: Any, prefix: str = OBSTACLE_PREFIX) -> list[Box]:
+    """Top-view boxes of the geoms named ``prefix*`` in a MuJoCo model: ``geom_pos +- geom_size``.
+
+    Args:
+        model: ``mujoco.MjModel`` of the task (e.g. ``env.unwrapped.model``).
+        prefix: Geom name prefix of the boxes wanted.
+
+    Raises:
+        ConfigError: No geom has that prefix, or one is rotated (not axis-aligned).
+    """
+    boxes = []
+    for i in range(int(model.ngeom)):
+        name = str(model.geom(i).name)
+        if not name.startswith(prefix):
+            continue
+        if not np.allclose(model.geom_quat[i], (1.0, 0.0, 0.0, 0.0)):
+            raise ConfigError(
+                f"geom {name!r} is rotated (quat {model.geom_quat[i].tolist()})",
+                fix="draw only axis-aligned box geoms",
+            )
+        (x, y), (hx, hy) = model.geom_pos[i, :2], model.geom_size[i, :2]
+        boxes.append(Box(name, float(x - hx), float(y - hy), float(x + hx), float(y + hy)))
+    if not boxes:
+        raise ConfigError(
+            f"the MuJoCo model has no geom named {prefix}*",
+            fix="pass the reach_around env's model (env.unwrapped.model)",
+        )
+    return boxes
 
 
 def _save(fig: Any, path: Path) -> Path:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    _plt().close(fig)
+    plt.close(fig)
     return path
 
 
-def _draw_arena(ax: Any) -> None:
-    from matplotlib.patches import Rectangle
-
-    for x0 in (-0.24, 0.06):
-        ax.add_patch(Rectangle((x0, -0.06), 0.18, 0.12, color="0.3"))
-    ax.set_xlim(-0.4, 0.4)
-    ax.set_ylim(-0.4, 0.4)
+def _draw_arena(ax: Any, boxes: Sequence[Box]) -> None:
+    for b in boxes:
+        ax.add_patch(
+            Rectangle((b.x_min, b.y_min), b.x_max - b.x_min, b.y_max - b.y_min, color="0.3")
+        )
+    ax.set_xlim(-ARENA_VIEW_M, ARENA_VIEW_M)
+    ax.set_ylim(-ARENA_VIEW_M, ARENA_VIEW_M)
     ax.set_aspect("equal")
     ax.set_xlabel("x (m)")
     ax.set_ylabel("y (m)")
@@ -45,15 +94,20 @@ def plot_latents(
     path: str | Path,
     latents: np.ndarray,
     labels: Sequence[str],
-    policy: Any,
-    env: Any,
+    grid_z: Sequence[np.ndarray],
+    grid_rows: Sequence[Mapping[str, Any]],
     seed: int = 0,
-    grid: int = 7,
 ) -> Path:
-    """Left: demo latents coloured by route. Right: route taken when rolling out grid z."""
-    from embodied.apps.experiments.pdp import run_episodes
+    """Left: demo latents coloured by route. Right: route taken by the rollout at each grid z.
 
-    plt = _plt()
+    Args:
+        path: PNG written.
+        latents: (N, 2) demo latents (knob space).
+        labels: Route of each demo.
+        grid_z: The z of each grid rollout.
+        grid_rows: Rollout rows (``route``, ``success``), one per ``grid_z``.
+        seed: Episode seed of the grid rollouts (for the title).
+    """
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
     ax = axes[0]
     for route in sorted(set(labels)):
@@ -70,11 +124,7 @@ def plot_latents(
     ax.set_ylabel("z[1]")
     ax.legend(fontsize=8)
     ax = axes[1]
-    lim = 2.5
-    vals = np.linspace(-lim, lim, grid)
-    zs = [np.array([a, b]) for b in vals for a in vals]
-    rows = run_episodes(env, policy, [seed] * len(zs), z=zs)
-    for z, r in zip(zs, rows, strict=True):
+    for z, r in zip(grid_z, grid_rows, strict=True):
         ax.scatter(
             z[0],
             z[1],
@@ -82,6 +132,7 @@ def plot_latents(
             c=ROUTE_COLORS.get(r["route"], "k"),
             marker="o" if r["success"] else "x",
         )
+    lim = float(np.abs(np.asarray(grid_z)).max()) if len(grid_z) else 0.0
     ax.set_title(f"rollout route over z (seed {seed}); x = failure", fontsize=10)
     ax.set_xlabel("z[0]")
     ax.set_ylabel("z[1]")
@@ -92,25 +143,22 @@ def plot_latents(
 
 def plot_interpolation(
     path: str | Path,
-    policy: Any,
-    env: Any,
-    centroids: Mapping[str, np.ndarray],
-    seed: int = 0,
-    n: int = 7,
+    alphas: Sequence[float] | np.ndarray,
+    rows: Sequence[Mapping[str, Any]],
+    ends: tuple[str, str],
+    boxes: Sequence[Box],
 ) -> Path:
-    """Trajectories at z linearly interpolated between the left and right route latents."""
-    from embodied.apps.experiments.pdp import run_episodes
+    """Trajectories at z = (1 - a) z_start + a z_end over the arena and its obstacles.
 
-    plt = _plt()
-    keys = [k for k in ("left", "right") if k in centroids]
-    if len(keys) < 2:
-        keys = sorted(centroids)[:2]
-    za, zb = centroids[keys[0]], centroids[keys[-1]]
-    alphas = np.linspace(0.0, 1.0, n)
-    zs = [(1 - a) * za + a * zb for a in alphas]
-    rows = run_episodes(env, policy, [seed] * n, z=zs)
+    Args:
+        path: PNG written.
+        alphas: Interpolation weight a of each rollout.
+        rows: Rollout rows (``path`` (T, 2) in m, ``route``, ``success``), one per alpha.
+        ends: Names of the start and end latents (route names).
+        boxes: Obstacles drawn (:func:`obstacle_boxes` of the task's model).
+    """
     fig, ax = plt.subplots(figsize=(5.5, 5.5))
-    _draw_arena(ax)
+    _draw_arena(ax, boxes)
     cmap = plt.get_cmap("coolwarm")
     for a, r in zip(alphas, rows, strict=True):
         p = r["path"]
@@ -121,6 +169,6 @@ def plot_interpolation(
             lw=2,
             label=f"a={a:.2f} {r['route']}{'' if r['success'] else ' (fail)'}",
         )
-    ax.set_title(f"z = (1-a) z_{keys[0]} + a z_{keys[-1]}")
+    ax.set_title(f"z = (1-a) z_{ends[0]} + a z_{ends[1]}")
     ax.legend(fontsize=7, loc="lower left")
     return _save(fig, Path(path))
