@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from embodied.apps.tune.commands import Command, ValidationContext, parse_command
+from embodied.apps.tune.commands import COMMANDS, Command, ValidationContext, parse_command
 from embodied.apps.tune.configuration_tune import ServerConfig, TuneConfig, is_loopback
-from embodied.apps.tune.session import default_builder
+from embodied.apps.tune.session import TuneSession, default_builder
 from embodied.errors import ConfigError
 
 PID = {
@@ -140,7 +140,4 @@ def test_tune_config_validates() -> None:
 
 
 def test_every_command_has_a_handler() -> None:
-    from embodied.apps.tune.commands import COMMANDS
-    from embodied.apps.tune.handlers import HANDLERS
-
-    assert set(COMMANDS) == set(HANDLERS)
+    assert set(COMMANDS) == set(TuneSession.HANDLERS)

@@ -2,29 +2,72 @@
 
 Both run through :meth:`TuneSession.run_episode` (i.e. :func:`embodied.loop.rollout` with the
 live controller), so the page watches them like any episode and ``embodied tune --step-test``
-measures exactly what the page's button measures.
+measures exactly what the page's button measures. They take the session through the public
+surface :class:`ExperimentSession` (the session imports this module, not the other way round).
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from controllers.analysis import step_response
+from embodied.apps.tune.configuration_tune import TuneConfig
+from embodied.apps.tune.live_controller import LiveController
+from embodied.apps.tune.task import TuneTask
 from embodied.errors import ConfigError, EmbodiedError
 from embodied.io import write_json
-
-if TYPE_CHECKING:
-    from embodied.apps.tune.session import TuneSession
+from embodied.loop import Episode, Setpoint
 
 FAIL_PENALTY = 1.0
 """Auto-tune score added when the task fails (score units: normalised IAE)."""
 TRACE_POINTS = 400
 
 
+class ExperimentSession(Protocol):
+    """What the experiments use of a :class:`~embodied.apps.tune.session.TuneSession`.
+
+    Attributes:
+        config: Step hold time, settle band and output folder.
+        task: The tuned task (its env's time step).
+        live: The live controller whose gains are measured and searched.
+        seed: The episode seed (reported with the result).
+        proposal: The latest auto-tune proposal (``{kp, ki}``); the page offers to apply it.
+        last_step_result: The latest step-test result.
+    """
+
+    config: TuneConfig
+    task: TuneTask
+    live: LiveController
+    seed: int
+    proposal: dict[str, Any] | None
+    last_step_result: dict[str, Any] | None
+
+    @property
+    def cancel_requested(self) -> bool:
+        """The person pressed Stop: give up before the next step test."""
+        ...
+
+    def run_episode(
+        self,
+        *,
+        setpoint: Setpoint | None = None,
+        pace: bool | None = None,
+        label: str = "episode",
+        stop_on_success: bool = True,
+    ) -> Episode:
+        """Run one episode with the live controller, streaming telemetry."""
+        ...
+
+    def emit(self, kind: str, **payload: Any) -> None:
+        """Queue an event for the page."""
+        ...
+
+
 def step_test(
-    session: TuneSession, start: float, end: float, *, emit: bool = True
+    session: ExperimentSession, start: float, end: float, *, emit: bool = True
 ) -> dict[str, Any]:
     """Run one episode whose setpoint steps from ``start`` to ``end`` and analyse it.
 
@@ -32,6 +75,12 @@ def step_test(
     come from :func:`controllers.analysis.step_response` on the measured concept after the step
     (band ``config.settle_band`` of the step size), plus the normalised integral of absolute
     error (``iae_norm``: mean |error| / |step| after the step) used as the auto-tune score.
+
+    Args:
+        session: The tuning session (its live controller and env).
+        start: Setpoint before the step (concept units).
+        end: Setpoint after the step.
+        emit: Send the result to the page as a ``step_result`` event.
 
     Returns:
         ``{"rise_time_s", "overshoot_pct", "settling_time_s", ..., "iae_norm", "success",
@@ -41,8 +90,6 @@ def step_test(
     Raises:
         ConfigError: the episode was stopped, or ended before the step.
     """
-    from controllers.analysis import step_response
-
     cfg = session.config
     hold = cfg.step_hold_s
     ep = session.run_episode(
@@ -92,7 +139,7 @@ def step_test(
     return result
 
 
-def autotune(session: TuneSession, start: float, end: float, budget: int) -> dict[str, Any]:
+def autotune(session: ExperimentSession, start: float, end: float, budget: int) -> dict[str, Any]:
     """Propose PID gains by coordinate search over ``kp`` and ``ki`` (log scale).
 
     Each candidate is scored by a step test (:func:`step_test`: normalised IAE after the
@@ -101,8 +148,19 @@ def autotune(session: TuneSession, start: float, end: float, budget: int) -> dic
     improves, and halves the factor (in log space) after a sweep without improvement, until
     ``budget`` step tests ran. The proposal is not applied; the page offers "Apply proposal".
 
+    Args:
+        session: The tuning session; its PID gains and mode are restored afterwards.
+        start: Setpoint before each step test's step.
+        end: Setpoint after the step.
+        budget: Number of step tests (candidates) to run at most.
+
     Returns:
-        ``{"proposal": {kp, ki}, "score", "baseline_score", "candidates": [...]}``.
+        ``{"proposal": {kp, ki}, "score", "baseline_score", "candidates": [...]}``; also
+        written to ``<out_dir>/last_autotune.json`` and emitted as ``autotune_done``.
+
+    Raises:
+        EmbodiedError: the person pressed Stop (:attr:`ExperimentSession.cancel_requested`),
+            or a step test failed (``ConfigError``).
     """
     live = session.live
     saved_mode = live.mode
@@ -139,11 +197,11 @@ def autotune(session: TuneSession, start: float, end: float, budget: int) -> dic
     try:
         best_score = baseline = evaluate(best)
         factor = 4.0
-        while len(candidates) < budget and not session._cancel_job and factor > 1.05:
+        while len(candidates) < budget and not session.cancel_requested and factor > 1.05:
             improved = False
             for name in ("kp", "ki"):
                 for mult in (factor, 1.0 / factor):
-                    if len(candidates) >= budget or session._cancel_job:
+                    if len(candidates) >= budget or session.cancel_requested:
                         break
                     cand = dict(best)
                     base = cand[name] if cand[name] > 0 else max(cand["kp"], 1e-3)
@@ -154,7 +212,7 @@ def autotune(session: TuneSession, start: float, end: float, budget: int) -> dic
                         break
             if not improved:
                 factor = math.sqrt(factor)
-        if session._cancel_job:  # Stop landed between two step tests: no proposal
+        if session.cancel_requested:  # Stop landed between two step tests: no proposal
             raise EmbodiedError(f"auto-tune stopped after {len(candidates)} step tests")
     finally:
         live.set_mode("pid", saved)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from embodied.apps.tune import gains_io
 from embodied.apps.tune.commands import MAX_COMMAND_BYTES
 from embodied.apps.tune.configuration_tune import ServerConfig, normalise_host
 from embodied.apps.tune.session import TuneSession
@@ -176,6 +177,7 @@ def encode_jpeg(frame: Any, quality: int = 80) -> str:
 
 def create_app(session: TuneSession, config: ServerConfig) -> Any:
     """Build the Starlette app serving ``session`` (wrapped in the host and token gate)."""
+    # starlette and uvicorn come with the optional ``ui`` extra: imported only when serving
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import FileResponse, JSONResponse, Response
@@ -206,8 +208,6 @@ def create_app(session: TuneSession, config: ServerConfig) -> Any:
         async def send(msg: dict[str, Any]) -> None:
             async with lock:
                 await ws.send_text(json.dumps(_jsonable(msg), allow_nan=False))
-
-        from embodied.apps.tune import gains_io
 
         await send(
             {"type": "hello", "state": session.snapshot(), "files": gains_io.list_files(session)}
@@ -308,7 +308,7 @@ class TuneServer:
     """
 
     def __init__(self, session: TuneSession, config: ServerConfig) -> None:
-        import uvicorn
+        import uvicorn  # optional ``ui`` extra, like starlette in create_app
         from uvicorn.config import WS_PROTOCOLS
 
         self.session, self.config = session, config

@@ -5,28 +5,40 @@ commands are validated on arrival (:mod:`embodied.apps.tune.commands`) and queue
 the loop thread between control steps, so the controller is only ever touched by one thread.
 Pausing blocks inside the step callback; reset/new seed/experiments end the running episode
 through ``should_stop``.
+
+What the loop does is the session's :class:`SessionState`: live episodes or an experiment (step
+test, auto-tune), each running, paused, or paused with one control step granted. Every change
+goes through :meth:`TuneSession._transition`, which allows only the changes listed in
+:data:`TRANSITIONS`. Two one-shot requests sit beside the state, set and cleared only by the
+session's methods: *stop* (end the running episode) and *cancel* (abort the experiment). Each
+command has one handler method on the session (:attr:`TuneSession.HANDLERS`).
 """
 
 from __future__ import annotations
 
+import enum
 import itertools
 import logging
 import math
 import queue
+import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 import numpy as np
 
+import controllers
+from embodied.apps.tune import experiments, gains_io
 from embodied.apps.tune.commands import Command, ValidationContext, parse_command
 from embodied.apps.tune.configuration_tune import TuneConfig
 from embodied.apps.tune.live_controller import Builder, LiveController
-from embodied.contracts import ActionFilter, Concept, Controller, Env, Policy
+from embodied.apps.tune.task import TuneTask
+from embodied.contracts import Controller
 from embodied.errors import ConfigError, EmbodiedError
 from embodied.loop import Episode, Setpoint, Steering, StepRecord, rollout
 
@@ -38,70 +50,117 @@ BUSY_ALLOWED = frozenset({"pause", "resume", "step", "stop_job", "list", "save"}
 """Commands accepted while an experiment (step test, auto-tune) runs."""
 
 
-@dataclass
-class TuneTask:
-    """What is tuned: an env, a Steerable policy, the concept measured and the knob driven.
+class SessionState(enum.Enum):
+    """What the session's loop does.
 
-    Args:
-        env: The env (sim or robot).
-        policy: A Steerable policy with knob ``knob``.
-        concept: The measured concept signal.
-        knob: Knob name (scalar knobs, or vector knobs with ``to_knob``).
-        setpoint_range: Allowed setpoints (concept units).
-        params: Default parameters per controller type (``pid``, ``fixed``).
-        to_knob: Maps the scalar controller output onto the knob value (None: identity).
-        camera: Observation key of the camera shown on the page (None: first camera).
-        safety: Action filter between policy and env (a robot's :class:`SafetyFilter`).
-        realtime: Every episode, experiments included, runs at the control rate (robots).
-        on_close: Called by :meth:`TuneSession.close` (e.g. disconnect a robot); default
-            ``env.close()``.
+    Live episodes and experiments (a step test or auto-tune, run as a job by the loop thread)
+    can each run, be held between two control steps, or be held with one control step granted
+    (the page's Step button). The page's ``paused`` and ``busy`` derive from the state.
     """
 
-    env: Env
-    policy: Policy
-    concept: Concept
-    knob: str
-    setpoint_range: tuple[float, float]
-    params: dict[str, dict[str, Any]] = field(default_factory=dict)
-    to_knob: Callable[[float], float | np.ndarray] | None = None
-    camera: str | None = None
-    safety: ActionFilter | None = None
-    realtime: bool = False
-    on_close: Callable[[], None] | None = None
-
-    def __post_init__(self) -> None:
-        knobs = self.policy.knobs()  # type: ignore[attr-defined]
-        if self.knob not in knobs:
-            raise ConfigError(
-                f"policy {type(self.policy).__name__} has no knob {self.knob!r}; knobs: {sorted(knobs)}",
-                fix="pass --knob with one of the listed knobs",
-            )
-        lo, hi = self.setpoint_range
-        if not lo < hi:
-            raise ConfigError(f"setpoint range {self.setpoint_range} is empty")
-        if self.camera is None:
-            cams = sorted(self.env.observation_spec.cameras)
-            self.camera = f"image.{cams[0]}" if cams else None
+    RUNNING = "running"
+    """Live episodes run, one after the other."""
+    PAUSED = "paused"
+    """The live episode is held between two control steps."""
+    STEPPING = "stepping"
+    """Paused with one control step granted; back to :attr:`PAUSED` once it is taken."""
+    EXPERIMENT = "experiment"
+    """An experiment runs; commands outside :data:`BUSY_ALLOWED` are refused."""
+    EXPERIMENT_PAUSED = "experiment_paused"
+    """The experiment's episode is held between two control steps."""
+    EXPERIMENT_STEPPING = "experiment_stepping"
+    """The experiment is paused with one control step granted."""
 
     @property
-    def knob_range(self) -> tuple[float, float]:
-        """Bounds of the (first element of the) knob."""
-        k = self.policy.knobs()[self.knob]  # type: ignore[attr-defined]
-        return float(k.low[0]), float(k.high[0])
+    def paused(self) -> bool:
+        """Held between control steps (a granted step included), live or experiment."""
+        return self not in (SessionState.RUNNING, SessionState.EXPERIMENT)
 
     @property
-    def neutral(self) -> float:
-        """The knob default: the value held with the controller ``off``."""
-        return float(self.policy.knobs()[self.knob].default[0])  # type: ignore[attr-defined]
+    def stepping(self) -> bool:
+        """Held with one control step granted."""
+        return self in (SessionState.STEPPING, SessionState.EXPERIMENT_STEPPING)
+
+    @property
+    def busy(self) -> bool:
+        """An experiment runs (in any of its modes)."""
+        return self in _LIVE_OF
+
+    def resumed(self) -> SessionState:
+        """This phase (live or experiment), running."""
+        return SessionState.EXPERIMENT if self.busy else SessionState.RUNNING
+
+    def held(self) -> SessionState:
+        """This phase, paused."""
+        return SessionState.EXPERIMENT_PAUSED if self.busy else SessionState.PAUSED
+
+    def step_granted(self) -> SessionState:
+        """This phase, paused with one control step granted."""
+        return SessionState.EXPERIMENT_STEPPING if self.busy else SessionState.STEPPING
+
+
+_EXPERIMENT_OF: Mapping[SessionState, SessionState] = MappingProxyType(
+    {
+        SessionState.RUNNING: SessionState.EXPERIMENT,
+        SessionState.PAUSED: SessionState.EXPERIMENT_PAUSED,
+        SessionState.STEPPING: SessionState.EXPERIMENT_STEPPING,
+    }
+)
+"""Live state -> the experiment state it starts in: the experiment keeps the run mode, so a
+Pause pressed while the experiment was being queued still holds it."""
+_LIVE_OF: Mapping[SessionState, SessionState] = MappingProxyType(
+    {exp: live for live, exp in _EXPERIMENT_OF.items()}
+)
+"""Experiment state -> the live state it ends in (the run mode carries over again)."""
+
+_S = SessionState
+TRANSITIONS: Mapping[SessionState, frozenset[SessionState]] = MappingProxyType(
+    {
+        # self-loops: Pause/Resume/Step are idempotent (pressing Pause twice is no error)
+        _S.RUNNING: frozenset({_S.RUNNING, _S.PAUSED, _S.STEPPING, _S.EXPERIMENT}),
+        _S.PAUSED: frozenset({_S.PAUSED, _S.RUNNING, _S.STEPPING, _S.EXPERIMENT_PAUSED}),
+        _S.STEPPING: frozenset({_S.STEPPING, _S.PAUSED, _S.RUNNING, _S.EXPERIMENT_STEPPING}),
+        _S.EXPERIMENT: frozenset(
+            {_S.EXPERIMENT, _S.EXPERIMENT_PAUSED, _S.EXPERIMENT_STEPPING, _S.RUNNING}
+        ),
+        _S.EXPERIMENT_PAUSED: frozenset(
+            {_S.EXPERIMENT_PAUSED, _S.EXPERIMENT, _S.EXPERIMENT_STEPPING, _S.PAUSED}
+        ),
+        _S.EXPERIMENT_STEPPING: frozenset(
+            {_S.EXPERIMENT_STEPPING, _S.EXPERIMENT_PAUSED, _S.EXPERIMENT, _S.STEPPING}
+        ),
+    }
+)
+"""State -> the states it may change to.
+
+Within a phase (live or experiment) Pause, Resume and Step move freely; a granted step taken
+moves STEPPING to PAUSED. Live -> experiment happens only when the loop thread starts a job and
+experiment -> live only when it ends, both keeping the run mode (:data:`_EXPERIMENT_OF`). A
+failure pauses the live phase. Anything else (e.g. PAUSED -> EXPERIMENT, EXPERIMENT -> PAUSED)
+is a bug in the session and raises :class:`TransitionError`.
+"""
+del _S
+
+
+class TransitionError(RuntimeError):
+    """A state change outside :data:`TRANSITIONS`: a bug in the session, never user input."""
 
 
 def default_builder(ctype: str, params: dict[str, Any]) -> Controller:
     """Build a controller of ``ctype`` with ``controllers.make``.
 
     ``rl`` takes ``path``: a controller YAML (``controllers.load``) or a saved RL folder.
-    """
-    import controllers
 
+    Args:
+        ctype: Controller type (``fixed``, ``pid``, ``rl``).
+        params: Its parameters.
+
+    Returns:
+        The controller.
+
+    Raises:
+        ConfigError: the parameters are invalid or the RL path is not a saved controller.
+    """
     if ctype == "rl":
         path = Path(str(params.get("path", "")))
         if path.suffix in (".yaml", ".yml"):
@@ -118,10 +177,16 @@ def default_builder(ctype: str, params: dict[str, Any]) -> Controller:
 class TuneSession:
     """A live, steerable rollout that a UI (or a script) can watch and change.
 
+    Only the loop thread (or, without :meth:`start`, the caller of :meth:`submit`) changes the
+    state; other threads read it and set the one-shot requests.
+
     Args:
         task: The task to run.
         config: Tuning configuration (initial setpoint, controller, seed, output folder).
         build: ``build(type, params) -> Controller``; defaults to ``controllers.make``.
+
+    Raises:
+        ConfigError: the configured setpoint is outside the task's range.
     """
 
     def __init__(
@@ -155,13 +220,11 @@ class TuneSession:
         self.seed = int(config.seed)
         self.episode = 0
         self.status = "idle"
-        self.paused = False
-        self.busy = False
         self.proposal: dict[str, Any] | None = None
         self.last_step_result: dict[str, Any] | None = None
-        self._step_once = False
-        self._stop_episode = False
-        self._cancel_job = False
+        self._state = SessionState.RUNNING
+        self._stop_requested = False
+        self._cancel_requested = False
         self._closed = threading.Event()
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._jobs: deque[Callable[[], object]] = deque()
@@ -176,6 +239,65 @@ class TuneSession:
         self._progress0: float | None = None
         self.state_version = 0
 
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def state(self) -> SessionState:
+        """The current state."""
+        return self._state
+
+    @property
+    def paused(self) -> bool:
+        """Held between control steps (live or experiment)."""
+        return self._state.paused
+
+    @property
+    def busy(self) -> bool:
+        """An experiment runs."""
+        return self._state.busy
+
+    @property
+    def stop_requested(self) -> bool:
+        """The running episode was asked to end (reset, new seed, Stop, experiment, close)."""
+        return self._stop_requested
+
+    @property
+    def cancel_requested(self) -> bool:
+        """The person pressed Stop: the running (or queued) experiment should give up."""
+        return self._cancel_requested
+
+    def _transition(self, target: SessionState) -> None:
+        """Change the state to ``target``; the one place the state changes.
+
+        Raises:
+            TransitionError: ``TRANSITIONS`` does not allow the change (a bug).
+        """
+        current = self._state
+        if target not in TRANSITIONS[current]:
+            raise TransitionError(f"tune session: no transition {current.name} -> {target.name}")
+        self._state = target
+        if (current.paused, current.busy) != (target.paused, target.busy):
+            self.state_version += 1  # the page shows paused/busy: send it a new state
+
+    def _begin_experiment(self) -> None:
+        """Enter the experiment phase in the current run mode (the loop starts a job)."""
+        if self._state.busy:  # a job inside a job: the loop runs one at a time
+            raise TransitionError(f"tune session: experiment started in {self._state.name}")
+        self._transition(_EXPERIMENT_OF[self._state])
+
+    def _end_experiment(self) -> None:
+        """Leave the experiment phase, keeping the run mode (the job returned or raised)."""
+        if not self._state.busy:
+            raise TransitionError(f"tune session: experiment ended in {self._state.name}")
+        self._transition(_LIVE_OF[self._state])
+
+    def _request_stop(self) -> None:
+        """Ask the running episode to end at its next control step (taken by run_episode)."""
+        self._stop_requested = True
+
+    def _request_cancel(self) -> None:
+        """Ask the experiment to give up (cleared when one is queued or has stopped)."""
+        self._cancel_requested = True
+
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         """Start the loop thread (live episodes until :meth:`close`)."""
@@ -186,9 +308,13 @@ class TuneSession:
             self._thread.start()
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Stop the loop thread and close the env."""
+        """Stop the loop thread and close the env.
+
+        Args:
+            timeout_s: How long to wait for the loop thread to finish its control step.
+        """
         self._closed.set()
-        self._stop_episode = True
+        self._request_stop()
         if self._thread is not None:
             self._thread.join(timeout_s)
         close = self.task.on_close or getattr(self.task.env, "close", None)
@@ -209,6 +335,9 @@ class TuneSession:
     def submit(self, message: Any) -> str:
         """Validate ``message`` and queue it for the loop thread.
 
+        Args:
+            message: The decoded JSON command (``{"cmd": ..., ...}``).
+
         Returns:
             A short acknowledgement for the page.
 
@@ -222,7 +351,9 @@ class TuneSession:
                 fix="wait for it to finish or press Stop (auto-tune panel)",
             )
         if cmd.name == "stop_job":
-            self._cancel_job = True
+            # at once, not when the loop drains it: auto-tune checks it between step tests,
+            # some of which (repeated candidates) run no episode that would drain commands
+            self._request_cancel()
         self._commands.put(cmd)
         if self._thread is None:  # synchronous use (scripts, CLI): apply now
             self._drain()
@@ -248,32 +379,129 @@ class TuneSession:
             self.state_version += 1
 
     def _apply(self, cmd: Command) -> None:
-        from embodied.apps.tune.handlers import HANDLERS
+        self.HANDLERS[cmd.name](self, dict(cmd.args))
 
-        HANDLERS[cmd.name](self, dict(cmd.args))
+    def _queue_job(self, job: Callable[[], object]) -> None:
+        """Run ``job`` (an experiment) in the loop thread after ending the live episode.
 
-    def queue_job(self, job: Callable[[], object]) -> None:
-        """Run ``job`` (an experiment) in the loop thread after ending the live episode."""
+        Args:
+            job: Called without arguments by the loop thread, in an experiment state.
+        """
         self._jobs.append(job)
-        self._cancel_job = False
-        self._stop_episode = True
-        self.paused = False
+        self._cancel_requested = False  # a Stop pressed before belongs to an earlier job
+        self._request_stop()
+        self._transition(self._state.resumed())  # the person asked for it: it starts running
+
+    # -- command handlers (loop thread only) ---------------------------------------------
+    def _cmd_setpoint(self, args: dict[str, Any]) -> None:
+        self.setpoint = args["value"]
+
+    def _cmd_gains(self, args: dict[str, Any]) -> None:
+        self.live.set_params(args["type"], args["params"])
+
+    def _cmd_controller(self, args: dict[str, Any]) -> None:
+        self.live.set_mode(args["type"], {"path": args["path"]} if args["type"] == "rl" else None)
+
+    def _cmd_pause(self, args: dict[str, Any]) -> None:
+        self._transition(self._state.held())
+
+    def _cmd_resume(self, args: dict[str, Any]) -> None:
+        self._transition(self._state.resumed())
+
+    def _cmd_step(self, args: dict[str, Any]) -> None:
+        self._transition(self._state.step_granted())
+
+    def _cmd_reset(self, args: dict[str, Any]) -> None:
+        self._request_stop()
+
+    def _cmd_new_seed(self, args: dict[str, Any]) -> None:
+        self.seed = args["seed"] if args["seed"] is not None else random.randrange(2**31 - 1)
+        self._request_stop()
+
+    def _cmd_step_test(self, args: dict[str, Any]) -> None:
+        self._queue_job(lambda: experiments.step_test(self, args["from"], args["to"]))
+
+    def _cmd_autotune(self, args: dict[str, Any]) -> None:
+        self._queue_job(
+            lambda: experiments.autotune(self, args["from"], args["to"], args["budget"])
+        )
+
+    def _cmd_apply_proposal(self, args: dict[str, Any]) -> None:
+        if self.proposal is None:
+            raise ConfigError("no auto-tune proposal yet", fix="run Auto-tune first")
+        self.live.set_params("pid", self.proposal)
+        self.emit("info", message="applied proposal " + format_value(self.proposal))
+
+    def _cmd_stop_job(self, args: dict[str, Any]) -> None:
+        # the cancel request was set by submit(); ending the episode stops the running step test
+        self._request_stop()
+
+    def _cmd_save(self, args: dict[str, Any]) -> None:
+        path = gains_io.save(self, args["name"])
+        self.emit("saved", message=f"saved {path.name}", files=gains_io.list_files(self))
+
+    def _cmd_load(self, args: dict[str, Any]) -> None:
+        gains_io.load(self, args["name"])
+        params = self.live.params.get(self.live.mode, {})
+        self.emit(
+            "loaded", message=f"loaded {args['name']}: {self.live.mode} {format_value(params)}"
+        )
+
+    def _cmd_list(self, args: dict[str, Any]) -> None:
+        self.emit("files", files=gains_io.list_files(self))
+
+    HANDLERS: ClassVar[Mapping[str, Callable[[TuneSession, dict[str, Any]], None]]] = (
+        MappingProxyType(
+            {
+                "setpoint": _cmd_setpoint,
+                "gains": _cmd_gains,
+                "controller": _cmd_controller,
+                "pause": _cmd_pause,
+                "resume": _cmd_resume,
+                "step": _cmd_step,
+                "reset": _cmd_reset,
+                "new_seed": _cmd_new_seed,
+                "step_test": _cmd_step_test,
+                "autotune": _cmd_autotune,
+                "apply_proposal": _cmd_apply_proposal,
+                "stop_job": _cmd_stop_job,
+                "save": _cmd_save,
+                "load": _cmd_load,
+                "list": _cmd_list,
+            }
+        )
+    )
+    """Command name (:data:`embodied.apps.tune.commands.COMMANDS`) -> handler(session, args)."""
 
     # -- events and telemetry ------------------------------------------------------------
     def emit(self, kind: str, **payload: Any) -> None:
-        """Queue an event (``error``, ``info``, ``step_result``, ...) for the page."""
+        """Queue an event (``error``, ``info``, ``step_result``, ...) for the page.
+
+        Args:
+            kind: The event's ``type``.
+            **payload: Its other fields (JSON values).
+        """
         with self._lock:
             self._events.append((next(self._event_seq), {"type": kind, **payload}))
 
     def events_since(self, seq: int) -> tuple[int, list[dict[str, Any]]]:
-        """Events newer than ``seq`` and the newest sequence number."""
+        """Events newer than ``seq`` and the newest sequence number.
+
+        Args:
+            seq: The newest sequence number the caller has seen.
+        """
         with self._lock:
             new = [e for s, e in self._events if s > seq]
             last = self._events[-1][0] if self._events else seq
         return last, new
 
     def telemetry_since(self, seq: int, limit: int = 2000) -> list[dict[str, Any]]:
-        """Telemetry samples with sequence number greater than ``seq`` (oldest first)."""
+        """Telemetry samples with sequence number greater than ``seq`` (oldest first).
+
+        Args:
+            seq: The newest sample sequence number the caller has seen (-1: all kept).
+            limit: At most this many (the newest) samples.
+        """
         with self._lock:
             if not self._telemetry:
                 return []
@@ -317,11 +545,11 @@ class TuneSession:
         return float(sp(t_s)) if callable(sp) else float(sp)
 
     def _should_stop(self) -> bool:
-        return self._stop_episode or self._closed.is_set()
+        return self._stop_requested or self._closed.is_set()
 
     def _on_step(self, rec: StepRecord) -> None:
         info = rec.info
-        progress = _progress(info, rec.t, self.task.env.max_episode_steps, self)
+        progress = self._progress(info, rec.t)
         knob = np.asarray(rec.knobs.get(self.task.knob, [math.nan]), dtype=np.float64)
         sample = {
             "episode": self.episode,
@@ -343,9 +571,9 @@ class TuneSession:
             if frame is not None:
                 self._frame, self._frame_seq = frame, self._frame_seq + 1
         self._drain()
-        while self.paused and not self._should_stop():
-            if self._step_once:
-                self._step_once = False
+        while self._state.paused and not self._should_stop():
+            if self._state.stepping:  # let this one control step through, then hold again
+                self._transition(self._state.held())
                 break
             time.sleep(0.02)
             self._drain()
@@ -366,8 +594,11 @@ class TuneSession:
                 for realtime tasks such as robots).
             label: Status shown on the page while it runs.
             stop_on_success: End the episode when the task succeeds.
+
+        Returns:
+            The recorded episode (``meta["reason"]`` is ``"stopped"`` when it was ended early).
         """
-        self._stop_episode = False
+        self._stop_requested = False  # the request ended the previous episode, not this one
         self.episode += 1
         self.status = label
         self._progress0 = None
@@ -397,30 +628,31 @@ class TuneSession:
             job = self._jobs.popleft() if self._jobs else None
             try:
                 if job is not None:
-                    self.busy = True
+                    self._begin_experiment()
                     try:
                         job()
                     finally:
-                        self.busy = False
+                        self._end_experiment()
                         self.state_version += 1
                 else:
                     self._live_episode()
             except EmbodiedError as exc:
-                if job is not None and self._cancel_job:  # the person pressed Stop
+                if job is not None and self._cancel_requested:  # the person pressed Stop
                     self.emit("stopped", message=f"experiment stopped ({exc})")
-                    self._cancel_job = False
+                    self._cancel_requested = False
                 else:
                     self.emit("error", message=str(exc))
-                    self.paused = True
+                    self._transition(self._state.held())
             except Exception as exc:  # keep serving; the page shows what broke
                 log.exception("tuning loop failed")
                 self.emit("error", message=f"loop failed: {type(exc).__name__}: {exc}")
-                self.paused = True
+                self._transition(self._state.held())
                 time.sleep(0.5)
 
     def _live_episode(self) -> None:
-        while self.paused and not self._closed.is_set() and not self._jobs:
-            if self._step_once or self._stop_episode:
+        while self._state.paused and not self._closed.is_set() and not self._jobs:
+            # Step or Reset while paused start the next episode (it holds after one step)
+            if self._state.stepping or self._stop_requested:
                 break
             time.sleep(0.02)
             self._drain()
@@ -439,28 +671,31 @@ class TuneSession:
                 time.sleep(0.02)
                 self._drain()
 
+    def _progress(self, info: Mapping[str, Any], t: int) -> float:
+        """Task progress in [0, 1]: ``info["progress"]``, else distance covered, else time."""
+        if "progress" in info:
+            return float(info["progress"])
+        for key in ("target_dist", "distance", "dist_to_target", "goal_distance"):
+            if key in info:
+                d = float(info[key])
+                if self._progress0 is None:  # the first distance of the episode is 0 progress
+                    self._progress0 = max(d, 1e-9)
+                return float(np.clip(1.0 - d / self._progress0, 0.0, 1.0))
+        return (t + 1) / max(self.task.env.max_episode_steps, 1)
+
 
 def _finite(x: float) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
 
 
 def format_value(v: Any) -> str:
-    """Short text of a value for event messages (floats to 4 significant digits)."""
+    """Short text of a value for event messages (floats to 4 significant digits).
+
+    Args:
+        v: A float, a mapping of values, or anything printable.
+    """
     if isinstance(v, float):
         return f"{v:.4g}"
     if isinstance(v, Mapping):
         return "{" + ", ".join(f"{k}={format_value(x)}" for k, x in v.items()) + "}"
     return str(v)
-
-
-def _progress(info: Mapping[str, Any], t: int, horizon: int, session: TuneSession) -> float:
-    """Task progress in [0, 1]: ``info["progress"]``, else distance covered, else time."""
-    if "progress" in info:
-        return float(info["progress"])
-    for key in ("target_dist", "distance", "dist_to_target", "goal_distance"):
-        if key in info:
-            d = float(info[key])
-            if session._progress0 is None:
-                session._progress0 = max(d, 1e-9)
-            return float(np.clip(1.0 - d / session._progress0, 0.0, 1.0))
-    return (t + 1) / max(horizon, 1)

@@ -1,17 +1,81 @@
-"""Build the task ``embodied tune`` runs: env + Steerable policy + concept + knob."""
+"""The task ``embodied tune`` runs (:class:`TuneTask`: env + Steerable policy + concept + knob)
+and its builders for the built-in sim task and for robots."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+import policies
+import sim
 from embodied.apps.tune.configuration_tune import TuneConfig
-from embodied.apps.tune.session import TuneTask
-from embodied.contracts import Env, Policy
+from embodied.concepts import make_concept
+from embodied.contracts import ActionFilter, Concept, Env, Policy
 from embodied.errors import ConfigError
+from hardware import RobotEnv, make_robot, resolve_robot
 
 DEFAULT_PID: dict[str, Any] = {"kp": 1.0, "ki": 20.0, "kd": 0.0, "rate_limit": None}
 """Default PID gains on the built-in task (knob alpha per m/s of ee_speed error); tune them."""
+
+
+@dataclass
+class TuneTask:
+    """What is tuned: an env, a Steerable policy, the concept measured and the knob driven.
+
+    Args:
+        env: The env (sim or robot).
+        policy: A Steerable policy with knob ``knob``.
+        concept: The measured concept signal.
+        knob: Knob name (scalar knobs, or vector knobs with ``to_knob``).
+        setpoint_range: Allowed setpoints (concept units).
+        params: Default parameters per controller type (``pid``, ``fixed``).
+        to_knob: Maps the scalar controller output onto the knob value (None: identity).
+        camera: Observation key of the camera shown on the page (None: first camera).
+        safety: Action filter between policy and env (a robot's :class:`SafetyFilter`).
+        realtime: Every episode, experiments included, runs at the control rate (robots).
+        on_close: Called by :meth:`TuneSession.close` (e.g. disconnect a robot); default
+            ``env.close()``.
+    """
+
+    env: Env
+    policy: Policy
+    concept: Concept
+    knob: str
+    setpoint_range: tuple[float, float]
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    to_knob: Callable[[float], float | np.ndarray] | None = None
+    camera: str | None = None
+    safety: ActionFilter | None = None
+    realtime: bool = False
+    on_close: Callable[[], None] | None = None
+
+    def __post_init__(self) -> None:
+        knobs = self.policy.knobs()  # type: ignore[attr-defined]
+        if self.knob not in knobs:
+            raise ConfigError(
+                f"policy {type(self.policy).__name__} has no knob {self.knob!r}; knobs: {sorted(knobs)}",
+                fix="pass --knob with one of the listed knobs",
+            )
+        lo, hi = self.setpoint_range
+        if not lo < hi:
+            raise ConfigError(f"setpoint range {self.setpoint_range} is empty")
+        if self.camera is None:
+            cams = sorted(self.env.observation_spec.cameras)
+            self.camera = f"image.{cams[0]}" if cams else None
+
+    @property
+    def knob_range(self) -> tuple[float, float]:
+        """Bounds of the (first element of the) knob."""
+        k = self.policy.knobs()[self.knob]  # type: ignore[attr-defined]
+        return float(k.low[0]), float(k.high[0])
+
+    @property
+    def neutral(self) -> float:
+        """The knob default: the value held with the controller ``off``."""
+        return float(self.policy.knobs()[self.knob].default[0])  # type: ignore[attr-defined]
 
 
 def build_task(
@@ -29,18 +93,10 @@ def build_task(
         camera: Render the env's default camera (shown on the page).
         policy_kwargs: Extra arguments for ``policies.load``.
     """
-    import numpy as np
-
-    import policies
-    import sim
-    from embodied.concepts import make_concept
-
     env = (
         sim.make(config.env_id, camera=camera) if camera else sim.make(config.env_id, camera=False)
     )
     spec = "expert_speed_knob" if config.policy == "expert" else config.policy
-    if spec == "expert_speed_knob":
-        import policies.steerable_expert
     policy = policies.load(spec, env=env, **(policy_kwargs or {}))
     if not hasattr(policy, "knobs"):
         raise ConfigError(
@@ -93,10 +149,6 @@ def build_robot_task(
         policy_factory: Builds the policy from the env instead of ``policies.load``.
         policy_kwargs: Extra arguments for ``policies.load``.
     """
-    import policies
-    from embodied.concepts import make_concept
-    from hardware import RobotEnv, make_robot, resolve_robot
-
     if not max_seconds > 0:
         raise ConfigError(f"max_seconds {max_seconds} must be > 0 s")
     rcfg = resolve_robot(robot)
