@@ -23,8 +23,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from embodied.contracts import Controller
 from embodied.errors import ConfigError, UnknownNameError
+from embodied.io import write_text
 from embodied.registry import Registry
 
 CONTROLLERS: Registry[Controller] = Registry(
@@ -59,8 +62,6 @@ def check_fields(cls: type, d: Mapping[str, Any], what: str, fix: str = "use") -
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    import yaml
-
     if not path.is_file():
         raise ConfigError(
             f"controller file {str(path)!r} does not exist",
@@ -141,10 +142,6 @@ def save(
     Returns:
         The written path.
     """
-    import yaml
-
-    from embodied.io import write_text
-
     file = Path(path)
     type_name = getattr(controller, "type_name", None)
     if not isinstance(type_name, str) or type_name not in CONTROLLERS:

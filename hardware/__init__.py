@@ -22,6 +22,7 @@ from hardware.configuration_robot import (
 )
 from hardware.env import RobotEnv
 from hardware.robot import LinkStatus, Robot, RobotState
+from hardware.ros.robot import RosRobot
 from hardware.safety import SafetyEvent, SafetyFilter
 from hardware.sim_robot import SimRobot
 
@@ -47,6 +48,4 @@ def make_robot(config: RobotConfig, dry_run: bool = False) -> Robot:
     """The robot for ``config``: a :class:`SimRobot` when ``dry_run``, else the ROS robot."""
     if dry_run:
         return SimRobot(config)
-    from hardware.ros.robot import RosRobot
-
     return RosRobot(config)

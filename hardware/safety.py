@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from embodied.errors import SafetyFault
+from embodied.errors import ConfigError, SafetyFault
 from embodied.specs import Observation
 from hardware.configuration_robot import RobotConfig
 
@@ -109,8 +109,6 @@ class SafetyFilter:
         self.dt = 1.0 / float(control_rate_hz or config.control_rate_hz)
         self.fk = fk
         if self.rules.workspace is not None and fk is None:
-            from embodied.errors import ConfigError
-
             raise ConfigError("a workspace box needs an fk function", fix="pass fk=robot.fk")
         ws = self.rules.workspace
         self.ws_low = None if ws is None else np.asarray(ws.low_m, dtype=np.float64)

@@ -27,13 +27,13 @@ import numpy as np
 from embodied.contracts import Env, Knob, KnobMixin, Policy
 from embodied.errors import ConfigError, UnknownNameError
 from embodied.specs import Observation
+from policies import POLICIES
+from policies import load as load_policy
 
 
 def _build_expert(env: Env, base_speed: float, expert_kwargs: dict[str, Any]) -> Policy:
-    import policies
-
     try:
-        return policies.load("expert", env=env, speed=base_speed, **expert_kwargs)
+        return load_policy("expert", env=env, speed=base_speed, **expert_kwargs)
     except UnknownNameError:
         make = getattr(env.unwrapped, "expert", None)  # envs that carry their own expert
         if make is None:
@@ -126,12 +126,6 @@ def make_speed_knob_expert(env: Env | None = None, **kwargs: Any) -> SpeedKnobEx
     return SpeedKnobExpert(env, **kwargs)
 
 
-def _register() -> None:
-    from policies import POLICIES
-
-    POLICIES.register("expert_speed_knob", make_speed_knob_expert)
-
-
-_register()
+POLICIES.register("expert_speed_knob", make_speed_knob_expert)
 
 __all__: Sequence[str] = ("SpeedKnobExpert", "make_speed_knob_expert")

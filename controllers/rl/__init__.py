@@ -7,21 +7,19 @@
 * :class:`RLController` - the Controller contract; saved as safetensors + JSON.
 
 Registered as controller ``rl``: ``controllers.make("rl", path="runs/rl_speed")``.
-Importing this package is light (numpy, safetensors); torch and SB3 load on training.
+Importing this package is light (numpy, safetensors, gymnasium); torch and SB3 load on training.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from controllers import CONTROLLERS
 from controllers.rl.configuration_rl import OBS_NAMES, ObservationBuilder, RLControllerConfig
+from controllers.rl.env import SteeringEnv
 from controllers.rl.modeling_rl import MLPActor, RLController
+from controllers.rl.training_rl import PPOSettings, train_rl_controller
 from embodied.errors import ConfigError
-
-if TYPE_CHECKING:
-    from controllers.rl.env import SteeringEnv
-    from controllers.rl.training_rl import PPOSettings, train_rl_controller
 
 __all__ = [
     "OBS_NAMES",
@@ -33,18 +31,6 @@ __all__ = [
     "SteeringEnv",
     "train_rl_controller",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "SteeringEnv":
-        from controllers.rl.env import SteeringEnv
-
-        return SteeringEnv
-    if name in ("PPOSettings", "train_rl_controller"):
-        from controllers.rl import training
-
-        return getattr(training, name)
-    raise AttributeError(name)
 
 
 @CONTROLLERS.register("rl")

@@ -26,6 +26,7 @@ import numpy as np
 from controllers.rl.configuration_rl import OBS_NAMES, ObservationBuilder, RLControllerConfig
 from embodied.contracts import ActionFilter, Concept, Env, Policy, Steerable
 from embodied.errors import CompatibilityError, ConfigError
+from embodied.loop import Steering, rollout
 
 _STOP = object()
 
@@ -132,8 +133,6 @@ class SteeringEnv(gym.Env[np.ndarray, np.ndarray]):
 
     # -- worker ---------------------------------------------------------------------------
     def _run(self, bridge: _BridgeController, setpoint: float, seed: int | None) -> None:
-        from embodied.loop import Steering, rollout
-
         try:
             episode = rollout(
                 self.inner_env,

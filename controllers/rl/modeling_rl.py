@@ -15,6 +15,13 @@ import numpy as np
 
 from controllers.rl.configuration_rl import OBS_NAMES, ObservationBuilder, RLControllerConfig
 from embodied.errors import CheckpointError, ConfigError
+from embodied.io import (
+    atomic_path,
+    build_from_file,
+    load_safetensors_file,
+    read_json_file,
+    write_json,
+)
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -160,8 +167,6 @@ class RLController:
         """Write ``model.safetensors`` and ``config.json`` atomically into ``folder``."""
         from safetensors.numpy import save_file
 
-        from embodied.io import atomic_path, write_json
-
         path = Path(folder)
         path.mkdir(parents=True, exist_ok=True)
         with atomic_path(path / WEIGHTS_NAME) as tmp:
@@ -186,8 +191,6 @@ class RLController:
             **overrides: Config fields to change at load time (e.g. ``horizon_steps``,
                 ``output_max``); the actor's shape fields cannot change.
         """
-        from embodied.io import build_from_file, load_safetensors_file, read_json_file
-
         path = Path(folder)
         cfg_file, w_file = path / CONFIG_NAME, path / WEIGHTS_NAME
         missing = [p.name for p in (cfg_file, w_file) if not p.is_file()]

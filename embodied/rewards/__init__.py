@@ -28,6 +28,9 @@ from embodied.rewards.clips import (
     format_instruction,
     validate_frames,
 )
+from embodied.rewards.contrastive import ContrastiveJudge, ContrastiveJudgeConfig
+from embodied.rewards.generative import GenerativeJudge, GenerativeJudgeConfig
+from embodied.rewards.oracle import SimOracle
 
 JUDGES: Registry[BaseJudge] = Registry("judge")
 """Judge name -> factory(**kwargs) -> judge."""
@@ -35,6 +38,7 @@ JUDGES: Registry[BaseJudge] = Registry("judge")
 
 def _minijudge(path: str | None = None, device: str = "auto", **kw: Any) -> BaseJudge:
     """The shipped small contrastive judge (MiniLM text tower + CNN image tower)."""
+    # Local: its module imports torch (~2.5 s); `import embodied.rewards` stays torch-free.
     from embodied.rewards.minijudge import MiniJudge
 
     return MiniJudge.from_pretrained(path, device=device, **kw)
@@ -42,22 +46,16 @@ def _minijudge(path: str | None = None, device: str = "auto", **kw: Any) -> Base
 
 def _generative(model: str, **kw: Any) -> BaseJudge:
     """Generative VLM judge (model= hub id or folder of an image-text-to-text model)."""
-    from embodied.rewards.generative import GenerativeJudge, GenerativeJudgeConfig
-
     return GenerativeJudge(GenerativeJudgeConfig(model=model, **kw))
 
 
 def _contrastive(model: str, **kw: Any) -> BaseJudge:
     """Contrastive CLIP/SigLIP judge (model= hub id or folder of a dual encoder)."""
-    from embodied.rewards.contrastive import ContrastiveJudge, ContrastiveJudgeConfig
-
     return ContrastiveJudge(ContrastiveJudgeConfig(model=model, **kw))
 
 
 def _oracle(**kw: Any) -> BaseJudge:
     """Simulator oracle: success from info['success'] (feed it with oracle.observe)."""
-    from embodied.rewards.oracle import SimOracle
-
     return SimOracle(**kw)
 
 

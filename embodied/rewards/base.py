@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from embodied.errors import CheckpointError, ConfigError
+from embodied.io import check_safetensors_file, read_json_file
 from embodied.rewards.clips import resample_clip, validate_frames, validate_instruction
 
 Clip = Sequence[np.ndarray] | np.ndarray
@@ -186,10 +188,6 @@ def _name_damaged_file(model: str, what: str) -> None:
     files and safetensors headers of ``model`` (a folder; hub ids are skipped) so the user
     learns which file to restore. Returns if every file reads.
     """
-    from pathlib import Path
-
-    from embodied.io import check_safetensors_file, read_json_file
-
     folder = Path(model)
     if not folder.is_dir():
         return

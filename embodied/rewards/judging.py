@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 
 from embodied.contracts import Judge
+from embodied.datasets import Dataset
 from embodied.errors import ConfigError
+from embodied.rewards import load_judge
 from embodied.rewards.calibration import rates
 from embodied.rewards.clips import context_indices, episode_clips, format_instruction
 from embodied.rewards.demo2reward.demonstrations import task_text
@@ -79,12 +81,8 @@ def judge_episodes(
         agree}], "agreement": {accuracy, tpr, tnr, ...}, "frame_agreement": {...} | None,
         "seconds"}``.
     """
-    from embodied.rewards import load_judge
-
     t0 = time.perf_counter()
     if isinstance(episodes, str | os.PathLike):
-        from embodied.datasets import Dataset
-
         episodes = list(Dataset(episodes))
     if not len(episodes):
         raise ConfigError("no episodes to judge", fix="record or collect at least one episode")

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from embodied.errors import ConfigError
+
 _WORDS = (
     "evaluate the behavior of this robot . robot was instructed with task : instruction answer "
     "reach red green blue target arm gripper point mass goal around obstacle touch touching "
@@ -211,8 +213,6 @@ def build_tiny_clip(
         )
         processor = tf.SiglipProcessor(image_processor=image_processor, tokenizer=tok)
     else:
-        from embodied.errors import ConfigError
-
         raise ConfigError(
             f"unknown tiny contrastive family {family!r}", fix="use 'clip' or 'siglip'"
         )

@@ -28,6 +28,7 @@ from policies import CHECKPOINT_LOADERS, POLICIES
 
 def _load_checkpoint(path: str | os.PathLike[str], **kwargs: Any) -> Policy:
     """Load a PDP checkpoint folder (config.json policy_type "pdp")."""
+    # Local: registry plugin; policy_pdp imports torch + diffusers (seconds) on use.
     from policies.diffusion.policy_pdp import PDPPolicy
 
     return PDPPolicy.from_pretrained(path, **kwargs)

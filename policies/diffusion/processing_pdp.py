@@ -9,7 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from embodied.datasets import Dataset
 from embodied.errors import DatasetError
+from policies.diffusion.modeling_manifold import resample
 
 
 @dataclass
@@ -102,8 +104,6 @@ def load_demos(
             label (e.g. ``sim.mujoco.classify_route`` for reach_around); labels only feed
             diagnostics (mode coverage), never training.
     """
-    from embodied.datasets import Dataset
-
     ds = Dataset(path, obs_keys=["state"])
     states, actions, labels = [], [], []
     for ep in ds:
@@ -161,8 +161,6 @@ def ee_paths(demos: Demos, path_dims: Sequence[int], n_points: int) -> np.ndarra
     Paths start at the origin (like the encoder's input, so L_geo compares path shapes,
     not start positions) and share one scale that maps them into ~[-1, 1].
     """
-    from policies.diffusion.modeling_manifold import resample
-
     dims = list(path_dims)
     paths = np.stack([resample(s[:, dims], n_points) for s in demos.states])
     paths = paths - paths[:, :1]

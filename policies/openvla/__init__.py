@@ -15,6 +15,7 @@ from policies import CHECKPOINT_LOADERS, POLICIES
 
 def _factory(env: Any = None, **kwargs: Any) -> Policy:
     """OpenVLA from a folder or hub id (path=..., unnorm_key=..., steering=direction path)."""
+    # Local: registry plugin; policy_openvla imports torch + transformers (seconds) on use.
     from policies.openvla.policy_openvla import build_policy
 
     return build_policy(env=env, **kwargs)
@@ -22,6 +23,7 @@ def _factory(env: Any = None, **kwargs: Any) -> Policy:
 
 def _loader(path: Any, **kwargs: Any) -> Policy:
     """OpenVLA checkpoint folder written by `embodied train vla`."""
+    # Local: registry plugin; policy_openvla imports torch + transformers (seconds) on use.
     from policies.openvla.policy_openvla import build_policy
 
     return build_policy(path=path, **kwargs)

@@ -16,6 +16,7 @@ import numpy as np
 from embodied.contracts import Env, Knob, KnobMixin, Policy
 from embodied.errors import CompatibilityError, ConfigError
 from embodied.specs import Observation
+from policies.openvla.loading_openvla import load_pretrained
 from policies.openvla.modeling_openvla import OpenVLAModel
 from policies.openvla.processing_openvla import OpenVLAProcessor, action_stats, unnormalize
 from policies.openvla.steering import (
@@ -160,8 +161,6 @@ def build_policy(
 
     ``center_crop``/``flip_image`` default to True for LIBERO envs (``libero:*``).
     """
-    from policies.openvla.loading_openvla import load_pretrained
-
     libero = env is not None and env.env_id.startswith("libero")
     model, proc = load_pretrained(
         path, device=device, dtype=dtype, center_crop=libero if center_crop is None else center_crop

@@ -15,6 +15,7 @@ The evaluation protocol is :class:`LiberoProtocol`; demos load with :func:`load_
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,16 +39,18 @@ from sim.libero.configuration_libero import (
     LiberoProtocol,
 )
 from sim.libero.demos import LIBERO_OBS_KEY_MAP, load_demos
-from sim.libero.resources import ASSETS_ENV_VAR, ensure_config, resolve_assets
+from sim.libero.env import LiberoEnv
+from sim.libero.resources import (
+    ASSETS_ENV_VAR,
+    ensure_config,
+    load_init_states,
+    resolve_assets,
+)
 from sim.libero.tasks import LiberoTask, all_tasks, expand, resolve_task, suite_tasks
 
 
 def make(task: str, **kwargs: Any) -> Env:
     """Build ``LiberoEnv(task, **kwargs)``; ``task`` is ``suite[:index or name]``."""
-    import inspect
-
-    from sim.libero.env import LiberoEnv
-
     params = inspect.signature(LiberoEnv).parameters
     unknown = sorted(set(kwargs) - set(params))
     if unknown:
@@ -82,8 +85,6 @@ class LiberoFamily(EnvFamily):
 
     def num_init_states(self, task: str) -> int:
         """Number of LIBERO's fixed init states of ``task`` (episode i uses i % N)."""
-        from sim.libero.resources import load_init_states
-
         return len(load_init_states(resolve_task(task).init_states_file()))
 
     def default_episodes(self, task: str, env_kwargs: Mapping[str, Any] | None = None) -> int:

@@ -17,8 +17,11 @@ from typing import Any
 import numpy as np
 
 from embodied.contracts import Env, Policy
+from embodied.datasets import Dataset, DatasetWriter, EpisodeData
 from embodied.errors import ConfigError, DatasetError
+from embodied.loop import StepRecord, rollout
 from embodied.rewards.clips import episode_clips, validate_frames
+from embodied.rewards.oracle import frame_labels
 
 FALLBACK_TASKS: dict[str, str] = {
     "mujoco:reach_around": "move the blue ball to the green goal",
@@ -108,8 +111,6 @@ def record_demo(
         camera: Camera to render (default: the env's default camera).
         task: Task text (default: the env's instruction or its fallback).
     """
-    from embodied.loop import StepRecord, rollout
-
     frames: list[np.ndarray] = []
     infos: list[dict[str, Any]] = []
     first_success = [-1]
@@ -170,9 +171,6 @@ def load_demos(
     Raises:
         DatasetError: no camera frames in the episodes.
     """
-    from embodied.datasets import Dataset
-    from embodied.rewards.oracle import frame_labels
-
     out = []
     for ep in Dataset(path):
         keys = sorted(k for k in ep.obs if k.startswith("image."))
@@ -202,8 +200,6 @@ def load_demos(
 
 def save_demos(demos: Sequence[LabelledDemo], path: str | os.PathLike[str]) -> Path:
     """Write demos as a dataset folder (one atomic shard each) readable by :func:`load_demos`."""
-    from embodied.datasets import DatasetWriter, EpisodeData
-
     writer = DatasetWriter(path, env_args={"env_id": demos[0].env_id if demos else ""})
     for d in demos:
         n = len(d)

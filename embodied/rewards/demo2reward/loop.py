@@ -18,7 +18,7 @@ import numpy as np
 
 from embodied.contracts import Judge
 from embodied.errors import ConfigError
-from embodied.io import read_json_file
+from embodied.io import read_json_file, write_json
 from embodied.rewards.clips import format_instruction
 from embodied.rewards.demo2reward.demonstrations import LabelledDemo
 from embodied.rewards.demo2reward.objective import DemoSet, Evaluation
@@ -181,8 +181,6 @@ def save_result(
         table: Calibration table of the frozen template on the optimisation demos.
         heldout: Optional before/after rates on held-out demos.
     """
-    from embodied.io import write_json
-
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "instruction.json"

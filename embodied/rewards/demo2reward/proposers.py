@@ -20,6 +20,7 @@ import numpy as np
 
 from embodied.errors import CheckpointError
 from embodied.registry import Registry
+from embodied.rewards.base import resolve_device, resolve_dtype
 from embodied.rewards.calibration import Rates
 from embodied.rewards.clips import TASK_FIELD
 from embodied.rewards.demo2reward.objective import Misclassified
@@ -199,8 +200,6 @@ class LLMProposer:
         preloaded: tuple[Any, Any] | None = None,
     ) -> None:
         import torch
-
-        from embodied.rewards.base import resolve_device, resolve_dtype
 
         self.device = resolve_device(device)
         dtype = resolve_dtype("auto", self.device)

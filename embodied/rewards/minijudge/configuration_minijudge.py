@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied.errors import CheckpointError, ConfigError
+from embodied.io import build_from_file, read_json_file, write_json
 
 JUDGE_TYPE = "minijudge"
 HEADS = ("cells", "flatten")
@@ -140,8 +141,6 @@ class MiniJudgeConfig:
 
     def save(self, folder: str | os.PathLike[str]) -> None:
         """Atomically write ``config.json`` into ``folder``."""
-        from embodied.io import write_json
-
         write_json(Path(folder) / "config.json", self.to_dict())
 
     @classmethod
@@ -153,8 +152,6 @@ class MiniJudgeConfig:
                 f"minijudge checkpoint {str(folder)!r} has no config.json",
                 fix="pass a folder written by MiniJudge.save_pretrained",
             )
-        from embodied.io import build_from_file, read_json_file
-
         resave = (
             "restore the checkpoint, or retrain it (python -m embodied.rewards.minijudge.train)"
         )

@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from embodied.errors import CheckpointError
+from embodied.io import atomic_path, load_safetensors_file, read_json_file, write_json
 from embodied.rewards.base import BaseJudge, resolve_device
 from embodied.rewards.minijudge.configuration_minijudge import MiniJudgeConfig
 
@@ -231,8 +232,6 @@ class MiniJudge(BaseJudge):
         Raises:
             CheckpointError: missing files or weights that do not fit the config.
         """
-        from embodied.io import load_safetensors_file, read_json_file
-
         retrain = (
             "restore the checkpoint, or retrain with "
             "`python -m embodied.rewards.minijudge.train --out DIR`"
@@ -262,8 +261,6 @@ class MiniJudge(BaseJudge):
     def save_pretrained(self, path: str | os.PathLike[str]) -> Path:
         """Write config.json, model.safetensors and calibration.json (atomically)."""
         from safetensors.torch import save_file
-
-        from embodied.io import atomic_path, write_json
 
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
