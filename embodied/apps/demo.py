@@ -25,10 +25,24 @@ from typing import Any
 
 import numpy as np
 
+import policies
+import sim
+from controllers.analysis import step_response, tracking_rmse
+from embodied.apps.experiments.controller_plots import plot_tracking
+from embodied.apps.experiments.controllers import (
+    STEP_HIGH_MPS,
+    STEP_LOW_MPS,
+    STEP_TIME_S,
+    pid_steered_rollout,
+)
+from embodied.apps.experiments.pdp import quick_demo
+from embodied.errors import ConfigError
 from embodied.io import write_json
-from embodied.loop import Episode, StepRecord
+from embodied.loop import Episode, StepRecord, rollout
 from embodied.registry import Registry
+from embodied.rewards.judging import judge_episodes
 from embodied.video import write_mp4
+from sim.mujoco import classify_route
 
 
 @dataclass
@@ -94,11 +108,6 @@ def _speed_recorder(out: list[float]) -> Callable[[StepRecord], None]:
 @SECTIONS.register("sim")
 def section_sim(ctx: DemoContext) -> dict[str, Any]:
     """Scripted experts on the built-in MuJoCo tasks."""
-    import policies
-    import sim
-    from embodied.loop import rollout
-    from sim.mujoco import classify_route
-
     n = 6 if ctx.quick else 24
     env = sim.make("mujoco:reach_around")
     eps, routes = [], []
@@ -147,8 +156,6 @@ def section_sim(ctx: DemoContext) -> dict[str, Any]:
 @SECTIONS.register("pdp")
 def section_pdp(ctx: DemoContext) -> dict[str, Any]:
     """A small parameterized diffusion policy, rolled out with z per route and from the prior."""
-    from embodied.apps.experiments.pdp import quick_demo
-
     metrics = quick_demo(ctx.out / "pdp", budget_s=40.0 if ctx.quick else 200.0, seed=ctx.seed)
     metrics["plot"] = str(Path(metrics["plot"]).relative_to(ctx.out))
     metrics["checkpoint"] = str(Path(metrics["checkpoint"]).relative_to(ctx.out))
@@ -158,16 +165,6 @@ def section_pdp(ctx: DemoContext) -> dict[str, Any]:
 @SECTIONS.register("steer")
 def section_steer(ctx: DemoContext) -> dict[str, Any]:
     """PID-steered rollout: end-effector speed tracks a setpoint step through knob alpha."""
-    from controllers.analysis import step_response, tracking_rmse
-    from embodied.apps.experiments.controller_plots import plot_tracking
-    from embodied.apps.experiments.controllers import (
-        STEP_HIGH_MPS,
-        STEP_LOW_MPS,
-        STEP_TIME_S,
-        pid_steered_rollout,
-    )
-    from embodied.errors import ConfigError
-
     ep = pid_steered_rollout(seed=ctx.seed, record_images=True)
     plot_tracking(
         {"PID": ep}, ctx.out / "steer_pid_tracking.png",
@@ -203,11 +200,6 @@ trained, calibrated or reported on (``calibration.json`` records those; a test c
 @SECTIONS.register("judge")
 def section_judge(ctx: DemoContext) -> dict[str, Any]:
     """The shipped judge scores expert (successful) and random (failed) arm episodes."""
-    import policies
-    import sim
-    from embodied.loop import rollout
-    from embodied.rewards.judging import judge_episodes
-
     # The sim section's arm episodes reuse reset seeds the judge was trained on; judging
     # them would flatter it, so the judge sees scenes of its own held-out seeds.
     seed0 = JUDGE_SEED0 + ctx.seed

@@ -10,6 +10,7 @@ fault and on any exception.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -20,9 +21,14 @@ from typing import Any
 
 import numpy as np
 
+import controllers
+import policies
+from embodied.concepts import make_concept
+from embodied.datasets import DatasetWriter, EpisodeData
 from embodied.errors import ActionError, ConfigError, SafetyFault
 from embodied.io import write_json
 from embodied.loop import Episode, Steering, StepRecord, rollout
+from hardware import make_robot
 from hardware.configuration_robot import RobotConfig
 from hardware.env import RobotEnv
 from hardware.robot import Robot
@@ -59,10 +65,6 @@ class _Recorder:
         self.records.append(record)
 
     def episode_data(self, instruction: str, meta: Mapping[str, Any]) -> Any:
-        import json
-
-        from embodied.datasets import EpisodeData
-
         rows = self.records
         keys = list(rows[0].obs) if rows else []
         obs = {k: np.stack([np.asarray(r.obs[k]) for r in rows]) for k in keys}
@@ -91,9 +93,6 @@ def steering_from_file(path: str | Path) -> Steering:
 
     The file's ``meta`` names the ``concept``, ``setpoint`` and ``knob`` (default ``alpha``).
     """
-    import controllers
-    from embodied.concepts import make_concept
-
     meta = controllers.read_meta(path)
     missing = [k for k in ("concept", "setpoint") if k not in meta]
     if missing:
@@ -148,10 +147,6 @@ def deploy(
         A :class:`DeployResult`. Faults do not raise: they end the run with
         ``reason="fault"`` after the stop command; other errors propagate after it.
     """
-    import policies
-    from embodied.datasets import DatasetWriter
-    from hardware import make_robot
-
     if not max_seconds > 0:
         raise ConfigError(f"max_seconds {max_seconds} must be > 0 (s)")
     if episodes < 1:

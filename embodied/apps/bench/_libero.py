@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from sim.libero.configuration_libero import SUITES
+from sim.libero.env import LiberoEnv
 from sim.libero.resources import ASSETS_ENV_VAR
 
 
@@ -34,8 +35,6 @@ def _median_rate(times: list[float], steps: int) -> float:
 
 
 def _row(suite: str, cameras: tuple[str, ...], steps: int, resets: int) -> dict[str, Any]:
-    from sim.libero.env import LiberoEnv
-
     env = LiberoEnv(f"{suite}:0", cameras=cameras)
     try:
         reset_times = []

@@ -6,6 +6,8 @@ import math
 import statistics
 import time
 
+from controllers.pid import PIDController
+
 
 def pid_update_us(n: int = 20000, repeats: int = 7) -> float:
     """Median time of one ``PIDController.update`` in microseconds.
@@ -18,8 +20,6 @@ def pid_update_us(n: int = 20000, repeats: int = 7) -> float:
         n: Updates per timed batch.
         repeats: Number of batches.
     """
-    from controllers.pid import PIDController
-
     pid = PIDController(
         kp=0.8,
         ki=2.0,

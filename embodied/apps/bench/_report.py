@@ -31,6 +31,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from embodied.apps.bench import AREAS
+from embodied.apps.evaluation.report import library_versions
 from embodied.io import write_json, write_text
 
 EXPECTED_AREAS = ("sim", "policy", "steer", "judge", "ros", "eval")
@@ -128,8 +130,6 @@ def machine() -> dict[str, Any]:
 
 def versions() -> dict[str, str | None]:
     """Versions of the libraries the figures depend on."""
-    from embodied.apps.evaluation.report import library_versions
-
     out = library_versions()
     for name in EXTRA_PACKAGES:
         try:
@@ -210,8 +210,6 @@ def run_all(
         The report: ``machine``, ``versions``, ``areas`` (name -> outcome), ``figures`` (flat
         rows with targets), ``quick`` and ``seconds``.
     """
-    from embodied.apps.bench import AREAS
-
     known = AREAS.names()
     names = list(areas) if areas else list(dict.fromkeys([*EXPECTED_AREAS, *known]))
     t0 = time.perf_counter()

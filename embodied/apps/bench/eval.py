@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from embodied.apps.evaluation import EvalConfig, evaluate
+
 ENV_ID = "mujoco:arm_reach"
 
 
@@ -52,8 +54,6 @@ def timed_run(workers: int, episodes: int, seed: int = 0) -> Timing:
     The clock starts once every worker has finished its first episode (process start,
     imports and env build excluded) and stops at the last finished episode.
     """
-    from embodied.apps.evaluation import EvalConfig, evaluate
-
     done: list[tuple[float, int, float]] = []  # (arrival s, worker pid, in-worker duration s)
 
     def on_event(kind: str, data: dict[str, Any]) -> None:

@@ -22,6 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from embodied.rewards.contrastive import ContrastiveJudge, ContrastiveJudgeConfig
+from embodied.rewards.generative import GenerativeJudge, GenerativeJudgeConfig
+from embodied.rewards.minijudge import MiniJudge
+from embodied.rewards.tiny import build_tiny_clip, build_tiny_llava
+
 BATCH = 16
 
 
@@ -57,11 +62,6 @@ def _measure(judge: Any, clips: list[np.ndarray], text: str, repeats: int) -> di
 def run(quick: bool = False) -> dict[str, Any]:
     """Frames/s single vs batched (16) per backend; CUDA rows when a GPU is present."""
     import torch
-
-    from embodied.rewards.contrastive import ContrastiveJudge, ContrastiveJudgeConfig
-    from embodied.rewards.generative import GenerativeJudge, GenerativeJudgeConfig
-    from embodied.rewards.minijudge import MiniJudge
-    from embodied.rewards.tiny import build_tiny_clip, build_tiny_llava
 
     rng = np.random.default_rng(0)
     clips = [rng.integers(0, 256, (5, 128, 128, 3), dtype=np.uint8) for _ in range(BATCH)]

@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from policies.diffusion.configuration_pdp import PDPConfig
+from policies.diffusion.modeling_pdp import PDPModel
+from policies.diffusion.policy_pdp import PDPPolicy
+
 
 def _policy(**overrides: Any) -> Any:
     import torch
-
-    from policies.diffusion.configuration_pdp import PDPConfig
-    from policies.diffusion.modeling_pdp import PDPModel
-    from policies.diffusion.policy_pdp import PDPPolicy
 
     torch.manual_seed(0)
     cfg = PDPConfig(state_dim=8, action_dim=2, **overrides)

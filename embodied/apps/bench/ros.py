@@ -21,6 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from embodied.errors import SafetyFault
+from hardware.configuration_robot import DEFAULT_CONFIG
+from hardware.robot import LinkStatus, RobotState
+from hardware.ros.robot import RosRobot
+from hardware.ros.testing import RosTestGraph
+
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float) -> None:
     """Poll ``predicate`` every 1 ms until it holds (TimeoutError after ``timeout_s``)."""
@@ -33,12 +39,6 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float) -> None:
 
 def run(quick: bool = False) -> dict[str, Any]:
     """Run the benchmark; returns the JSON object."""
-    from embodied.errors import SafetyFault
-    from hardware.configuration_robot import DEFAULT_CONFIG
-    from hardware.robot import LinkStatus, RobotState
-    from hardware.ros.robot import RosRobot
-    from hardware.ros.testing import RosTestGraph
-
     n_rtt = 60 if quick else 400
     window_s = 1.0 if quick else 3.0
     with RosTestGraph(DEFAULT_CONFIG, bench=True) as graph:

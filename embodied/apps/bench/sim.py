@@ -25,6 +25,9 @@ from typing import Any
 
 import numpy as np
 
+import sim
+from sim.mujoco import TASKS
+
 
 def _actions(spec_low: np.ndarray, spec_high: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
     """A smooth action sequence (sums of slow sinusoids) at 60% of the bounds."""
@@ -39,8 +42,6 @@ def _actions(spec_low: np.ndarray, spec_high: np.ndarray, n: int, seed: int = 0)
 def bench_task(task: str, steps: int, repeats: int, render_reps: int) -> dict[str, float]:
     """Benchmark one MuJoCo task; see the module docstring for the fields."""
     import mujoco
-
-    import sim
 
     env: Any = sim.make(
         f"mujoco:{task}", camera=False, max_episode_steps=10**9, terminate_on_success=False
@@ -106,14 +107,12 @@ def bench_task(task: str, steps: int, repeats: int, render_reps: int) -> dict[st
 
 def run(quick: bool = False) -> dict[str, Any]:
     """Rows keyed by env id (``mujoco:<task>``, plus LIBERO rows when available)."""
-    from sim.mujoco import TASKS
-
     steps, repeats, render_reps = (400, 3, 10) if quick else (2000, 7, 50)
     result: dict[str, Any] = {
         f"mujoco:{name}": bench_task(name, steps, repeats, render_reps) for name in sorted(TASKS)
     }
     try:
-        from embodied.apps.bench import _libero as libero_bench
+        from embodied.apps.bench import _libero as libero_bench  # optional libero extra
     except ImportError as exc:
         result["libero"] = {"error": f"LIBERO rows not measured: ImportError: {exc}"}
         return result

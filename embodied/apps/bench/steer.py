@@ -13,16 +13,17 @@ import statistics
 import time
 from typing import Any
 
+from embodied.apps.bench._pid import pid_update_us
+from policies.openvla.configuration_openvla import OpenVLAConfig
+from policies.openvla.modeling_openvla import OpenVLAModel
+from policies.openvla.processing_openvla import OpenVLAProcessor, build_tiny_tokenizer
+from policies.openvla.steering import SteeringDirection, SteeringHook
+
 
 def run(quick: bool = False) -> dict[str, Any]:
     """Interleaved plain/steered timings; medians over many repetitions."""
     import numpy as np
     import torch
-
-    from policies.openvla.configuration_openvla import OpenVLAConfig
-    from policies.openvla.modeling_openvla import OpenVLAModel
-    from policies.openvla.processing_openvla import OpenVLAProcessor, build_tiny_tokenizer
-    from policies.openvla.steering import SteeringDirection, SteeringHook
 
     stats = {
         "bench": {"action": {"q01": [-1.0] * 7, "q99": [1.0] * 7, "mask": [True] * 6 + [False]}}
@@ -64,10 +65,5 @@ def run(quick: bool = False) -> dict[str, Any]:
         "tokens": n_tok,
         "repetitions": reps,
     }
-    try:
-        from embodied.apps.bench._pid import pid_update_us
-
-        result["pid_update_us"] = round(pid_update_us(n=2000 if quick else 20000), 3)
-    except ImportError:
-        result["pid_update_us"] = None
+    result["pid_update_us"] = round(pid_update_us(n=2000 if quick else 20000), 3)
     return result

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import policies
 from embodied.contracts import Env, Policy
 from embodied.errors import ConfigError
 
@@ -34,8 +35,6 @@ class PolicyLoader:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __call__(self, env: Env) -> Policy:
-        import policies
-
         return policies.load(self.spec, env=env, **dict(self.kwargs))
 
     def describe(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import sim
 from embodied.apps.evaluation.configuration_evaluation import EpisodeSpec, EvalConfig
 from embodied.errors import UnknownNameError
 
@@ -36,8 +37,6 @@ class TaskEntry:
 
 def expand_tasks(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> list[TaskEntry]:
     """The tasks ``env_id`` names, with their group, init-state count and default episodes."""
-    import sim
-
     family_name, task = sim.split_env_id(env_id)
     family = sim.ENVS.make(family_name)
     expand = getattr(family, "expand", None)

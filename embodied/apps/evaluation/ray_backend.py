@@ -68,7 +68,7 @@ def import_ray() -> Any:
         ConfigError: Ray is not installed.
     """
     try:
-        import ray
+        import ray  # optional dist extra
     except ImportError as exc:
         raise ConfigError(
             f"backend 'ray' needs the ray package, which is not importable ({exc})",
@@ -289,7 +289,7 @@ class RayBackend:
         return ray.remote(EpisodeActor).options(**options)
 
     def _spawn(self, actor_cls: Any, runner_ref: Any, n: int) -> list[_Slot]:
-        import ray
+        import ray  # optional dist extra
 
         slots = [_Slot(actor_cls.remote(runner_ref)) for _ in range(n)]
         pids = ray.get([s.handle.pid.remote() for s in slots])
@@ -304,7 +304,7 @@ class RayBackend:
         runner: EpisodeRunner,
         on_event: EventCallback | None,
     ) -> dict[int, EpisodeRecord]:
-        from ray.exceptions import RayError, RayTaskError
+        from ray.exceptions import RayError, RayTaskError  # optional dist extra
 
         pending: deque[EpisodeSpec] = deque(specs)
         results: dict[int, EpisodeRecord] = {}

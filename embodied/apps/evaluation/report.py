@@ -15,6 +15,7 @@ from typing import Any
 from embodied.apps.evaluation.stats import GroupStats, TaskStats
 from embodied.apps.evaluation.worker import EpisodeRecord
 from embodied.io import write_json, write_text
+from embodied.rewards.calibration import rates
 
 VERSIONED_PACKAGES = (
     "embodied",
@@ -100,8 +101,6 @@ class EvalResult:
         judged = [e for e in self.episodes if e.judge_success is not None and e.error is None]
         if not judged:
             return None
-        from embodied.rewards.calibration import rates
-
         return {
             "judge": self.config.get("judge"),
             "episodes": len(judged),

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+import controllers
 from embodied.apps.evaluation.backends import BACKENDS, EventCallback
 from embodied.apps.evaluation.configuration_evaluation import (
     EpisodeSpec,
@@ -44,12 +45,13 @@ from embodied.apps.evaluation.configuration_evaluation import (
     PolicyLoader,
 )
 from embodied.apps.evaluation.grid import build_grid
-from embodied.apps.evaluation.report import library_versions
+from embodied.apps.evaluation.report import _finite, library_versions
 from embodied.apps.evaluation.stats import wilson_interval
 from embodied.apps.evaluation.worker import EpisodeRecord, EpisodeRunner, record_fields
+from embodied.concepts import make_concept
 from embodied.contracts import Env, Policy
-from embodied.errors import ConfigError
-from embodied.io import write_json, write_text
+from embodied.errors import CompatibilityError, ConfigError
+from embodied.io import atomic_path, write_json, write_text
 from embodied.loop import Steering
 
 
@@ -85,9 +87,6 @@ class SteeringSpec:
     setpoint: float
 
     def __call__(self, env: Env, policy: Policy) -> Steering:
-        import controllers
-        from embodied.concepts import make_concept
-
         knobs: Mapping[str, Any] = getattr(policy, "knobs", dict)()
         to_knob = None
         if self.knob in knobs and len(knobs[self.knob].low) == 1:
@@ -322,8 +321,6 @@ class SweepResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (NaN -> null)."""
-        from embodied.apps.evaluation.report import _finite
-
         eps = [e.to_dict() for e in self.episodes]
         return _finite(  # type: ignore[no-any-return]
             {
@@ -444,8 +441,6 @@ def plot_sweep(result: SweepResult, path: Path) -> None:
     fig.suptitle(
         f"{result.config['env']} / {result.config['policy']} / {result.config['controller']}"
     )
-    from embodied.io import atomic_path
-
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
     plt.close(fig)
@@ -472,8 +467,6 @@ def run_sweep(config: SweepConfig, on_event: EventCallback | None = None) -> Swe
             policy.check_compatible(env)
             steering = variant.steering(env, policy) if variant.steering else None
             if steering is not None and config.knob not in getattr(policy, "knobs", dict)():
-                from embodied.errors import CompatibilityError
-
                 raise CompatibilityError(
                     f"policy {config.policy!r} has no knob {config.knob!r}",
                     fix="pick a Steerable policy (e.g. expert_speed_knob) or --knob NAME",
@@ -486,9 +479,7 @@ def run_sweep(config: SweepConfig, on_event: EventCallback | None = None) -> Swe
         "start_method": "forkserver",
     }
     name = config.backend if config.workers > 0 else "inline"
-    if name == "ray":
-        import embodied.apps.evaluation.ray_backend  # noqa: F401  (registers the backend)
-
+    if name == "ray":  # BACKENDS loads its plugin embodied.apps.evaluation.ray_backend
         kwargs["address"] = config.address
     backend = BACKENDS.make(name, **kwargs)
     results = backend.run(specs, runner, on_event=on_event)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+import sim
 from embodied.apps.evaluation.configuration_evaluation import (
     EpisodeSpec,
     EvalConfig,
@@ -25,6 +26,9 @@ from embodied.apps.evaluation.configuration_evaluation import (
 )
 from embodied.contracts import Env, Policy
 from embodied.loop import Episode, Steering, StepRecord, rollout
+from embodied.rewards import load_judge
+from embodied.rewards.clips import context_indices
+from embodied.rewards.demo2reward.demonstrations import task_text
 from embodied.video import write_mp4
 
 
@@ -156,8 +160,6 @@ class EpisodeRunner:
     def env(self, env_id: str) -> Env:
         """The env ``env_id`` (built once; the previous env is closed when the task changes)."""
         if self._env is None or self._env_id != env_id:
-            import sim
-
             self.close()
             family, _ = sim.split_env_id(env_id)
             self._env = sim.make(env_id, **self.env_kwargs.get(family, {}))
@@ -250,10 +252,6 @@ class EpisodeRunner:
         """Judge the final clip (4 earlier frames + the last) of an episode's rendered frames."""
         if not frames:
             return None
-        from embodied.rewards import load_judge
-        from embodied.rewards.clips import context_indices
-        from embodied.rewards.demo2reward.demonstrations import task_text
-
         if self._judge is None:
             self._judge = load_judge(str(self.judge_spec))
         n_context = int(getattr(self._judge, "n_frames", 5)) - 1

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from embodied.errors import ConfigError
+from embodied.io import atomic_path
 from embodied.loop import Episode
 
 
@@ -35,8 +36,6 @@ def plot_tracking(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from embodied.io import atomic_path
 
     if not runs:
         raise ConfigError("plot_tracking needs at least one episode")

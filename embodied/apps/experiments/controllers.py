@@ -17,8 +17,12 @@ from typing import Any
 
 import numpy as np
 
+import controllers
 from controllers.analysis import step_response, tracking_rmse
+from embodied.apps.experiments.controller_plots import plot_tracking
+from embodied.apps.reference_task import REFERENCE_PID, reference_task, train_on_reference_task
 from embodied.errors import ConfigError
+from embodied.io import write_json
 from embodied.loop import Episode, Steering, rollout
 
 STEP_LOW_MPS, STEP_HIGH_MPS, STEP_TIME_S = 0.06, 0.15, 1.0
@@ -37,9 +41,6 @@ def step_setpoint(
 
 def pid_steered_rollout(seed: int = 0, record_images: bool = True, **env_kwargs: Any) -> Episode:
     """One PID-steered rollout of the built-in task (ee_speed setpoint step via alpha)."""
-    import controllers
-    from embodied.apps.reference_task import REFERENCE_PID, reference_task
-
     task = reference_task(**env_kwargs)
     steering = Steering(
         task.concept, controllers.make("pid", **REFERENCE_PID), task.knob, step_setpoint()
@@ -51,11 +52,6 @@ def compare(
     out_dir: str | os.PathLike[str], rl_path: str | None = None, seeds: int = 5
 ) -> dict[str, dict[str, float | None]]:
     """Run every controller on the setpoint step over ``seeds`` episodes; write table + figure."""
-    import controllers
-    from embodied.apps.experiments.controller_plots import plot_tracking
-    from embodied.apps.reference_task import REFERENCE_PID, reference_task
-    from embodied.io import write_json
-
     task = reference_task(camera=False)
     candidates: dict[str, Callable[[], Any]] = {
         "no control (alpha=0)": lambda: None,
@@ -111,8 +107,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     rl_path = args.rl
     if args.train_rl:
-        from embodied.apps.reference_task import train_on_reference_task
-
         rl_path = str(Path(args.out) / "rl_controller")
         train_on_reference_task(args.train_rl, save_to=rl_path)
     table = compare(args.out, rl_path=rl_path, seeds=args.seeds)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from embodied.apps.training.data_minijudge import record_episodes
 from embodied.contracts import Judge
 from embodied.rewards.calibration import best_threshold
 from embodied.rewards.demo2reward.loop import Demo2RewardConfig, optimize_instruction
@@ -59,8 +60,6 @@ def heldout_experiment(
         ``{"tasks": {env_id: {"template", "threshold", "demos": {before, after}, "heldout": {before,
         after}, "history"}}, "config": ...}`` with rates in percent.
     """
-    from embodied.apps.training.data_minijudge import record_episodes
-
     cfg = config or Demo2RewardConfig(stride=2)
     out: dict[str, Any] = {
         "tasks": {},

@@ -28,10 +28,19 @@ from typing import Any
 import numpy as np
 import torch
 
+import controllers
+import policies
+from controllers.analysis import step_response, tracking_rmse
+from controllers.rl import RLControllerConfig, SteeringEnv
+from controllers.rl.training_rl import PPOSettings, train_rl_controller
 from embodied.apps.experiments.steer_report import write_report
+from embodied.concepts import make_concept
 from embodied.contracts import Controller, Env, Policy
+from embodied.datasets import Dataset
 from embodied.distributed import Distributed
 from embodied.errors import ConfigError
+from embodied.loop import Steering, rollout
+from policies.openvla.loading_openvla import save_pretrained
 from policies.openvla.modeling_openvla import OpenVLAModel
 from policies.openvla.processing_openvla import OpenVLAProcessor, action_stats, normalize
 from policies.openvla.steering import (
@@ -41,7 +50,7 @@ from policies.openvla.steering import (
     mean_difference,
     select_neurons,
 )
-from policies.openvla.training_openvla import Demos
+from policies.openvla.training_openvla import Demos, build_tiny_vla, train_bc
 
 SPEED_LEVELS: dict[str, tuple[tuple[float, float], str]] = {
     "slow": ((0.04, 0.08), "slowly"),
@@ -131,9 +140,6 @@ def collect_speed_demos(
         targets: Target names cycled through reset option ``target`` (empty = env's choice).
         log: Progress printer.
     """
-    import policies
-    from embodied.loop import rollout
-
     levels = levels or SPEED_LEVELS
     cam = env.observation_spec.image_keys[0]
     images, instr, actions, episode, concept = [], [], [], [], []
@@ -172,8 +178,6 @@ def demos_from_dataset(
 
     The per-step concept is the commanded translational speed ``|action[:3]|``.
     """
-    from embodied.datasets import Dataset
-
     ds = Dataset(path, obs_key_map=obs_key_map)
     images, instr, actions, episode = [], [], [], []
     for e, ep in enumerate(ds):
@@ -226,9 +230,6 @@ def train_tiny_on_env(
     Returns:
         Model, processor, demos and the training history (one dict per logged step).
     """
-    from policies.openvla.loading_openvla import save_pretrained
-    from policies.openvla.training_openvla import build_tiny_vla, train_bc
-
     demos = collect_speed_demos(env, episodes_per_level, seed, None, reset_options, targets, log)
     names = env.action_spec.names
     mask = [n not in ("gripper",) for n in names]
@@ -365,10 +366,6 @@ def run_episodes(
     log: Log = _quiet,
 ) -> dict[str, Any]:
     """``n`` steered episodes; per-episode traces and aggregate figures."""
-    from controllers.analysis import step_response, tracking_rmse
-    from embodied.concepts import make_concept
-    from embodied.loop import Steering, rollout
-
     concept = make_concept("ee_speed", filter_tau_s=settings.concept_tau_s)
     steering = Steering(concept, controller, knob="alpha", setpoint=settings.setpoint)
     episodes = []
@@ -468,10 +465,6 @@ def train_rl(
     log: Log = _quiet,
 ) -> Controller:
     """PPO controller trained on steered rollouts of the frozen policy."""
-    from controllers.rl import RLControllerConfig, SteeringEnv
-    from controllers.rl.training_rl import PPOSettings, train_rl_controller
-    from embodied.concepts import make_concept
-
     cfg = RLControllerConfig(
         output_min=-settings.alpha_limit,
         output_max=settings.alpha_limit,
@@ -509,8 +502,6 @@ def run_experiment(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Sweep, then every controller row; writes results.json, results.md and the plot."""
-    import controllers
-
     torch.set_grad_enabled(False)
     sweep = []
     for a in settings.sweep_alphas:

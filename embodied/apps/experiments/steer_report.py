@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from embodied.io import atomic_path, write_json, write_text
+
 
 def markdown_table(report: dict[str, Any]) -> str:
     """The results table (and sweep) as markdown."""
@@ -43,8 +45,6 @@ def write_report(report: dict[str, Any], out: Path, rate_hz: float) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from embodied.io import atomic_path, write_json, write_text
 
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "results.json", report)

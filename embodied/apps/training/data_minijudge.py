@@ -17,9 +17,14 @@ from typing import Any
 
 import numpy as np
 
+import policies
+import sim
 from embodied.contracts import Policy
+from embodied.errors import UnknownNameError
 from embodied.rewards.demo2reward.demonstrations import LabelledDemo, record_demo
 from embodied.specs import Observation
+from sim.mujoco.arm_reach import sample_cube_layout
+from sim.mujoco.reach_around import ROUTES
 
 ARM_COLORS = ("red", "green", "blue", "yellow")
 ARM_REACHED_M = 0.025
@@ -135,8 +140,6 @@ BALL_KINDS = ("expert", "near", "blocked", "random")
 def _arm_episodes(
     n: int, seed0: int, image_size: int | None, kinds: tuple[str, ...] = ARM_KINDS
 ) -> Iterator[LabelledDemo]:
-    import sim
-
     env = sim.make(
         "mujoco:arm_reach",
         terminate_on_success=False,
@@ -153,14 +156,10 @@ def _arm_episodes(
             lo, hi = (0.035, 0.08) if kind == "near" else (0.028, 0.04)
             policy = StopShort(expert, partial(_arm_target_dist, task), float(rng.uniform(lo, hi)))
         elif kind == "random":
-            import policies
-
             policy = policies.load("random", env=env, seed=seed)
         options: dict[str, Any] = {}
         named: str | None = None
         if kind == "swap":  # 4 episodes in a row: one layout, the colours rotated over it
-            from sim.mujoco.arm_reach import sample_cube_layout
-
             group_rng = np.random.default_rng(seed0 + i // 4)
             layout = sample_cube_layout(group_rng)
             speed = float(group_rng.uniform(0.08, 0.25))
@@ -207,9 +206,6 @@ def _arm_target_dist(task: Any) -> float:
 def _ball_episodes(
     n: int, seed0: int, image_size: int | None, kinds: tuple[str, ...] = BALL_KINDS
 ) -> Iterator[LabelledDemo]:
-    import sim
-    from sim.mujoco.reach_around import ROUTES
-
     env = sim.make(
         "mujoco:reach_around",
         camera=True,
@@ -232,8 +228,6 @@ def _ball_episodes(
         elif kind == "blocked":
             options = {"scene": f"block_{route}"}
         elif kind == "random":
-            import policies
-
             policy = policies.load("random", env=env, seed=seed)
         demo = record_demo(
             env,
@@ -271,8 +265,6 @@ def record_episodes(
     Raises:
         UnknownNameError: an env without a recorder.
     """
-    from embodied.errors import UnknownNameError
-
     if env_id not in EPISODE_SOURCES:
         raise UnknownNameError(
             f"no labelled-episode recorder for {env_id!r}; known: {sorted(EPISODE_SOURCES)}",

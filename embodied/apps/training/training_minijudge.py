@@ -32,8 +32,13 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from embodied.apps.training.data_minijudge import make_demos, make_samples, record_episodes
-from embodied.errors import ConfigError
+from embodied.apps.training.data_minijudge import (
+    ARM_COLORS,
+    make_demos,
+    make_samples,
+    record_episodes,
+)
+from embodied.errors import CheckpointError, ConfigError
 from embodied.io import atomic_path, write_json
 from embodied.rewards.calibration import best_threshold, calibration_table, rates
 from embodied.rewards.clips import context_indices
@@ -188,8 +193,6 @@ def agreement_by_kind(ev: dict[str, Any], threshold: float) -> dict[str, dict[st
 def colour_binding(judge: MiniJudge, demos: Sequence[LabelledDemo]) -> float | None:
     """Share (percent) of arm_reach success frames on which the instruction naming the reached
     cube scores above the same instruction with each other colour (None: no such frames)."""
-    from embodied.apps.training.data_minijudge import ARM_COLORS
-
     wins: list[np.ndarray] = []
     for d in demos:
         color = next((c for c in ARM_COLORS if f" {c} " in f" {d.task} "), None)
@@ -299,8 +302,6 @@ def history_train_seeds(train: dict[str, Any], parser: argparse.ArgumentParser) 
         CheckpointError: a stage that trained records neither (its seeds are unknown, so
             disjointness cannot be shown).
     """
-    from embodied.errors import CheckpointError
-
     out: SeedRanges = {}
     stage: dict[str, Any] | None = train
     while stage:
