@@ -233,12 +233,6 @@ class Distributed:
         if self.accelerator is not None and self.world_size > 1:
             self.accelerator.wait_for_everyone()
 
-    def unwrap(self, module: nn.Module) -> nn.Module:
-        """The module inside a DDP wrapper."""
-        if self.accelerator is None:
-            return module
-        return self.accelerator.unwrap_model(module)  # type: ignore[no-any-return]
-
     def close(self) -> None:
         """Tear down the process group (call at the end of a launched run)."""
         if self.accelerator is not None and self.world_size > 1:

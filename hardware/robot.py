@@ -63,10 +63,6 @@ class RobotState:
     received_s: float
     images: dict[str, np.ndarray] = field(default_factory=dict)
 
-    def age_s(self, now_s: float | None = None) -> float:
-        """Seconds since the state arrived (monotonic clock)."""
-        return (time.monotonic() if now_s is None else now_s) - self.received_s
-
 
 class Robot(abc.ABC):
     """A robot with joint-position targets as actions.

@@ -23,7 +23,6 @@ A fault latches the e-stop (``latch_faults``). Every clip and refusal is logged 
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -284,13 +283,3 @@ class SafetyFilter:
     def summary(self) -> dict[str, object]:
         """Counts per rule and the latched e-stop reason (for reports)."""
         return {"counts": dict(self.counts), "estop": self.estop_reason, "steps": self.step}
-
-
-def monotonic_age(received_s: Callable[[], float | None]) -> Callable[[], float | None]:
-    """A ``state_age_s`` callable from a function returning a monotonic receive time (s)."""
-
-    def age() -> float | None:
-        t = received_s()
-        return None if t is None else time.monotonic() - t
-
-    return age

@@ -223,11 +223,6 @@ def demo_tensors(
     )
 
 
-def kl_to_prior(mu: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
-    """KL(q || N(0, I)) per row."""
-    return -0.5 * torch.sum(1 + logvar - mu**2 - logvar.exp(), dim=-1)
-
-
 def cosine_lr(step: int, total: int, warmup: int) -> float:
     """Learning-rate multiplier: linear warm-up then cosine decay to 0.1."""
     if step < warmup:

@@ -105,10 +105,6 @@ class Normalizer(nn.Module):
         """Raw encoder latent -> knob space (standardised)."""
         return (z - self.z_mean) @ self.z_whiten.T
 
-    def knob_to_latent(self, k: torch.Tensor) -> torch.Tensor:
-        """Knob space -> raw encoder latent (what the denoiser was trained with)."""
-        return k @ torch.linalg.inv(self.z_whiten).T + self.z_mean
-
 
 class PDPModel(nn.Module):
     """Denoiser, normaliser, schedules and (for PDP) the behaviour manifold.

@@ -15,7 +15,6 @@ Both artefacts save to ``<name>.safetensors`` + ``<name>.json`` (metadata).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -377,13 +376,3 @@ def select_neurons(
         concept,
         {"k": k, "scores": score[idx].tolist(), **(meta or {})},
     )
-
-
-def steer_layers_default(model: OpenVLAModel) -> int:
-    """A middle decoder layer (where concept directions are usually most linear)."""
-    return len(model.decoder_layers) // 2
-
-
-def as_tensor_list(x: Sequence[np.ndarray]) -> torch.Tensor:
-    """Stack arrays into a float tensor."""
-    return torch.as_tensor(np.stack(x), dtype=torch.float32)

@@ -214,10 +214,6 @@ class MujocoEnv(Env):
         self._renderer = CameraRenderer(self.model, *self.image_size)
 
     # -- privileged access ----------------------------------------------------------------
-    @property
-    def elapsed_steps(self) -> int:
-        """Control steps since reset."""
-        return self._t
 
     def expert(self, **kwargs: Any) -> Policy:
         """The task's scripted expert bound to this env (reads privileged sim state).
