@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import embodied.apps.cli as cli
 
 
 def embodied(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -23,6 +26,50 @@ def test_help_lists_core_commands() -> None:
     out = embodied("--help").stdout
     for cmd in ("envs", "collect", "demo", "bench", "eval"):
         assert cmd in out
+
+
+_HELP_PROBE = """
+import contextlib, io, json, sys
+from embodied.apps.cli import main
+sys.argv = ["embodied", "--help"]
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    main()
+loaded = [m for m in sys.modules if m.split(".")[0] in ("torch", "mujoco", "transformers")
+          or m.startswith("embodied.apps.cli.cmd_")]
+print(json.dumps({"help": out.getvalue(), "loaded": loaded}))
+"""
+
+
+def test_help_lists_every_command_module_without_importing_it() -> None:
+    """`embodied --help` lists one command per ``cmd_*.py`` file and imports none of them (so
+    it stays fast while the command modules import torch & co at the top)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _HELP_PROBE], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    probe = json.loads(proc.stdout)
+    assert probe["loaded"] == []
+    files = {p.stem.removeprefix("cmd_") for p in Path(cli.__file__).parent.glob("cmd_*.py")}
+    listed = set(re.findall(r"^│ (\w+) ", probe["help"], re.MULTILINE))
+    assert listed == files == set(cli.command_modules())
+
+
+def test_each_command_help_is_its_module_docstring() -> None:
+    """The line `embodied --help` shows (read without import) heads the command's own help."""
+    from typer.testing import CliRunner
+
+    for name in cli.command_modules():
+        summary = cli.command_help(name).split("\n\n")[0]
+        assert summary and "\n" not in summary, name  # one line in the command list
+        result = CliRunner().invoke(cli.app, [name, "--help"])
+        assert result.exit_code == 0, (name, result.output)
+        assert " ".join(summary.split()) in " ".join(result.output.split()), (name, result.output)
+
+
+def test_unknown_command_is_a_usage_error() -> None:
+    proc = embodied("evl", check=False)
+    assert proc.returncode == 2
+    assert "No such command 'evl'" in proc.stderr and "'eval'" in proc.stderr
 
 
 def test_envs_lists_builtin_tasks() -> None:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+from embodied.errors import ConfigError
+
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.progress import Progress
 
 
 def parse_kv(items: list[str], what: str, example: str) -> dict[str, Any]:
@@ -21,8 +24,6 @@ def parse_kv(items: list[str], what: str, example: str) -> dict[str, Any]:
     Raises:
         ConfigError: An item has no ``=`` or an empty key.
     """
-    from embodied.errors import ConfigError
-
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -42,8 +43,6 @@ def episode_progress(console: Console, quiet: bool) -> Progress:
         console: Where to draw (usually stderr).
         quiet: Disable drawing (e.g. under ``--json``).
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
     return Progress(
         "[progress.description]{task.description}",
         BarColumn(),

@@ -1,4 +1,9 @@
-"""``embodied bench <area> --json``: speed benchmarks, one JSON object per area."""
+"""Run a benchmark area with 1 torch/BLAS thread and print medians.
+
+Speed benchmarks, one JSON object per area (`--json`). `embodied bench list`
+names the areas; `embodied bench all` runs every area, each in its own
+process, into one report.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,14 @@ from typing import Any
 
 import typer
 
+from embodied.apps.bench import AREAS, run_area
+from embodied.apps.bench._report import figures, problems, run_all, to_markdown, write_report
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``bench`` command to ``app``."""
 
-    @app.command("bench")
+    @app.command("bench", help=__doc__)
     def bench(
         area: str = typer.Argument(..., help="Benchmark area (see `embodied bench list`)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object only."),
@@ -24,15 +32,10 @@ def register(app: typer.Typer) -> None:
             help="Exit 1 when a target is unmet (a missing figure counts) or an area failed.",
         ),
     ) -> None:
-        """Run a benchmark area with 1 torch/BLAS thread and print medians."""
-        from embodied.apps.bench import AREAS, run_area
-        from embodied.apps.bench._report import figures, problems
-
         if area == "list":
             print("\n".join(AREAS.names()))
             return
         if area == "all":  # every area in its own process: one JSON + one markdown table
-            from embodied.apps.bench._report import run_all, to_markdown, write_report
 
             def done(name: str, o: dict[str, Any]) -> None:
                 msg = "ok" if o["ok"] else f"FAILED: {o['error'][:200]}"

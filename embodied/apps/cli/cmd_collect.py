@@ -1,4 +1,9 @@
-"""``embodied collect``: record demonstrations into a robomimic-style shard folder."""
+"""Roll out a policy (default: the scripted expert) and write successful episodes.
+
+The episodes go into a robomimic-style shard folder. Collecting into an
+existing folder resumes it after its largest seed (same env, observations and
+actions only).
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+import h5py
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+import policies
+import sim
+from embodied.datasets import DatasetWriter
+from embodied.datasets.hdf5 import _SHARD_RE
+from embodied.errors import ConfigError
+from embodied.loop import rollout
 
 
 def parse_speed(text: str | None) -> dict[str, Any]:
     """``"0.3"`` -> ``{"speed": 0.3}``; ``"0.1:0.4"`` -> ``{"speed_range": (0.1, 0.4)}`` (m/s)."""
-    from embodied.errors import ConfigError
-
     if text is None:
         return {}
     try:
@@ -29,8 +41,6 @@ def parse_speed(text: str | None) -> dict[str, Any]:
 
 def parse_kv(items: list[str]) -> dict[str, Any]:
     """``["k=v", ...]`` -> dict, values parsed as JSON when possible (else kept as str)."""
-    from embodied.errors import ConfigError
-
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -51,10 +61,6 @@ def next_seed(out: Path, default: int) -> int:
     Continues after the largest seed recorded in existing shards, so resuming never repeats
     an episode.
     """
-    import h5py
-
-    from embodied.datasets.hdf5 import _SHARD_RE
-
     seeds = [default - 1]
     if out.is_dir():
         for shard in out.iterdir():
@@ -73,8 +79,6 @@ def next_seed(out: Path, default: int) -> int:
 
 def check_resume(out: Path, env_args: dict[str, Any]) -> None:
     """Refuse to resume a folder recorded on another env or with other observations."""
-    from embodied.errors import ConfigError
-
     meta = out / "meta.json"
     if not meta.exists():
         return
@@ -94,7 +98,7 @@ def check_resume(out: Path, env_args: dict[str, Any]) -> None:
 def register(app: typer.Typer) -> None:
     """Add the ``collect`` command to ``app``."""
 
-    @app.command("collect")
+    @app.command("collect", help=__doc__)
     def collect(
         env_id: str = typer.Option(..., "--env", help="Env id, e.g. mujoco:reach_around."),
         episodes: int = typer.Option(10, "--episodes", "-n", help="Episodes to keep."),
@@ -122,15 +126,6 @@ def register(app: typer.Typer) -> None:
             [], "--policy-kw", help="Extra policy option KEY=VALUE (repeatable)."
         ),
     ) -> None:
-        """Roll out a policy (default: the scripted expert) and write successful episodes."""
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-        import policies
-        import sim
-        from embodied.datasets import DatasetWriter
-        from embodied.errors import ConfigError
-        from embodied.loop import rollout
-
         if episodes <= 0:
             raise ConfigError(f"--episodes must be positive, got {episodes}")
         attempts_cap = max_attempts if max_attempts is not None else 3 * episodes + 10

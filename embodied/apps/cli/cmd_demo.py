@@ -1,4 +1,7 @@
-"""``embodied demo``: the main job on the built-in MuJoCo tasks (offline, minutes on 2 cores)."""
+"""Run experts, a PDP, a PID-steered rollout and the judge; write metrics, plots, MP4.
+
+The main job on the built-in MuJoCo tasks (offline, minutes on 2 cores).
+"""
 
 from __future__ import annotations
 
@@ -6,21 +9,20 @@ from pathlib import Path
 
 import typer
 
+from embodied.apps import demo as demo_module
+from embodied.errors import ConfigError
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``demo`` command to ``app``."""
 
-    @app.command("demo")
+    @app.command("demo", help=__doc__)
     def demo(
         out: Path = typer.Option(Path("reports/demo"), "--out", help="Report folder."),
         quick: bool = typer.Option(False, "--quick", help="Smaller budgets (smoke test)."),
         seed: int = typer.Option(0, "--seed", help="Base seed."),
         only: list[str] = typer.Option([], "--only", help="Run only these sections."),
     ) -> None:
-        """Run experts, a PDP, a PID-steered rollout and the judge; write metrics, plots, MP4."""
-        from embodied.apps import demo as demo_module
-        from embodied.errors import ConfigError
-
         bad = [s for s in only if s not in demo_module.ORDER]
         if bad:
             raise ConfigError(

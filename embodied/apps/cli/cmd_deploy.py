@@ -1,14 +1,31 @@
-"""``embodied deploy``: run a policy on a robot (or its simulated twin) with the safety filter."""
+"""Run the closed loop on a robot; Ctrl-C (or SIGTERM) stops it safely.
+
+Every stop - time limit, Ctrl-C, fault, error - leaves the robot commanded to
+hold its measured position. A second Ctrl-C aborts at once (the stop command
+is still sent).
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
 import typer
+import yaml
+
+from embodied.apps.deploy import deploy
+from embodied.errors import ConfigError
+from hardware.configuration_robot import resolve_robot
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``deploy`` command to ``app``."""
 
-    @app.command("deploy")
+    @app.command("deploy", help=__doc__)
     def deploy_cmd(
         robot: str = typer.Option(
             ...,
@@ -42,24 +59,6 @@ def register(app: typer.Typer) -> None:
         ),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every safety clip."),
     ) -> None:
-        """Run the closed loop on a robot; Ctrl-C (or SIGTERM) stops it safely.
-
-        Every stop - time limit, Ctrl-C, fault, error - leaves the robot commanded to hold its
-        measured position. A second Ctrl-C aborts at once (the stop command is still sent).
-        """
-        import json
-        import logging
-        import signal
-        import sys
-        import threading
-        from pathlib import Path
-
-        import yaml
-
-        from embodied.apps.deploy import deploy
-        from embodied.errors import ConfigError
-        from hardware.configuration_robot import resolve_robot
-
         kwargs = {}
         for item in policy_arg:
             key, sep, value = item.partition("=")

@@ -1,4 +1,4 @@
-"""``embodied envs``: list the registered environments."""
+"""List environment ids (family:task) that `--env` accepts."""
 
 from __future__ import annotations
 
@@ -6,15 +6,14 @@ import json
 
 import typer
 
+from sim import ENVS, list_env_ids
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``envs`` command to ``app``."""
 
-    @app.command("envs")
+    @app.command("envs", help=__doc__)
     def envs(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-        """List environment ids (family:task) that `--env` accepts."""
-        from sim import ENVS, list_env_ids
-
         ids = list_env_ids()
         if as_json:
             print(json.dumps({"envs": ids, "unavailable": ENVS.unavailable()}, indent=2))

@@ -1,4 +1,8 @@
-"""``embodied eval``: success rates of a policy on env tasks / LIBERO suites."""
+"""Evaluate a policy: per-task success with Wilson 95% CIs, suite averages, videos.
+
+Success rates of a policy on env tasks (mujoco:<task>) and LIBERO suites
+(libero:<suite>).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,15 @@ import os
 from typing import Any
 
 import typer
+from rich.console import Console
 
 from embodied.apps.cli._common import episode_progress, parse_kv
+from embodied.apps.evaluation import EvalConfig, PolicyLoader, build_grid, evaluate
+from embodied.errors import ConfigError
+from sim.libero import LiberoProtocol
 
 
 def _parse_ints(text: str, what: str) -> tuple[int, ...]:
-    from embodied.errors import ConfigError
-
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
@@ -25,7 +31,7 @@ def _parse_ints(text: str, what: str) -> tuple[int, ...]:
 def register(app: typer.Typer) -> None:
     """Add the ``eval`` command to ``app``."""
 
-    @app.command("eval")
+    @app.command("eval", help=__doc__)
     def eval_(
         env: list[str] = typer.Option(
             ..., "--env", help="Env id; repeatable. libero:<suite>[:task] or mujoco:<task>."
@@ -71,12 +77,6 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the results JSON."),
     ) -> None:
-        """Evaluate a policy: per-task success with Wilson 95% CIs, suite averages, videos."""
-        from rich.console import Console
-
-        from embodied.apps.evaluation import EvalConfig, PolicyLoader, build_grid, evaluate
-        from embodied.errors import ConfigError
-
         if protocol not in ("libero", "openvla"):
             raise ConfigError(f"--protocol {protocol!r} unknown; options: libero, openvla")
         if libero_assets:
@@ -84,8 +84,6 @@ def register(app: typer.Typer) -> None:
         common = parse_kv(env_arg, "--env-arg", "seed=3")
         env_kwargs: dict[str, dict[str, Any]] = {"mujoco": dict(common)}
         if any(e.startswith("libero:") for e in env):
-            from sim.libero import LiberoProtocol
-
             proto = LiberoProtocol.openvla() if protocol == "openvla" else LiberoProtocol()
             env_kwargs["libero"] = {
                 "protocol": proto,

@@ -1,4 +1,8 @@
-"""``embodied judge``: score recorded (or freshly rolled-out) episodes with a judge."""
+"""Judge episodes and report judge-vs-oracle agreement.
+
+Scores recorded (`--episodes`) or freshly rolled-out (`--env`) episodes with a
+judge.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,20 @@ from typing import Any
 
 import typer
 
+import policies
+import sim
+from embodied.errors import ConfigError
+from embodied.io import write_json
+from embodied.loop import rollout
+from embodied.rewards import load_judge
+from embodied.rewards.demo2reward import load_instruction
+from embodied.rewards.judging import judge_episodes
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``judge`` command to ``app``."""
 
-    @app.command("judge")
+    @app.command("judge", help=__doc__)
     def judge(
         episodes: Path = typer.Option(
             None, "--episodes", help="Dataset folder from `embodied collect`."
@@ -42,13 +55,6 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(None, "--out", help="Write the report JSON here (atomic)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON only."),
     ) -> None:
-        """Judge episodes and report judge-vs-oracle agreement."""
-        from embodied.errors import ConfigError
-        from embodied.io import write_json
-        from embodied.rewards import load_judge
-        from embodied.rewards.demo2reward import load_instruction
-        from embodied.rewards.judging import judge_episodes
-
         if (episodes is None) == (env is None):
             raise ConfigError(
                 "pass exactly one of --episodes DIR or --env ENV_ID",
@@ -65,10 +71,6 @@ def register(app: typer.Typer) -> None:
         if episodes is not None:
             source: Any = episodes
         else:
-            import policies
-            import sim
-            from embodied.loop import rollout
-
             e = sim.make(env, camera=True) if env.startswith("mujoco:") else sim.make(env)
             pol = policies.load(policy, env=e)
             source = [rollout(e, pol, seed=seed + i) for i in range(n)]

@@ -1,11 +1,7 @@
-"""``embodied pdp ...``: Parameterized Diffusion Policy evaluation, adaptation and demo.
+"""Parameterized Diffusion Policy: evaluate, adapt z, demo.
 
-* ``embodied pdp experiment --out DIR`` - collect demos, train PDP + DP, evaluate (all).
-* ``embodied pdp eval --pdp CKPT --dp CKPT --out DIR`` - evaluate trained checkpoints.
-* ``embodied pdp adapt --policy CKPT --scene block_left`` - adapt z to a shifted scene.
-* ``embodied pdp demo --out DIR`` - time-boxed train + rollout (what ``embodied demo`` runs).
-
-Training alone is ``embodied train pdp``.
+`embodied pdp experiment` runs it all (collect demos, train PDP + DP,
+evaluate); training alone is `embodied train pdp`.
 """
 
 from __future__ import annotations
@@ -13,18 +9,34 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import torch
 import typer
 
-pdp_app = typer.Typer(
-    help="Parameterized Diffusion Policy: evaluate, adapt z, demo.", no_args_is_help=True
+from embodied.apps.experiments.pdp import (
+    SHIFTED_SCENES,
+    aggregate,
+    aggregate_markdown,
+    collect_demos,
+    evaluate,
+    make_env,
+    quick_demo,
+    results_markdown,
+    run_episodes,
+    run_experiment,
+    success_rate,
 )
+from embodied.errors import ConfigError
+from embodied.io import write_json, write_text
+from policies.diffusion.adaptation import adapt_z_from_demo, search_z_cem
+from policies.diffusion.policy_pdp import PDPPolicy
+
+pdp_app = typer.Typer(help=__doc__, no_args_is_help=True)
 
 _SCENES_HELP = "Shifted scenes (comma-separated): block_left, block_center, ..."
 
 
 def _threads(n: int) -> None:
-    import torch
-
     torch.set_num_threads(n)
 
 
@@ -41,8 +53,6 @@ def experiment_cmd(
     threads: int = typer.Option(1, help="torch CPU threads."),
 ) -> None:
     """Full evaluation on mujoco:reach_around; writes results.json/.md and PNG plots."""
-    from embodied.apps.experiments.pdp import SHIFTED_SCENES, run_experiment
-
     _threads(threads)
     summary = run_experiment(
         out,
@@ -63,9 +73,6 @@ def aggregate_cmd(
     out: Path = typer.Option(..., "--out", help="Folder for the combined results.json/.md."),
 ) -> None:
     """Combine experiment runs (e.g. one per training seed, run in parallel)."""
-    from embodied.apps.experiments.pdp import aggregate, aggregate_markdown, results_markdown
-    from embodied.io import write_json, write_text
-
     per_seed = []
     for run in runs:
         per_seed += json.loads((run / "results.json").read_text())["per_seed"]
@@ -91,8 +98,6 @@ def eval_cmd(
     threads: int = typer.Option(1, help="torch CPU threads."),
 ) -> None:
     """Evaluate PDP vs DP: success, mode coverage, shifted scenes, plots."""
-    from embodied.apps.experiments.pdp import SHIFTED_SCENES, evaluate, results_markdown
-
     _threads(threads)
     res = evaluate(
         pdp,
@@ -117,15 +122,7 @@ def adapt_cmd(
     threads: int = typer.Option(1, help="torch CPU threads."),
 ) -> None:
     """Adapt only z to a shifted scene and report success before/after (weights frozen)."""
-    import numpy as np
-
-    from embodied.apps.experiments.pdp import collect_demos, make_env, run_episodes, success_rate
-    from embodied.errors import ConfigError
-    from policies.diffusion.adaptation import adapt_z_from_demo, search_z_cem
-
     _threads(threads)
-    from policies.diffusion.policy_pdp import PDPPolicy
-
     pol = PDPPolicy.from_pretrained(policy)
     env = make_env()
     ev = list(range(50000 + seed, 50000 + seed + n_eval))
@@ -175,8 +172,6 @@ def demo_cmd(
     threads: int = typer.Option(1, help="torch CPU threads."),
 ) -> None:
     """Train a small PDP within the budget and roll it out once per route latent."""
-    from embodied.apps.experiments.pdp import quick_demo
-
     _threads(threads)
     print(json.dumps(quick_demo(out, budget_s=budget_s), indent=1))
 

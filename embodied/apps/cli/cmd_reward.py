@@ -1,4 +1,7 @@
-"""``embodied reward ...``: Demo2Reward instruction optimisation and labelled demos."""
+"""Reward judges: record labelled demos, run Demo2Reward.
+
+Demo2Reward optimises a judge's instruction on a few labelled demos.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +10,22 @@ from pathlib import Path
 
 import typer
 
-reward_app = typer.Typer(
-    help="Reward judges: record labelled demos, run Demo2Reward.", no_args_is_help=True
+from embodied.apps.experiments.reward import BUILTIN_TASKS, format_table, heldout_experiment
+from embodied.apps.training.data_minijudge import record_episodes
+from embodied.io import write_json
+from embodied.rewards import load_judge
+from embodied.rewards.demo2reward import (
+    DEFAULT_TEMPLATE,
+    PROPOSERS,
+    Demo2RewardConfig,
+    DemoSet,
+    load_demos,
+    optimize_instruction,
+    save_demos,
+    save_result,
 )
+
+reward_app = typer.Typer(help=__doc__, no_args_is_help=True)
 
 
 @reward_app.command("record")
@@ -21,9 +37,6 @@ def record(
     seed: int = typer.Option(20000, "--seed", help="First reset seed."),
 ) -> None:
     """Record labelled demos (frames + per-frame success labels) for `reward optimize`."""
-    from embodied.apps.training.data_minijudge import record_episodes
-    from embodied.rewards.demo2reward import save_demos
-
     demos = record_episodes(env, n, seed, kinds=[k.strip() for k in kinds.split(",") if k])
     save_demos(demos, out)
     print(
@@ -57,17 +70,6 @@ def optimize(
     as_json: bool = typer.Option(False, "--json", help="Print the result JSON."),
 ) -> None:
     """Run Demo2Reward and save the frozen instruction with its calibration table."""
-    from embodied.rewards import load_judge
-    from embodied.rewards.demo2reward import (
-        DEFAULT_TEMPLATE,
-        PROPOSERS,
-        Demo2RewardConfig,
-        DemoSet,
-        load_demos,
-        optimize_instruction,
-        save_result,
-    )
-
     cfg = Demo2RewardConfig(
         template=template or DEFAULT_TEMPLATE,
         iterations=iterations,
@@ -138,15 +140,6 @@ def experiment(
     would); held-out episodes include near misses, hovering just above the target, reaching
     the wrong cube (arm_reach), blocked routes (reach_around) and random motion.
     """
-    from embodied.apps.experiments.reward import (
-        BUILTIN_TASKS,
-        format_table,
-        heldout_experiment,
-    )
-    from embodied.io import write_json
-    from embodied.rewards import load_judge
-    from embodied.rewards.demo2reward import Demo2RewardConfig
-
     cfg = Demo2RewardConfig(
         iterations=iterations, restarts=restarts, stride=stride, min_tpr=min_tpr
     )

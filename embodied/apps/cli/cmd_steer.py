@@ -1,54 +1,39 @@
-"""``embodied steer``: activation steering of VLAs (CTRL-STEER).
+"""Activation steering of VLAs: extract directions, run experiments.
 
-* ``embodied steer experiment`` - the open- vs closed-loop steering comparison (trains the
-  tiny VLA on the built-in arm task when no ``--model`` is given; with ``--model
-  openvla/openvla-7b --env libero:...`` it steers the real model on a GPU).
-* ``embodied steer extract`` - a speed direction (or neuron cluster) from demos.
-* ``embodied train vla`` (or ``embodied steer train`` if the train group is absent) -
-  behaviour cloning of a tiny OpenVLA on speed-varied demos.
+`embodied steer experiment` compares open- and closed-loop steering; without
+`--model` it first trains the tiny VLA on the built-in arm task, with `--model
+openvla/openvla-7b --env libero:...` it steers the real model on a GPU. The
+tiny VLA alone is trained by `embodied train vla`.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
+import torch
 import typer
 
-steer_app = typer.Typer(
-    help="Activation steering of VLAs: extract directions, run experiments.", no_args_is_help=True
+from embodied.apps.cli._steer import log, steer_env
+from embodied.apps.experiments.steer import (
+    ExperimentSettings,
+    collect_speed_demos,
+    demos_from_dataset,
+    extract_intervention,
+    run_experiment,
+    train_tiny_on_env,
 )
+from embodied.apps.experiments.steer_report import markdown_table
+from embodied.errors import ConfigError
+from embodied.io import write_json
+from policies.openvla.loading_openvla import load_pretrained
+from policies.openvla.policy_openvla import OpenVLAPolicy
+from policies.openvla.steering import load_intervention
+from policies.openvla.training_openvla import BCSettings
 
-
-def _log(msg: str) -> None:
-    from rich.console import Console
-
-    Console(stderr=True).print(msg, highlight=False)
-
-
-def _env(env_id: str, image_size: int | None, layout: str) -> tuple[Any, dict[str, Any], list[str]]:
-    import sim
-
-    kwargs: dict[str, Any] = {}
-    if env_id.startswith("mujoco:") and image_size:
-        kwargs["image_size"] = image_size
-    env = sim.make(env_id, **kwargs)
-    reset: dict[str, Any] = {}
-    targets: list[str] = []
-    if env_id == "mujoco:arm_reach":
-        from sim.mujoco.arm_reach import COLORS
-
-        targets = list(COLORS)
-        if layout == "fixed":
-            from embodied.apps.experiments.steer import FIXED_LAYOUT
-
-            reset["cubes"] = {k: list(v) for k, v in FIXED_LAYOUT.items()}
-        elif layout != "random":
-            from embodied.errors import ConfigError
-
-            raise ConfigError(f"unknown --layout {layout!r}", fix="use 'fixed' or 'random'")
-    return env, reset, targets
+steer_app = typer.Typer(help=__doc__, no_args_is_help=True)
 
 
 def _train(
@@ -62,9 +47,6 @@ def _train(
     targets: list[str],
     llm_layers: int = 4,
 ) -> Any:
-    from embodied.apps.experiments.steer import train_tiny_on_env
-    from policies.openvla.training_openvla import BCSettings
-
     bc = BCSettings(steps=steps, batch_size=batch, lr=lr, log_every=max(1, steps // 8))
     return train_tiny_on_env(
         env,
@@ -73,49 +55,9 @@ def _train(
         bc,
         reset,
         targets,
-        log=_log,
+        log=log,
         text={"num_hidden_layers": llm_layers},
     )
-
-
-def _train_vla_command(
-    env_id: str = typer.Option(
-        "mujoco:arm_reach", "--env", help="Env with a camera and an expert."
-    ),
-    out: Path = typer.Option(Path("runs/vla_tiny"), "--out", help="Checkpoint folder."),
-    demo_episodes: int = typer.Option(2, help="Demo episodes per (speed level, target)."),
-    steps: int = typer.Option(500, help="BC optimiser steps."),
-    batch_size: int = typer.Option(16, help="BC batch size."),
-    lr: float = typer.Option(2e-3, help="Peak learning rate."),
-    layout: str = typer.Option("fixed", help="arm_reach cube layout: fixed | random."),
-    image_size: int = typer.Option(64, help="Camera size in pixels (mujoco envs)."),
-    llm_layers: int = typer.Option(4, help="Llama decoder layers of the tiny model."),
-) -> None:
-    """Behaviour-clone a tiny OpenVLA (same classes as openvla-7b) on speed-varied demos.
-
-    Runs data-parallel unchanged under ``torchrun --nproc-per-node N -m embodied train vla``
-    or ``accelerate launch``: ``--batch-size`` is the global batch (split over the
-    processes), only the main process logs, writes the checkpoint and prints.
-    """
-    import torch
-
-    from embodied.apps.experiments.steer import train_tiny_on_env
-    from embodied.distributed import Distributed
-    from policies.openvla.training_openvla import BCSettings
-
-    torch.set_num_threads(1)
-    dist = Distributed.from_env(find_unused_parameters=True)  # last vision layers are unused
-    log = _log if dist.is_main else (lambda msg: None)
-    bc = BCSettings(steps=steps, batch_size=batch_size, lr=lr, log_every=max(1, steps // 8))
-    dist.shard(batch_size)  # a batch that does not split over the processes fails now
-    env, reset, targets = _env(env_id, image_size, layout)
-    *_, history = train_tiny_on_env(
-        env, out, demo_episodes, bc, reset, targets, seed=0, log=log, dist=dist,
-        text={"num_hidden_layers": llm_layers},
-    )  # fmt: skip
-    if dist.is_main:
-        print(json.dumps({"checkpoint": str(out), "final_loss": history[-1]["loss"]}))
-    dist.close()
 
 
 @steer_app.command("extract")
@@ -134,22 +76,13 @@ def extract_cmd(
     neurons: int = typer.Option(64, help="Neurons in a neuron cluster."),
 ) -> None:
     """Difference-of-means speed direction (fast vs slow demo steps) or a neuron cluster."""
-    import torch
-
-    from embodied.apps.experiments.steer import (
-        collect_speed_demos,
-        demos_from_dataset,
-        extract_intervention,
-    )
-    from policies.openvla.loading_openvla import load_pretrained
-
     torch.set_num_threads(1)
     m, proc = load_pretrained(str(model))
     if dataset is not None:
         demos = demos_from_dataset(str(dataset), image_key)
     else:
-        env, reset, targets = _env(env_id, m.config.image_size, layout)
-        demos = collect_speed_demos(env, demo_episodes, 0, None, reset, targets, _log)
+        env, reset, targets = steer_env(env_id, m.config.image_size, layout)
+        demos = collect_speed_demos(env, demo_episodes, 0, None, reset, targets, log)
     inter = extract_intervention(
         m, proc, demos, layer, kind, neurons=neurons, unnorm_key=unnorm_key, positions=positions
     )
@@ -190,30 +123,14 @@ def experiment_cmd(
     image_size: int = typer.Option(64, help="Camera size (mujoco envs)."),
 ) -> None:
     """No steering vs fixed alpha (weak/strong) vs PID vs RL: tracking, overshoot, success."""
-    import time
-
-    import torch
-
-    from embodied.apps.experiments.steer import (
-        ExperimentSettings,
-        collect_speed_demos,
-        demos_from_dataset,
-        extract_intervention,
-        run_experiment,
-    )
-    from embodied.apps.experiments.steer_report import markdown_table
-    from policies.openvla.loading_openvla import load_pretrained
-    from policies.openvla.policy_openvla import OpenVLAPolicy
-    from policies.openvla.steering import load_intervention
-
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    env, reset, targets = _env(env_id, image_size, layout)
+    env, reset, targets = steer_env(env_id, image_size, layout)
     demos = None
     if model is None:
         vla_dir = out / "vla"
         if (vla_dir / "config.json").exists() and not retrain:
-            _log(f"reusing {vla_dir} (pass --retrain to train again)")
+            log(f"reusing {vla_dir} (pass --retrain to train again)")
             m, proc = load_pretrained(vla_dir, device="cpu")
         else:
             m, proc, demos, _ = _train(
@@ -230,18 +147,16 @@ def experiment_cmd(
             demos = demos_from_dataset(str(dataset), image_key)
         elif demos is None:
             if not env_id.startswith("mujoco:"):
-                from embodied.errors import ConfigError
-
                 raise ConfigError(
                     f"no demos to extract a direction for {env_id!r}",
                     fix="pass --direction or --dataset (e.g. a LIBERO hdf5)",
                 )
-            demos = collect_speed_demos(env, 1, 0, None, reset, targets, _log)
+            demos = collect_speed_demos(env, 1, 0, None, reset, targets, log)
         inter = extract_intervention(
             m, proc, demos, layer, kind, neurons=neurons, unnorm_key=unnorm_key, positions=positions
         )
         inter.save(out / f"speed_{kind}")
-        _log(f"{kind} at layer {inter.layer}: {json.dumps(inter.meta)[:300]}")
+        log(f"{kind} at layer {inter.layer}: {json.dumps(inter.meta)[:300]}")
     policy = OpenVLAPolicy(
         m,
         proc,
@@ -278,7 +193,7 @@ def experiment_cmd(
         policy,
         settings,
         out,
-        _log,
+        log,
         extra={
             "model": model_name,
             "env_id": env_id,
@@ -286,20 +201,11 @@ def experiment_cmd(
         },
     )
     report["wall_seconds"] = round(time.perf_counter() - t0, 1)
-    from embodied.io import write_json
-
     write_json(out / "results.json", report)
     print(markdown_table(report))
     print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'speed_alpha.png'}")
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``steer`` (and ``train vla`` to the train group when it exists)."""
+    """Add the ``steer`` command group to ``app``."""
     app.add_typer(steer_app, name="steer")
-    try:
-        from embodied.apps.cli.cmd_train import train_app
-    except ImportError:
-        steer_app.command("train")(_train_vla_command)
-    else:
-        if "vla" not in {c.name for c in train_app.registered_commands}:
-            train_app.command("vla")(_train_vla_command)

@@ -1,4 +1,8 @@
-"""``embodied sweep``: closed-loop steering over a grid of controller gains x setpoints."""
+"""Sweep controller gains x setpoints; write one table (JSON + markdown) and one plot.
+
+Closed-loop steering over the grid, episodes per point, on local workers or a
+Ray cluster.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +11,16 @@ import os
 from typing import Any
 
 import typer
+from rich.console import Console
 
 from embodied.apps.cli._common import episode_progress, parse_kv
+from embodied.apps.evaluation.sweep import SweepConfig, parse_axis, run_sweep
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``sweep`` command to ``app``."""
 
-    @app.command("sweep")
+    @app.command("sweep", help=__doc__)
     def sweep(
         env: str = typer.Option("mujoco:arm_reach", "--env", help="Env id of the task."),
         policy: str = typer.Option(
@@ -50,11 +56,6 @@ def register(app: typer.Typer) -> None:
         out: str = typer.Option(None, "--out", help="Folder for sweep.json, sweep.md, sweep.png."),
         as_json: bool = typer.Option(False, "--json", help="Print the result JSON."),
     ) -> None:
-        """Sweep controller gains x setpoints; write one table (JSON + markdown) and one plot."""
-        from rich.console import Console
-
-        from embodied.apps.evaluation.sweep import SweepConfig, parse_axis, run_sweep
-
         config = SweepConfig(
             env=env,
             policy=policy,

@@ -1,15 +1,6 @@
-"""``embodied train <policy>``: training commands, one per policy family.
+"""Train policies from datasets (resumable; TensorBoard logs in OUT/tb)."""
 
-``train_app`` is a typer sub-app; another module adds its own policy with::
-
-    from embodied.apps.cli.cmd_train import train_app
-
-    @train_app.command("vla")
-    def train_vla(...): ...
-
-(command modules are imported in name order, so ``cmd_train`` is loaded before any
-``cmd_train_*`` module that extends it.)
-"""
+# One command per policy family; a new family is a new command here.
 
 from __future__ import annotations
 
@@ -17,12 +8,17 @@ import json
 import os
 from pathlib import Path
 
+import torch
 import typer
 
-train_app = typer.Typer(
-    help="Train policies from datasets (resumable; TensorBoard logs in OUT/tb).",
-    no_args_is_help=True,
-)
+from embodied.apps.cli._steer import log, steer_env
+from embodied.apps.experiments.steer import train_tiny_on_env
+from embodied.distributed import Distributed
+from policies.diffusion.configuration_pdp import PDPConfig
+from policies.diffusion.training import train_pdp
+from policies.openvla.training_openvla import BCSettings
+
+train_app = typer.Typer(help=__doc__, no_args_is_help=True)
 
 
 @train_app.command("pdp")
@@ -52,11 +48,6 @@ def train_pdp_cmd(
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
 ) -> None:
     """Train a Parameterized Diffusion Policy (manifold VAE, then z-conditioned diffusion)."""
-    import torch
-
-    from policies.diffusion.configuration_pdp import PDPConfig
-    from policies.diffusion.training import train_pdp
-
     torch.set_num_threads(threads)
     given = {
         "steps": steps,
@@ -96,6 +87,41 @@ def train_pdp_cmd(
             }
         )
     )
+
+
+@train_app.command("vla")
+def train_vla_cmd(
+    env_id: str = typer.Option(
+        "mujoco:arm_reach", "--env", help="Env with a camera and an expert."
+    ),
+    out: Path = typer.Option(Path("runs/vla_tiny"), "--out", help="Checkpoint folder."),
+    demo_episodes: int = typer.Option(2, help="Demo episodes per (speed level, target)."),
+    steps: int = typer.Option(500, help="BC optimiser steps."),
+    batch_size: int = typer.Option(16, help="BC batch size."),
+    lr: float = typer.Option(2e-3, help="Peak learning rate."),
+    layout: str = typer.Option("fixed", help="arm_reach cube layout: fixed | random."),
+    image_size: int = typer.Option(64, help="Camera size in pixels (mujoco envs)."),
+    llm_layers: int = typer.Option(4, help="Llama decoder layers of the tiny model."),
+) -> None:
+    """Behaviour-clone a tiny OpenVLA (same classes as openvla-7b) on speed-varied demos.
+
+    Runs data-parallel unchanged under ``torchrun --nproc-per-node N -m embodied train vla``
+    or ``accelerate launch``: ``--batch-size`` is the global batch (split over the
+    processes), only the main process logs, writes the checkpoint and prints.
+    """
+    torch.set_num_threads(1)
+    dist = Distributed.from_env(find_unused_parameters=True)  # last vision layers are unused
+    main_log = log if dist.is_main else (lambda msg: None)
+    bc = BCSettings(steps=steps, batch_size=batch_size, lr=lr, log_every=max(1, steps // 8))
+    dist.shard(batch_size)  # a batch that does not split over the processes fails now
+    env, reset, targets = steer_env(env_id, image_size, layout)
+    *_, history = train_tiny_on_env(
+        env, out, demo_episodes, bc, reset, targets, seed=0, log=main_log, dist=dist,
+        text={"num_hidden_layers": llm_layers},
+    )  # fmt: skip
+    if dist.is_main:
+        print(json.dumps({"checkpoint": str(out), "final_loss": history[-1]["loss"]}))
+    dist.close()
 
 
 def register(app: typer.Typer) -> None:

@@ -1,34 +1,42 @@
-"""``embodied tune``: tune a steering controller live in the browser (or run its experiments).
+"""Serve a live tuning page for a steered rollout (http://127.0.0.1:8765 by default).
 
-Examples::
+The built-in task is mujoco:arm_reach with the scripted expert; the controller
+sets its speed knob alpha so that ee_speed (m/s) tracks the setpoint. Saved
+gains files are the controller YAML that `embodied eval` and `embodied deploy`
+accept.
 
-    embodied tune                                   # page on http://127.0.0.1:8765/
-    embodied tune --host 0.0.0.0 --token SECRET --allow-host robot-pc.local
-                                                    # reachable from the network (token required;
-                                                    # the page answers only to the names allowed)
-    embodied tune --step-test                       # the page's step experiment, headless
-    embodied tune --autotune 12 --step-test         # auto-tune, save <out>/autotuned.yaml, measure
-    embodied tune --step-test --gains tune-out/autotuned.yaml
-    embodied tune --robot hardware/configs/sim_arm.yaml --dry-run --policy <steerable policy>
+Examples:
 
-The built-in task is ``mujoco:arm_reach`` with the scripted expert whose speed knob ``alpha``
-the controller sets so that ``ee_speed`` (m/s) tracks the setpoint. Saved gains files are the
-controller YAML that ``embodied eval`` and ``embodied deploy`` accept.
+  embodied tune                      # the page on http://127.0.0.1:8765/
+  embodied tune --host 0.0.0.0 --token SECRET --allow-host robot-pc.local
+      # reachable from the network (token required; the page answers
+      # only to the names allowed)
+  embodied tune --step-test          # the page's step experiment, headless
+  embodied tune --autotune 12 --step-test
+      # auto-tune, save <out>/autotuned.yaml, measure
+  embodied tune --step-test --gains tune-out/autotuned.yaml
+  embodied tune --robot hardware/configs/sim_arm.yaml --dry-run --policy P
 """
 
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from embodied.apps.tune import ServerConfig, TuneConfig, TuneSession, experiments, gains_io
+from embodied.apps.tune.configuration_tune import is_loopback
+from embodied.apps.tune.server import TuneServer
+from embodied.apps.tune.task import build_robot_task, build_task
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``tune`` command to ``app``."""
 
-    @app.command("tune")
+    @app.command("tune", help=__doc__)
     def tune(
         env: str = typer.Option(
             "mujoco:arm_reach", "--env", help="Env id (the built-in steering task by default)."
@@ -102,14 +110,8 @@ def register(app: typer.Typer) -> None:
             20.0, "--max-seconds", help="With --robot: episode length (s)."
         ),
     ) -> None:
-        """Serve a live tuning page for a steered rollout (http://127.0.0.1:8765 by default)."""
-        from embodied.apps.tune import ServerConfig, TuneConfig, TuneSession, experiments, gains_io
-        from embodied.apps.tune.task import build_task
-
         headless = step_test or autotune > 0
         if port == 0 and not headless:
-            import socket
-
             with socket.socket() as sock:  # a free port, so the printed URL is the real one
                 sock.bind((host, 0))
                 port = int(sock.getsockname()[1])
@@ -130,8 +132,6 @@ def register(app: typer.Typer) -> None:
             out_dir=out,
         )
         if robot is not None:
-            from embodied.apps.tune.task import build_robot_task
-
             task = build_robot_task(cfg, robot, dry_run=dry_run, max_seconds=max_seconds)
         else:
             task = build_task(cfg, camera=not headless)
@@ -160,9 +160,6 @@ def register(app: typer.Typer) -> None:
                 session.close()
             _print(results, as_json)
             return
-        from embodied.apps.tune.configuration_tune import is_loopback
-        from embodied.apps.tune.server import TuneServer
-
         assert server_cfg is not None
         server = TuneServer(session, server_cfg)
         print(f"embodied tune: {task.env.env_id} on {server.url}  (Ctrl-C stops)", flush=True)
