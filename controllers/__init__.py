@@ -17,9 +17,7 @@ Controllers with weights (``rl``) store them in a folder beside the YAML file
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,24 +39,6 @@ META_KEY = "meta"
 def make(name: str, **params: Any) -> Controller:
     """Build controller ``name`` with ``params``."""
     return CONTROLLERS.make(name, **params)
-
-
-def check_fields(cls: type, d: Mapping[str, Any], what: str, fix: str = "use") -> None:
-    """Refuse keys of ``d`` that are not fields of the dataclass ``cls`` (config ``from_dict``).
-
-    Args:
-        cls: The config dataclass.
-        d: The parameters to check.
-        what: What the parameters configure, for the message (e.g. ``"PID"``).
-        fix: Start of the fix text, followed by the list of valid names.
-
-    Raises:
-        ConfigError: Unknown keys, named, with the valid names.
-    """
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - names)
-    if unknown:
-        raise ConfigError(f"unknown {what} parameter(s) {unknown}", fix=f"{fix} {sorted(names)}")
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

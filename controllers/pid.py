@@ -29,7 +29,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from controllers import CONTROLLERS, check_fields
+from controllers import CONTROLLERS
+from embodied.config import config_from_dict, config_to_dict
 from embodied.errors import ConfigError
 
 AntiWindup = Literal["clamping", "back_calculation", "none"]
@@ -133,7 +134,7 @@ class PIDConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Parameters as a plain dict (YAML/JSON-friendly; infinite limits become None)."""
-        d = dataclasses.asdict(self)
+        d = config_to_dict(self)
         for name in ("output_min", "output_max"):
             if math.isinf(d[name]):
                 d[name] = None
@@ -146,13 +147,12 @@ class PIDConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PIDConfig:
         """Inverse of :meth:`to_dict`; unknown keys raise ``ConfigError`` naming them."""
-        check_fields(cls, d, "PID", fix="use only")
         kw = dict(d)
         if kw.get("output_min") is None:
             kw["output_min"] = -math.inf
         if kw.get("output_max") is None:
             kw["output_max"] = math.inf
-        return cls(**kw)
+        return config_from_dict(cls, kw, what="PID config")
 
 
 class PIDController:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers import check_fields
+from embodied.config import config_from_dict, config_to_dict
 from embodied.errors import ConfigError
 
 OBS_NAMES = ("error", "integral", "derivative", "alpha_prev", "progress")
@@ -107,18 +108,12 @@ class RLControllerConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict."""
-        d = dataclasses.asdict(self)
-        d["hidden_sizes"] = list(self.hidden_sizes)
-        return d
+        return config_to_dict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RLControllerConfig:
+    def from_dict(cls, d: Mapping[str, Any]) -> RLControllerConfig:
         """Inverse of :meth:`to_dict`; unknown keys raise ``ConfigError`` naming them."""
-        check_fields(cls, d, "RL controller")
-        kw = dict(d)
-        if "hidden_sizes" in kw:
-            kw["hidden_sizes"] = tuple(kw["hidden_sizes"])
-        return cls(**kw)
+        return config_from_dict(cls, d, what="RL controller config")
 
 
 class ObservationBuilder:

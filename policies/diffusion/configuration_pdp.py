@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from embodied.config import config_from_dict, config_to_dict
 from embodied.errors import ConfigError
 
 DENOISERS = ("mlp", "unet")
@@ -280,25 +281,15 @@ class PDPConfig:
     # ---- (de)serialisation ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable dict (tuples become lists)."""
-        return dataclasses.asdict(self)
+        return config_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PDPConfig:
         """Inverse of :meth:`to_dict`; unknown keys are an error naming them."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known - {"policy_type", "format_version"})
-        if unknown:
-            raise ConfigError(
-                f"PDP config has unknown keys {unknown}",
-                fix="the checkpoint was written by a newer version; upgrade embodied",
-            )
-        kw = {k: v for k, v in data.items() if k in known}
-        for key in ("unet_channels", "state_names", "action_names"):
-            if key in kw and kw[key] is not None:
-                kw[key] = tuple(kw[key])
-        for key in ("path_dims", "obs_dims"):
-            if kw.get(key) is not None:
-                kw[key] = tuple(kw[key])
-        if isinstance(kw.get("manifold"), Mapping):
-            kw["manifold"] = ManifoldConfig(**kw["manifold"])
-        return cls(**kw)
+        return config_from_dict(
+            cls,
+            data,
+            what="PDP config",
+            ignore=("policy_type", "format_version"),
+            fix="the checkpoint was written by a newer version; upgrade embodied",
+        )

@@ -11,9 +11,10 @@ size. :meth:`OpenVLAConfig.from_released` converts the ``config.json`` of the re
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from embodied.config import config_from_dict, config_to_dict
 from embodied.errors import CheckpointError, ConfigError
 
 DINO_MEAN = (0.485, 0.456, 0.406)
@@ -222,19 +223,12 @@ class OpenVLAConfig:
     # ----- (de)serialisation -----
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (our checkpoint format)."""
-        d = asdict(self)
-        d["image_means"] = [list(m) for m in self.image_means]
-        d["image_stds"] = [list(s) for s in self.image_stds]
-        return d
+        return config_to_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> OpenVLAConfig:
         """Inverse of :meth:`to_dict`; unknown fields are refused."""
-        known = set(cls.__dataclass_fields__)
-        extra = sorted(set(d) - known)
-        if extra:
-            raise CheckpointError(f"unknown OpenVLA config fields {extra}; known: {sorted(known)}")
-        return cls(**copy.deepcopy(d))
+        return config_from_dict(cls, copy.deepcopy(d), what="OpenVLA config", error=CheckpointError)
 
     @classmethod
     def from_released(

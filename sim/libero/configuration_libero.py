@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
+from embodied.config import config_from_dict, config_to_dict
 from embodied.errors import ConfigError, UnknownNameError
 
 SUITES: tuple[str, ...] = (
@@ -178,8 +179,8 @@ class LiberoProtocol:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (with the derived fields and the convention texts)."""
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["max_steps_by_suite"] = dict(self.max_steps_by_suite)
+        d = config_to_dict(self)
+        d["image_size"] = self.image_size
         d["gripper_convention_doc"] = GRIPPER_CONVENTIONS[self.gripper_convention]
         d["image_preprocess_doc"] = IMAGE_PREPROCESSING[self.image_preprocess]
         return d
@@ -187,8 +188,12 @@ class LiberoProtocol:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LiberoProtocol:
         """Inverse of :meth:`to_dict` (derived and doc fields are ignored)."""
-        skip = {"image_size", "gripper_convention_doc", "image_preprocess_doc"}
-        return cls(**{k: v for k, v in d.items() if k not in skip})
+        return config_from_dict(
+            cls,
+            d,
+            what="LIBERO protocol",
+            ignore=("image_size", "gripper_convention_doc", "image_preprocess_doc"),
+        )
 
 
 def _rebuild(kwargs: dict[str, Any]) -> LiberoProtocol:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from embodied.config import config_to_dict
 from embodied.errors import CheckpointError, ConfigError
 from embodied.io import build_from_file, read_json_file, write_json
 
@@ -133,11 +134,7 @@ class MiniJudgeConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable dict (device is a runtime choice and not saved)."""
-        d = asdict(self)
-        d["channels"] = list(self.channels)
-        d["strides"] = list(self.strides)
-        d.pop("device")
-        return d
+        return config_to_dict(self, exclude=("device",))
 
     def save(self, folder: str | os.PathLike[str]) -> None:
         """Atomically write ``config.json`` into ``folder``."""
