@@ -7,7 +7,7 @@ Following "From Noise to Control: Parameterized Diffusion Policies" (Zhang et al
 * :mod:`~policies.diffusion.modeling_denoiser` - residual MLP / 1D U-Net with FiLM(z);
 * :mod:`~policies.diffusion.modeling_pdp` - normaliser, DDPM training, DDIM sampling;
 * :mod:`~policies.diffusion.policy_pdp` - the :class:`~embodied.contracts.Policy` with knob z;
-* :mod:`~policies.diffusion.training` - ``embodied train pdp`` (checkpoints, resume, TB);
+* :mod:`~policies.diffusion.training_pdp` - ``embodied train pdp`` (checkpoints, resume, TB);
 * :mod:`~policies.diffusion.adaptation` - z from one demo, z from a constraint (CEM);
 * :mod:`~embodied.apps.experiments.pdp` - the multimodal-task evaluation and quick demo;
 * :mod:`~embodied.apps.experiments.pdp_plots` - latent-space and interpolation PNGs.

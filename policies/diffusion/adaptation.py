@@ -17,7 +17,7 @@ import torch
 from embodied.errors import ConfigError
 from policies.diffusion.modeling_manifold import demo_tensors
 from policies.diffusion.policy_pdp import PDPPolicy
-from policies.diffusion.processing_pdp import Demos, make_windows
+from policies.diffusion.processor_pdp import Demos, make_windows
 
 
 @dataclass

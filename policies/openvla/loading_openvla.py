@@ -24,7 +24,7 @@ from embodied.io import build_from_file, load_safetensors_file, read_json_file, 
 from policies.openvla.configuration_openvla import OpenVLAConfig
 from policies.openvla.convert_openvla import load_released_state, native_to_released
 from policies.openvla.modeling_openvla import OpenVLAModel
-from policies.openvla.processing_openvla import OpenVLAProcessor
+from policies.openvla.processor_openvla import OpenVLAProcessor
 
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"

@@ -18,7 +18,7 @@ from embodied.errors import CompatibilityError, ConfigError
 from embodied.specs import Observation
 from policies.openvla.loading_openvla import load_pretrained
 from policies.openvla.modeling_openvla import OpenVLAModel
-from policies.openvla.processing_openvla import OpenVLAProcessor, action_stats, unnormalize
+from policies.openvla.processor_openvla import OpenVLAProcessor, action_stats, unnormalize
 from policies.openvla.steering import (
     NeuronCluster,
     SteeringDirection,

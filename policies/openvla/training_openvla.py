@@ -22,7 +22,7 @@ from embodied.distributed import Distributed
 from embodied.errors import ConfigError
 from policies.openvla.configuration_openvla import OpenVLAConfig
 from policies.openvla.modeling_openvla import IGNORE_INDEX, OpenVLAModel
-from policies.openvla.processing_openvla import (
+from policies.openvla.processor_openvla import (
     OpenVLAProcessor,
     action_stats,
     build_tiny_tokenizer,

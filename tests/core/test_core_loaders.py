@@ -28,7 +28,7 @@ from embodied.errors import CheckpointError, DatasetError, EmbodiedError
 
 
 def _build_pdp(root: Path) -> Path:
-    from policies.diffusion.training import train_pdp
+    from policies.diffusion.training_pdp import train_pdp
     from tests.diffusion.conftest import synthetic_demos, tiny_config
 
     cfg = tiny_config(steps=2)
@@ -77,7 +77,7 @@ def _build_openvla(root: Path) -> Path:
 
     from policies.openvla.loading_openvla import save_pretrained
     from policies.openvla.modeling_openvla import OpenVLAModel
-    from policies.openvla.processing_openvla import build_tiny_tokenizer
+    from policies.openvla.processor_openvla import build_tiny_tokenizer
     from tests.openvla.conftest import tiny_config
 
     torch.manual_seed(0)
@@ -139,13 +139,13 @@ def _load_policy(folder: Path) -> Any:
 
 
 def _load_train_latents(folder: Path) -> Any:
-    from policies.diffusion.training import load_train_latents
+    from policies.diffusion.training_pdp import load_train_latents
 
     return load_train_latents(folder)
 
 
 def _resume_pdp(folder: Path) -> Any:
-    from policies.diffusion.training import train_pdp
+    from policies.diffusion.training_pdp import train_pdp
     from tests.diffusion.conftest import synthetic_demos
 
     return train_pdp(

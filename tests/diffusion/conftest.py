@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from policies.diffusion.configuration_pdp import ManifoldConfig, PDPConfig
-from policies.diffusion.processing_pdp import Demos
+from policies.diffusion.processor_pdp import Demos
 
 
 def tiny_config(**kw: object) -> PDPConfig:

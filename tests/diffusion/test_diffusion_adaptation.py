@@ -11,8 +11,8 @@ import torch
 from embodied.errors import ConfigError
 from policies.diffusion.adaptation import adapt_z_from_demo, search_z_cem
 from policies.diffusion.policy_pdp import PDPPolicy
-from policies.diffusion.processing_pdp import Demos
-from policies.diffusion.training import train_pdp
+from policies.diffusion.processor_pdp import Demos
+from policies.diffusion.training_pdp import train_pdp
 from tests.diffusion.conftest import tiny_config
 
 
@@ -41,7 +41,7 @@ def test_encoder_init_is_the_training_latent(
     trained: PDPPolicy, demos: Demos, tmp_path: Path
 ) -> None:
     from policies.diffusion.adaptation import encode_demo
-    from policies.diffusion.training import load_train_latents
+    from policies.diffusion.training_pdp import load_train_latents
 
     latents, _ = load_train_latents(tmp_path)
     z = encode_demo(trained, demos.states[3], demos.actions[3])

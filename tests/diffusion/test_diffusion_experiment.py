@@ -15,7 +15,7 @@ from embodied.apps.experiments.pdp import (
     evaluate,
     quick_demo,
 )
-from policies.diffusion.training import train_pdp
+from policies.diffusion.training_pdp import train_pdp
 from tests.diffusion.conftest import tiny_config
 
 ROUTES = ("center", "left", "right")

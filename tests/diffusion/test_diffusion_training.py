@@ -12,8 +12,8 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from embodied.errors import CheckpointError
-from policies.diffusion.processing_pdp import Demos, load_demos, make_windows
-from policies.diffusion.training import load_train_latents, train_pdp
+from policies.diffusion.processor_pdp import Demos, load_demos, make_windows
+from policies.diffusion.training_pdp import load_train_latents, train_pdp
 from tests.diffusion.conftest import tiny_config
 
 
@@ -123,6 +123,13 @@ def test_cli_trains_on_real_env_dataset(reach_dataset: Path, tmp_path: Path) -> 
     assert cfg["obs_dims"] == [0, 1, 4, 5, 6, 7]  # velocities hidden from the denoiser
     assert list((out / "tb").glob("events.out.tfevents.*"))
     assert not list(out.rglob("*.pt")) and not list(out.rglob("*.pkl"))
+    # the one-demo adaptation command runs on the checkpoint and reports before/after
+    adapt = CliRunner().invoke(
+        app, ["pdp", "adapt", "--policy", str(out), "--steps", "2", "--n-eval", "1"]
+    )
+    assert adapt.exit_code == 0, adapt.output
+    report = json.loads(adapt.output.strip().splitlines()[-1])
+    assert report["method"] == "demo" and report["n"] == 1 and len(report["z"]) == cfg["z_dim"]
 
 
 def test_dims_derived_from_data_not_base_config(reach_dataset: Path, tmp_path: Path) -> None:

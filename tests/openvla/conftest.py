@@ -9,7 +9,7 @@ import torch
 
 from policies.openvla.configuration_openvla import OpenVLAConfig
 from policies.openvla.modeling_openvla import OpenVLAModel
-from policies.openvla.processing_openvla import OpenVLAProcessor, build_tiny_tokenizer
+from policies.openvla.processor_openvla import OpenVLAProcessor, build_tiny_tokenizer
 
 STATS = {
     "toy_dataset": {

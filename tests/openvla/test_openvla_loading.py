@@ -15,7 +15,7 @@ from embodied.errors import CheckpointError
 from policies.openvla.convert_openvla import native_to_released
 from policies.openvla.loading_openvla import load_pretrained, save_pretrained
 from policies.openvla.modeling_openvla import OpenVLAModel
-from policies.openvla.processing_openvla import OpenVLAProcessor
+from policies.openvla.processor_openvla import OpenVLAProcessor
 from tests.openvla.conftest import tiny_config
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from embodied.errors import ConfigError
 from policies.openvla.configuration_openvla import OpenVLAConfig
-from policies.openvla.processing_openvla import (
+from policies.openvla.processor_openvla import (
     ActionTokenizer,
     ImageProcessor,
     action_stats,

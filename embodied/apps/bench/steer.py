@@ -16,7 +16,7 @@ from typing import Any
 from embodied.apps.bench._pid import pid_update_us
 from policies.openvla.configuration_openvla import OpenVLAConfig
 from policies.openvla.modeling_openvla import OpenVLAModel
-from policies.openvla.processing_openvla import OpenVLAProcessor, build_tiny_tokenizer
+from policies.openvla.processor_openvla import OpenVLAProcessor, build_tiny_tokenizer
 from policies.openvla.steering import SteeringDirection, SteeringHook
 
 

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 import policies
 import sim
+from embodied.apps.cli._common import parse_kv
 from embodied.datasets import DatasetWriter
 from embodied.datasets.hdf5 import _SHARD_RE
 from embodied.errors import ConfigError
@@ -37,22 +38,6 @@ def parse_speed(text: str | None) -> dict[str, Any]:
             f"--speed {text!r} is not a number or a LO:HI range (m/s)",
             fix="pass e.g. --speed 0.3 or --speed 0.1:0.4",
         ) from exc
-
-
-def parse_kv(items: list[str]) -> dict[str, Any]:
-    """``["k=v", ...]`` -> dict, values parsed as JSON when possible (else kept as str)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(
-                f"option {item!r} is not KEY=VALUE", fix="pass e.g. --policy-kw seed=3"
-            )
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
 
 
 def next_seed(out: Path, default: int) -> int:
@@ -122,8 +107,8 @@ def register(app: typer.Typer) -> None:
         max_attempts: int | None = typer.Option(
             None, "--max-attempts", help="Give up after this many episodes (default 3x + 10)."
         ),
-        policy_kw: list[str] = typer.Option(
-            [], "--policy-kw", help="Extra policy option KEY=VALUE (repeatable)."
+        policy_arg: list[str] = typer.Option(
+            [], "--policy-arg", help="Policy option key=value (repeatable)."
         ),
     ) -> None:
         if episodes <= 0:
@@ -139,7 +124,7 @@ def register(app: typer.Typer) -> None:
         if scene is not None:
             env_kwargs["scene"] = scene
         env = sim.make(env_id, **env_kwargs)
-        pol_kwargs = {**parse_speed(speed), **parse_kv(policy_kw)}
+        pol_kwargs = {**parse_speed(speed), **parse_kv(policy_arg, "--policy-arg", "seed=3")}
         if route is not None:
             pol_kwargs["route"] = route
         pol = policies.load(policy, env=env, **pol_kwargs)

@@ -15,10 +15,9 @@ import threading
 from pathlib import Path
 
 import typer
-import yaml
 
+from embodied.apps.cli._common import parse_kv
 from embodied.apps.deploy import deploy
-from embodied.errors import ConfigError
 from hardware.configuration_robot import resolve_robot
 
 
@@ -59,15 +58,7 @@ def register(app: typer.Typer) -> None:
         ),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every safety clip."),
     ) -> None:
-        kwargs = {}
-        for item in policy_arg:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise ConfigError(
-                    f"--policy-arg {item!r} is not key=value",
-                    fix="e.g. --policy-arg amplitude_rad=0.3",
-                )
-            kwargs[key] = yaml.safe_load(value)
+        kwargs = parse_kv(policy_arg, "--policy-arg", "amplitude_rad=0.3")
         config = resolve_robot(robot)
         out_dir = Path(out)
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from embodied.apps.experiments.pdp import (
     aggregate,
     aggregate_markdown,
     collect_demos,
+    constraint_cost,
     evaluate,
     make_env,
     quick_demo,
@@ -111,6 +112,16 @@ def eval_cmd(
     print(results_markdown(res))
 
 
+ADAPT_DEMO_SEED0 = 40000
+"""``pdp adapt``: first seed of the adaptation demo. The demo, the CEM search rollouts and the
+evaluation episodes use disjoint seed blocks (and none of the experiment's), so the adapted z
+is never scored on an episode it was fitted to."""
+ADAPT_CEM_SEED0 = 45000
+"""``pdp adapt``: first seed of the CEM search rollouts."""
+ADAPT_EVAL_SEED0 = 50000
+"""``pdp adapt``: first seed of the before/after evaluation episodes."""
+
+
 @pdp_app.command("adapt")
 def adapt_cmd(
     policy: Path = typer.Option(..., "--policy", help="PDP checkpoint folder."),
@@ -125,28 +136,15 @@ def adapt_cmd(
     _threads(threads)
     pol = PDPPolicy.from_pretrained(policy)
     env = make_env()
-    ev = list(range(50000 + seed, 50000 + seed + n_eval))
+    ev = list(range(ADAPT_EVAL_SEED0 + seed, ADAPT_EVAL_SEED0 + seed + n_eval))
     before = success_rate(run_episodes(env, pol, ev, scene, z=np.zeros(pol.config.z_dim)))
     if method == "demo":
-        demo = collect_demos(1, seed=40000 + seed, scene=scene)
+        demo = collect_demos(1, seed=ADAPT_DEMO_SEED0 + seed, scene=scene)
         z = adapt_z_from_demo(pol, demo.states[0], demo.actions[0], steps=steps, seed=seed).z
     elif method == "cem":
-
-        def cost(cands: np.ndarray) -> np.ndarray:
-            return np.asarray(
-                [
-                    np.mean(
-                        [
-                            1.0 - r["success"] + 1e-3 * r["steps"]
-                            for r in run_episodes(
-                                env, pol, [45000 + seed, 45001 + seed], scene, z=zc
-                            )
-                        ]
-                    )
-                    for zc in cands
-                ]
-            )
-
+        cost = constraint_cost(
+            env, pol, scene, [ADAPT_CEM_SEED0 + seed, ADAPT_CEM_SEED0 + seed + 1]
+        )
         z = search_z_cem(cost, pol.config.z_dim, bound=pol.config.z_bound, seed=seed).z
     else:
         raise ConfigError(f"unknown adaptation method {method!r}", fix="use demo or cem")

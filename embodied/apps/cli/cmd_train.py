@@ -15,7 +15,7 @@ from embodied.apps.cli._steer import log, steer_env
 from embodied.apps.experiments.steer import train_tiny_on_env
 from embodied.distributed import Distributed
 from policies.diffusion.configuration_pdp import PDPConfig
-from policies.diffusion.training import train_pdp
+from policies.diffusion.training_pdp import train_pdp
 from policies.openvla.training_openvla import BCSettings
 
 train_app = typer.Typer(help=__doc__, no_args_is_help=True)

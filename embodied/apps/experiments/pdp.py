@@ -32,8 +32,8 @@ from embodied.io import write_json, write_text
 from embodied.loop import rollout
 from policies.diffusion.adaptation import adapt_z_from_demo, encode_demo, search_z_cem
 from policies.diffusion.policy_pdp import PDPPolicy
-from policies.diffusion.processing_pdp import Demos
-from policies.diffusion.training import _read_train_state, load_train_latents, train_pdp
+from policies.diffusion.processor_pdp import Demos
+from policies.diffusion.training_pdp import _read_train_state, load_train_latents, train_pdp
 from sim.mujoco import classify_route
 
 ENV_ID = "mujoco:reach_around"

@@ -19,8 +19,8 @@ from typing import Any
 from embodied.apps.training.data_minijudge import record_episodes
 from embodied.contracts import Judge
 from embodied.rewards.calibration import best_threshold
-from embodied.rewards.demo2reward.loop import Demo2RewardConfig, optimize_instruction
 from embodied.rewards.demo2reward.objective import DemoSet
+from embodied.rewards.demo2reward.optimization import Demo2RewardConfig, optimize_instruction
 from embodied.rewards.demo2reward.proposers import OfflineProposer, Proposer
 
 BUILTIN_TASKS = ("mujoco:arm_reach", "mujoco:reach_around")

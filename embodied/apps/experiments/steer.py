@@ -42,7 +42,7 @@ from embodied.errors import ConfigError
 from embodied.loop import Steering, rollout
 from policies.openvla.loading_openvla import save_pretrained
 from policies.openvla.modeling_openvla import OpenVLAModel
-from policies.openvla.processing_openvla import OpenVLAProcessor, action_stats, normalize
+from policies.openvla.processor_openvla import OpenVLAProcessor, action_stats, normalize
 from policies.openvla.steering import (
     NeuronCluster,
     SteeringDirection,

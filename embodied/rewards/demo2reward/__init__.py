@@ -17,14 +17,14 @@ from embodied.rewards.demo2reward.demonstrations import (
     split_demos,
     task_text,
 )
-from embodied.rewards.demo2reward.loop import (
+from embodied.rewards.demo2reward.objective import DemoSet, Evaluation, Misclassified, objective
+from embodied.rewards.demo2reward.optimization import (
     Demo2RewardConfig,
     OptimizationResult,
     load_instruction,
     optimize_instruction,
     save_result,
 )
-from embodied.rewards.demo2reward.objective import DemoSet, Evaluation, Misclassified, objective
 from embodied.rewards.demo2reward.proposers import (
     DEFAULT_TEMPLATE,
     PROPOSERS,

@@ -44,7 +44,7 @@ from policies.diffusion.modeling_manifold import (
 )
 from policies.diffusion.modeling_pdp import PDPModel
 from policies.diffusion.policy_pdp import save_model
-from policies.diffusion.processing_pdp import Demos, ee_paths, load_demos, make_windows
+from policies.diffusion.processor_pdp import Demos, ee_paths, load_demos, make_windows
 
 STATE_JSON = "train_state.json"
 STATE_FIX = (
