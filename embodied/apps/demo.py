@@ -36,6 +36,7 @@ from embodied.apps.experiments.controllers import (
     pid_steered_rollout,
 )
 from embodied.apps.experiments.pdp import quick_demo
+from embodied.apps.plotting import plt, save_figure
 from embodied.errors import ConfigError
 from embodied.io import write_json
 from embodied.loop import Episode, StepRecord, rollout
@@ -68,11 +69,6 @@ ORDER = ("sim", "pdp", "steer", "judge")
 
 
 def _plot_routes(episodes: list[Episode], routes: list[str], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     colours = {r: f"C{i}" for i, r in enumerate(sorted(set(routes)))}
     fig, ax = plt.subplots(figsize=(5, 5))
     seen: set[str] = set()
@@ -92,8 +88,7 @@ def _plot_routes(episodes: list[Episode], routes: list[str], path: Path) -> None
     ax.set_aspect("equal")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 def _speed_recorder(out: list[float]) -> Callable[[StepRecord], None]:

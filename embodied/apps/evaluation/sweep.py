@@ -48,10 +48,11 @@ from embodied.apps.evaluation.grid import build_grid
 from embodied.apps.evaluation.report import _finite, library_versions
 from embodied.apps.evaluation.stats import wilson_interval
 from embodied.apps.evaluation.worker import EpisodeRecord, EpisodeRunner, record_fields
+from embodied.apps.plotting import plt, save_figure
 from embodied.concepts import make_concept
 from embodied.contracts import Env, Policy
 from embodied.errors import CompatibilityError, ConfigError
-from embodied.io import atomic_path, write_json, write_text
+from embodied.io import write_json, write_text
 from embodied.loop import Steering
 
 
@@ -409,11 +410,6 @@ def summarize_sweep(config: SweepConfig, records: Sequence[SweepRecord]) -> list
 
 def plot_sweep(result: SweepResult, path: Path) -> None:
     """Tracking RMSE and mean concept value against the first axis, one line per other combo."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     axes_names = list(result.config["grid"])
     x_name, others = axes_names[0], axes_names[1:]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
@@ -441,9 +437,7 @@ def plot_sweep(result: SweepResult, path: Path) -> None:
     fig.suptitle(
         f"{result.config['env']} / {result.config['policy']} / {result.config['controller']}"
     )
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def run_sweep(config: SweepConfig, on_event: EventCallback | None = None) -> SweepResult:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from embodied.apps.plotting import plt, save_figure
 from embodied.errors import ConfigError
-from embodied.io import atomic_path
 from embodied.loop import Episode
 
 
@@ -32,11 +32,6 @@ def plot_tracking(
         units: Concept units for the axis label.
         concept: Concept name for the axis label.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     if not runs:
         raise ConfigError("plot_tracking needs at least one episode")
     fig, (ax_c, ax_k) = plt.subplots(2, 1, figsize=(7.5, 5.5), sharex=True)
@@ -62,7 +57,5 @@ def plot_tracking(
         fig.suptitle(title)
     fig.tight_layout()
     out = Path(path)
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, format=out.suffix.lstrip(".") or "png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out)
     return out

@@ -13,15 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Rectangle
 
+from embodied.apps.plotting import plt, save_figure
 from embodied.errors import ConfigError
-from embodied.io import atomic_path
-
-matplotlib.use("Agg")
 
 ROUTE_COLORS = {"left": "tab:blue", "center": "tab:green", "right": "tab:red", "none": "0.6"}
 ARENA_VIEW_M = 0.4
@@ -72,10 +68,7 @@ def obstacle_boxes(model: Any, prefix: str = OBSTACLE_PREFIX) -> list[Box]:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, bbox_inches="tight")
 
 
 def _draw_arena(ax: Any, boxes: Sequence[Box]) -> None:

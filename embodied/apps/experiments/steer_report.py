@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from embodied.io import atomic_path, write_json, write_text
+from embodied.apps.plotting import plt, save_figure
+from embodied.io import write_json, write_text
 
 
 def markdown_table(report: dict[str, Any]) -> str:
@@ -41,11 +42,6 @@ def markdown_table(report: dict[str, Any]) -> str:
 
 def write_report(report: dict[str, Any], out: Path, rate_hz: float) -> None:
     """results.json, results.md and speed_alpha.png (first episode of each controller)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "results.json", report)
     write_text(out / "results.md", markdown_table(report))
@@ -67,6 +63,4 @@ def write_report(report: dict[str, Any], out: Path, rate_hz: float) -> None:
     axes[0, 0].set_ylabel("ee speed (m/s)")
     axes[1, 0].set_ylabel("alpha_t")
     fig.tight_layout()
-    with atomic_path(out / "speed_alpha.png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    save_figure(fig, out / "speed_alpha.png")
