@@ -14,42 +14,30 @@ import typer
 from rich.console import Console
 
 from embodied.apps.cli._common import episode_progress, parse_kv
+from embodied.apps.cli._config_options import Opt, config_options
 from embodied.apps.evaluation import EvalConfig, PolicyLoader, build_grid, evaluate
 from embodied.errors import ConfigError
 from sim.libero import LiberoProtocol
-
-
-def _parse_ints(text: str, what: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ConfigError(
-            f"{what} {text!r} must be comma-separated episode indices", fix=f"e.g. {what} 0,1"
-        ) from None
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``eval`` command to ``app``."""
 
     @app.command("eval", help=__doc__)
+    @config_options(
+        EvalConfig,
+        Opt("envs", flag="--env", many="repeat"),
+        "episodes",
+        "workers",
+        "video_episodes",
+        "seed",
+        "max_steps",
+        "backend",
+        "judge",
+    )
     def eval_(
-        env: list[str] = typer.Option(
-            ..., "--env", help="Env id; repeatable. libero:<suite>[:task] or mujoco:<task>."
-        ),
         policy: str = typer.Option(..., "--policy", help="Policy name or checkpoint folder."),
-        episodes: int = typer.Option(
-            None, "--episodes", help="Episodes per task (default: 50 for LIBERO, else 10)."
-        ),
-        workers: int = typer.Option(1, "--workers", help="Worker processes (0: inline)."),
         out: str = typer.Option(None, "--out", help="Output folder for results and videos."),
-        video_episodes: str = typer.Option(
-            "", "--video-episodes", help="Episode indices per task to save as MP4, e.g. 0,1."
-        ),
-        seed: int = typer.Option(0, "--seed", help="Base seed (episode k uses seed + k)."),
-        max_steps: int = typer.Option(None, "--max-steps", help="Override the step limit."),
-        backend: str = typer.Option(
-            "local", "--backend", help="Execution backend: local, inline or ray."
-        ),
         address: str = typer.Option(
             None, "--address", help="--backend ray: cluster auto or HOST:PORT [private local Ray]."
         ),
@@ -70,13 +58,11 @@ def register(app: typer.Typer) -> None:
         cameras: str = typer.Option(
             "agentview", "--cameras", help="LIBERO cameras, comma-separated ('' for none)."
         ),
-        judge: str = typer.Option(
-            None,
-            "--judge",
-            help="Judge each episode (e.g. minijudge) and report judge-vs-oracle agreement.",
-        ),
         as_json: bool = typer.Option(False, "--json", help="Print the results JSON."),
+        *,
+        config: dict[str, Any],
     ) -> None:
+        env, backend = config["envs"], config["backend"]
         if protocol not in ("libero", "openvla"):
             raise ConfigError(f"--protocol {protocol!r} unknown; options: libero, openvla")
         if libero_assets:
@@ -97,19 +83,8 @@ def register(app: typer.Typer) -> None:
                     fix="add --backend ray or drop --address",
                 )
             os.environ["EMBODIED_RAY_ADDRESS"] = address  # read by the ray backend
-        config = EvalConfig(
-            envs=tuple(env),
-            episodes=episodes,
-            workers=workers,
-            out=out,
-            video_episodes=_parse_ints(video_episodes, "--video-episodes"),
-            seed=seed,
-            env_kwargs=env_kwargs,
-            max_steps=max_steps,
-            backend=backend,
-            judge=judge,
-        )
-        total = len(build_grid(config))
+        eval_config = EvalConfig(**config, out=out, env_kwargs=env_kwargs)
+        total = len(build_grid(eval_config))
         console = Console(stderr=True)
         with episode_progress(console, quiet=as_json) as progress:
             bar = progress.add_task("episodes", total=total)
@@ -126,7 +101,7 @@ def register(app: typer.Typer) -> None:
                     console.print(f"worker {data['pid']} died; rerunning its episode")
 
             result = evaluate(
-                config,
+                eval_config,
                 PolicyLoader(policy, parse_kv(policy_arg, "--policy-arg", "seed=3")),
                 on_event,
             )

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
+from embodied.apps.cli._config_options import config_options
 from embodied.apps.experiments.reward import BUILTIN_TASKS, format_table, heldout_experiment
 from embodied.apps.training.data_minijudge import record_episodes
 from embodied.io import write_json
 from embodied.rewards import load_judge
 from embodied.rewards.demo2reward import (
-    DEFAULT_TEMPLATE,
     PROPOSERS,
     Demo2RewardConfig,
     DemoSet,
@@ -46,6 +47,9 @@ def record(
 
 
 @reward_app.command("optimize")
+@config_options(
+    Demo2RewardConfig, "template", "iterations", "restarts", "stride", "min_tpr", "seed"
+)
 def optimize(
     demos: Path = typer.Option(..., "--demos", help="Labelled demos folder (3 to 10 episodes)."),
     out: Path = typer.Option(..., "--out", help="Folder for instruction.json."),
@@ -55,29 +59,14 @@ def optimize(
     proposer_model: str = typer.Option(
         None, "--proposer-model", help="LLM/VLM for --proposer llm."
     ),
-    template: str = typer.Option(None, "--template", help="Starting template with {task}."),
-    iterations: int = typer.Option(10, "--iterations", help="Proposals per restart (K)."),
-    restarts: int = typer.Option(3, "--restarts", help="Restarts (seeds)."),
-    stride: int = typer.Option(1, "--stride", help="Use every n-th frame as a sample."),
-    min_tpr: float = typer.Option(
-        0.0,
-        "--min-tpr",
-        help="Reject candidates below this demo TPR (percent); 0 = the paper rule.",
-    ),
-    seed: int = typer.Option(0, "--seed"),
     camera: str = typer.Option(None, "--camera", help="Camera key of the demos."),
     device: str = typer.Option("auto", "--device"),
     as_json: bool = typer.Option(False, "--json", help="Print the result JSON."),
+    *,
+    config: dict[str, Any],
 ) -> None:
     """Run Demo2Reward and save the frozen instruction with its calibration table."""
-    cfg = Demo2RewardConfig(
-        template=template or DEFAULT_TEMPLATE,
-        iterations=iterations,
-        restarts=restarts,
-        seed=seed,
-        stride=stride,
-        min_tpr=min_tpr,
-    )
+    cfg = Demo2RewardConfig(**config)
     j = load_judge(judge, device=device)
     train = load_demos(demos, camera=camera)
     prop = PROPOSERS.make(

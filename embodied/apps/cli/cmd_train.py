@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 import typer
 
+from embodied.apps.cli._config_options import Opt, config_options
 from embodied.apps.cli._steer import log, steer_env
 from embodied.apps.experiments.steer import train_tiny_on_env
 from embodied.distributed import Distributed
@@ -22,47 +24,32 @@ train_app = typer.Typer(help=__doc__, no_args_is_help=True)
 
 
 @train_app.command("pdp")
+@config_options(
+    PDPConfig,
+    *(
+        Opt(name, given_only=True)  # on --resume only the given ones override (steps)
+        for name in ("steps", "manifold.steps", "z_dim", "denoiser", "hidden_dim", "horizon")
+    ),
+    *(Opt(name, given_only=True) for name in ("n_action_steps", "n_obs_steps", "batch_size", "lr")),
+    "seed",
+)
 def train_pdp_cmd(
     data: Path = typer.Option(..., "--data", help="Dataset folder (embodied collect) or .hdf5."),
     out: Path = typer.Option(..., "--out", help="Checkpoint folder to write."),
-    steps: int | None = typer.Option(None, help="Diffusion training steps [config: 3000]."),
-    manifold_steps: int | None = typer.Option(
-        None, help="Trajectory-VAE (manifold) training steps [config: 400]."
-    ),
-    z_dim: int | None = typer.Option(None, help="Behaviour latent size; 0 = plain DP [2]."),
-    denoiser: str | None = typer.Option(None, help="mlp (residual MLP) or unet (1D conv) [mlp]."),
-    hidden_dim: int | None = typer.Option(None, help="Residual-MLP width [128]."),
-    horizon: int | None = typer.Option(None, help="Predicted action chunk length [8]."),
-    n_action_steps: int | None = typer.Option(None, help="Executed actions per chunk [4]."),
-    n_obs_steps: int | None = typer.Option(None, help="Observation history length [2]."),
-    batch_size: int | None = typer.Option(None, help="Windows per batch [128]."),
-    lr: float | None = typer.Option(None, help="AdamW learning rate [2e-3]."),
     exclude_state: str | None = typer.Option(
         None, help="State dims hidden from the denoiser, e.g. vel_x,vel_y (copycat guard)."
     ),
-    seed: int = typer.Option(0, help="Training seed."),
     checkpoint_every: int = typer.Option(500, help="Steps between resumable checkpoints."),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT/train_state.json."),
     budget_s: float = typer.Option(0.0, help="Stop after this many seconds (0 = no limit)."),
     threads: int = typer.Option(1, help="torch CPU threads."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
+    *,
+    config: dict[str, Any],
 ) -> None:
     """Train a Parameterized Diffusion Policy (manifold VAE, then z-conditioned diffusion)."""
     torch.set_num_threads(threads)
-    given = {
-        "steps": steps,
-        "z_dim": z_dim,
-        "denoiser": denoiser,
-        "hidden_dim": hidden_dim,
-        "horizon": horizon,
-        "n_action_steps": n_action_steps,
-        "n_obs_steps": n_obs_steps,
-        "batch_size": batch_size,
-        "lr": lr,
-        "seed": seed,
-        "manifold.steps": manifold_steps,
-    }
-    overrides: dict[str, object] = {k: v for k, v in given.items() if v is not None}
+    overrides: dict[str, object] = dict(config)  # PDPConfig fields, "manifold.steps" nested
     if exclude_state:
         overrides["obs_exclude"] = [s.strip() for s in exclude_state.split(",") if s.strip()]
     result = train_pdp(

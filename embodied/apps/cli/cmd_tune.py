@@ -27,6 +27,7 @@ from typing import Any
 
 import typer
 
+from embodied.apps.cli._config_options import Opt, config_options
 from embodied.apps.tune import ServerConfig, TuneConfig, TuneSession, experiments, gains_io
 from embodied.apps.tune.configuration_tune import is_loopback
 from embodied.apps.tune.server import TuneServer
@@ -37,51 +38,31 @@ def register(app: typer.Typer) -> None:
     """Add the ``tune`` command to ``app``."""
 
     @app.command("tune", help=__doc__)
+    @config_options(
+        TuneConfig,
+        Opt("env_id", flag="--env"),
+        "policy",
+        "concept",
+        "knob",
+        "setpoint",
+        "controller",
+        "seed",
+        "pace",
+    )
+    @config_options(
+        ServerConfig,
+        "host",
+        "port",
+        "token",
+        Opt("allowed_hosts", flag="--allow-host", many="repeat"),
+        into="serving",
+    )
     def tune(
-        env: str = typer.Option(
-            "mujoco:arm_reach", "--env", help="Env id (the built-in steering task by default)."
-        ),
-        policy: str = typer.Option(
-            "expert",
-            "--policy",
-            help="Steerable policy ('expert' = scripted arm expert with speed knob alpha).",
-        ),
-        concept: str = typer.Option(
-            "ee_speed",
-            "--concept",
-            help="Concept signal to track (ee_speed m/s, ee_height m, smoothness).",
-        ),
-        knob: str = typer.Option("alpha", "--knob", help="Policy knob the controller drives."),
-        setpoint: float = typer.Option(
-            0.15, "--setpoint", help="Initial setpoint (concept units, m/s for ee_speed)."
-        ),
-        controller: str = typer.Option(
-            "pid", "--controller", help="Initial controller: off, fixed, pid, rl."
-        ),
         gains: Path | None = typer.Option(
             None, "--gains", help="Controller YAML to start from (as saved by the page)."
         ),
-        seed: int = typer.Option(0, "--seed", help="Episode seed."),
         out: Path = typer.Option(
             Path("tune-out"), "--out", help="Folder for gains files and experiment results."
-        ),
-        host: str = typer.Option(
-            "127.0.0.1", "--host", help="Interface to bind (non-loopback needs --token)."
-        ),
-        port: int = typer.Option(8765, "--port", help="TCP port (0 = any free port)."),
-        token: str | None = typer.Option(
-            None, "--token", help="Access token required by the page (>= 8 chars)."
-        ),
-        allow_host: list[str] = typer.Option(
-            [],
-            "--allow-host",
-            help="Extra host name the page may be opened under (repeatable; 127.0.0.1, "
-            "localhost, [::1] and --host are always allowed).",
-        ),
-        no_pace: bool = typer.Option(
-            False,
-            "--no-pace",
-            help="Run live episodes as fast as possible instead of at the control rate.",
         ),
         step_test: bool = typer.Option(
             False,
@@ -109,28 +90,18 @@ def register(app: typer.Typer) -> None:
         max_seconds: float = typer.Option(
             20.0, "--max-seconds", help="With --robot: episode length (s)."
         ),
+        *,
+        config: dict[str, Any],
+        serving: dict[str, Any],
     ) -> None:
         headless = step_test or autotune > 0
+        host, port = serving["host"], serving["port"]
         if port == 0 and not headless:
             with socket.socket() as sock:  # a free port, so the printed URL is the real one
                 sock.bind((host, 0))
                 port = int(sock.getsockname()[1])
-        server_cfg = (
-            None
-            if headless
-            else ServerConfig(host=host, port=port, token=token, allowed_hosts=tuple(allow_host))
-        )
-        cfg = TuneConfig(
-            env_id=env,
-            policy=policy,
-            concept=concept,
-            knob=knob,
-            setpoint=setpoint,
-            controller=controller,
-            seed=seed,
-            pace=not no_pace,
-            out_dir=out,
-        )
+        server_cfg = None if headless else ServerConfig(**{**serving, "port": port})
+        cfg = TuneConfig(**config, out_dir=out)
         if robot is not None:
             task = build_robot_task(cfg, robot, dry_run=dry_run, max_seconds=max_seconds)
         else:
@@ -163,7 +134,7 @@ def register(app: typer.Typer) -> None:
         assert server_cfg is not None
         server = TuneServer(session, server_cfg)
         print(f"embodied tune: {task.env.env_id} on {server.url}  (Ctrl-C stops)", flush=True)
-        if not is_loopback(host) and not allow_host:
+        if not is_loopback(host) and not serving["allowed_hosts"]:
             print(
                 f"note: the page answers only to {host}, 127.0.0.1 and localhost; add "
                 "--allow-host NAME for each name or address other machines open it under",

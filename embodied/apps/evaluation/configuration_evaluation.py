@@ -96,7 +96,7 @@ class EvalConfig:
             ("agentview",)}}``).
         max_steps: Step limit per episode; None: the env's ``max_episode_steps`` (protocol).
         variants: The controller/steering axis; one ``default`` variant by default.
-        backend: Execution backend name (``local`` process pool, ``inline``).
+        backend: Execution backend name (``local`` process pool, ``inline``, ``ray``).
         max_retries: Reruns of an episode whose worker died before it is marked failed.
         start_method: Multiprocessing start method (``forkserver`` or ``spawn``; never
             ``fork``: simulators and GL contexts do not survive it).

@@ -1,0 +1,184 @@
+"""CLI options generated from config dataclasses: help = field doc, default = field default."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from embodied.apps.cli import app
+from embodied.apps.cli._config_options import field_docs
+from embodied.apps.evaluation import EvalConfig
+from embodied.apps.evaluation.sweep import SweepConfig
+from embodied.apps.tune.configuration_tune import ServerConfig, TuneConfig
+from embodied.rewards.demo2reward import Demo2RewardConfig
+from policies.diffusion.configuration_pdp import ManifoldConfig, PDPConfig
+
+# every config a command generates options from (all their fields must be documented)
+CONFIGS = [
+    PDPConfig,
+    ManifoldConfig,
+    EvalConfig,
+    TuneConfig,
+    ServerConfig,
+    SweepConfig,
+    Demo2RewardConfig,
+]
+
+# command -> its generated options: (config, flag, dotted field, default shown if not the field's)
+COMMANDS: dict[tuple[str, ...], list[Any]] = {
+    ("train", "pdp"): [
+        (PDPConfig, f"--{name.replace('.', '-').replace('_', '-')}", name, None)
+        for name in (
+            "steps",
+            "manifold.steps",
+            "z_dim",
+            "denoiser",
+            "hidden_dim",
+            "horizon",
+            "n_action_steps",
+            "n_obs_steps",
+            "batch_size",
+            "lr",
+            "seed",
+        )
+    ],
+    ("eval",): [(EvalConfig, "--env", "envs", None)]
+    + [
+        (EvalConfig, f"--{name.replace('_', '-')}", name, None)
+        for name in (
+            "episodes",
+            "workers",
+            "video_episodes",
+            "seed",
+            "max_steps",
+            "backend",
+            "judge",
+        )
+    ],
+    ("tune",): [(TuneConfig, "--env", "env_id", None)]
+    + [
+        (TuneConfig, f"--{name}", name, None)
+        for name in ("policy", "concept", "knob", "setpoint", "controller", "seed", "pace")
+    ]
+    + [(ServerConfig, f"--{name}", name, None) for name in ("host", "port", "token")]
+    + [(ServerConfig, "--allow-host", "allowed_hosts", None)],
+    ("sweep",): [
+        (SweepConfig, "--env", "env", "mujoco:arm_reach"),
+        (SweepConfig, "--policy", "policy", "expert_speed_knob"),
+        (SweepConfig, "--workers", "workers", "2"),
+    ]
+    + [
+        (SweepConfig, f"--{name.replace('_', '-')}", name, None)
+        for name in (
+            "controller",
+            "concept",
+            "knob",
+            "setpoint",
+            "episodes",
+            "max_steps",
+            "settle_s",
+            "seed",
+            "backend",
+            "address",
+        )
+    ],
+    ("reward", "optimize"): [
+        (Demo2RewardConfig, f"--{name.replace('_', '-')}", name, None)
+        for name in ("template", "iterations", "restarts", "stride", "min_tpr", "seed")
+    ],
+}
+
+
+def _flat(text: str) -> str:
+    """Help text without the rich box and line wrapping."""
+    return " ".join(re.sub(r"[│╭╮╰╯─]", " ", text).split())
+
+
+def _field(cls: type, path: str) -> tuple[type, dataclasses.Field[object]]:
+    *parents, name = path.split(".")
+    for parent in parents:
+        cls = {f.name: f for f in dataclasses.fields(cls)}[parent].default_factory  # type: ignore[assignment]
+    return cls, {f.name: f for f in dataclasses.fields(cls)}[name]
+
+
+def _default_text(f: dataclasses.Field[object]) -> str | None:
+    default = f.default
+    if default is dataclasses.MISSING:
+        return None
+    if default is None or default == ():
+        return None  # typer shows no default for these
+    if isinstance(default, tuple):
+        return ",".join(map(str, default))
+    return str(default)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.__name__)
+def test_every_config_field_has_a_doc(config: type) -> None:
+    docs = field_docs(config)
+    missing = [f.name for f in dataclasses.fields(config) if f.init and not docs.get(f.name)]
+    assert not missing, f"{config.__name__} fields without a docstring entry: {missing}"
+
+
+def test_field_docs_join_continuation_lines() -> None:
+    docs = field_docs(ManifoldConfig)
+    assert docs["seq_len"].startswith("Demos are resampled")
+    assert docs["standardize_z"].endswith("(the KL weight is small).")
+    assert "Derived" not in " ".join(field_docs(EvalConfig).values())
+
+
+@pytest.mark.parametrize("command", list(COMMANDS), ids=" ".join)
+def test_help_shows_field_doc_and_default(command: tuple[str, ...]) -> None:
+    result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "2000"})
+    assert result.exit_code == 0, result.output
+    text = _flat(result.output)
+    for config, flag, path, cli_default in COMMANDS[command]:
+        owner, f = _field(config, path)
+        doc = field_docs(owner)[f.name]
+        shown = f"{path.rsplit('.', 1)[0]}: {doc}" if "." in path else doc
+        default = cli_default or _default_text(f)
+        if isinstance(f.default, bool):
+            default = flag.removeprefix("--") if f.default else f"no-{flag.removeprefix('--')}"
+        expected = f"{flag} " + r"(--no-\S+ )?<\S+> " + re.escape(shown)
+        if default is not None:
+            expected += " " + re.escape(f"[default: {default}]")
+        assert re.search(expected, text), (flag, expected, text)
+
+
+def test_eval_round_trip_reaches_the_config(tmp_path: Path) -> None:
+    out = tmp_path / "ev"
+    argv = ["eval", "--env", "mujoco:reach_around", "--policy", "random", "--workers", "0"]
+    argv += ["--episodes", "2", "--seed", "7", "--max-steps", "5", "--video-episodes", "1"]
+    result = CliRunner().invoke(app, [*argv, "--out", str(out), "--backend", "inline", "--json"])
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "results.json").read_text())["config"]
+    assert config["envs"] == ["mujoco:reach_around"]
+    assert (config["episodes"], config["seed"], config["max_steps"]) == (2, 7, 5)
+    assert (config["workers"], config["backend"]) == (0, "inline")
+    assert config["video_episodes"] == [1]
+
+
+def test_bad_comma_list_is_a_config_error() -> None:
+    from embodied.errors import ConfigError
+
+    argv = ["eval", "--env", "mujoco:reach_around", "--policy", "random"]
+    result = CliRunner().invoke(app, [*argv, "--video-episodes", "0,x"])
+    assert isinstance(result.exception, ConfigError)
+    assert "--video-episodes '0,x'" in str(result.exception)
+
+
+def test_sweep_round_trip_reaches_the_config(tmp_path: Path) -> None:
+    argv = ["sweep", "--grid", "kp=1.0", "--backend", "inline", "--workers", "0", "--json"]
+    argv += ["--episodes", "1", "--max-steps", "4", "--seed", "9", "--setpoint", "0.1"]
+    argv += ["--settle-s", "0.5", "--concept", "ee_speed"]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    config = json.loads(result.output.strip().splitlines()[-1])["config"]
+    assert (config["episodes"], config["max_steps"], config["seed"]) == (1, 4, 9)
+    assert (config["setpoint"], config["settle_s"], config["backend"]) == (0.1, 0.5, "inline")
+    assert (config["env"], config["policy"]) == ("mujoco:arm_reach", "expert_speed_knob")
