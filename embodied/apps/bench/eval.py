@@ -4,9 +4,10 @@ Runs the same episode grid of the scripted expert on ``mujoco:arm_reach`` (no ca
 :func:`embodied.apps.evaluation.evaluate` with the ``local`` backend, once with 1 worker process
 and once with K = 2, and reports:
 
-* ``episodes_per_s_1`` / ``episodes_per_s_2``: steady-state episodes per second; the clock
-  starts once every worker has finished its first episode (so process start-up, imports and
-  the first env build are excluded) and stops at the last finished episode;
+* ``episodes_per_s_1`` / ``episodes_per_s_2``: steady-state episodes per second while every
+  worker is at work: from the moment the last worker starts its first episode (so process
+  start-up, imports and the first env build are excluded) to the moment the first worker
+  finishes its last one; an episode partly outside that window counts by its part inside;
 * ``eval_parallel_efficiency``: ``episodes_per_s_2 / (2 * episodes_per_s_1)`` (1.0 = perfect
   scaling; it can only approach 1 with >= 2 idle cores: see ``cpu_count`` and ``load_avg_1m``);
 * ``episode_ms_p50``: median wall time of one episode inside a worker (ms);
@@ -51,8 +52,7 @@ class Timing:
 def timed_run(workers: int, episodes: int, seed: int = 0) -> Timing:
     """Time ``episodes`` of the expert on ``workers`` local worker processes.
 
-    The clock starts once every worker has finished its first episode (process start,
-    imports and env build excluded) and stops at the last finished episode.
+    The clock runs while every worker is at work (see the module docstring).
     """
     done: list[tuple[float, int, float]] = []  # (arrival s, worker pid, in-worker duration s)
 
@@ -70,26 +70,34 @@ def timed_run(workers: int, episodes: int, seed: int = 0) -> Timing:
         preflight=False,
     )
     result = evaluate(config, "expert", on_event)
-    first: dict[int, float] = {}
-    for t, pid, _ in done:
-        first.setdefault(pid, t)
-    t0 = max(first.values())
-    after = [(t, d) for t, _, d in done if t > t0]
-    if not after:
-        return Timing(float("nan"), [e.duration_s for e in result.episodes], len(first), 0.0)
-    t1 = after[-1][0]
-    busy = sum(max(0.0, t - max(t - d, t0)) for t, d in after)  # each ends inside [t0, t1]
+    # The window is the time every worker is at work: it opens when the last worker starts
+    # its first episode (after its process start, imports and env build) and closes when
+    # the first worker finishes its last one. A worker that starts late on a loaded machine
+    # shortens the window; an episode partly outside it counts by the part inside.
+    first_start: dict[int, float] = {}
+    last_end: dict[int, float] = {}
+    for t, pid, d in done:
+        first_start.setdefault(pid, t - d)
+        last_end[pid] = t
+    t0, t1 = max(first_start.values()), min(last_end.values())
+    inside = [min(t, t1) - max(t - d, t0) for t, _, d in done]
+    parts = [(part, d) for part, (_, _, d) in zip(inside, done, strict=True) if part > 0]
+    durations = [e.duration_s for e in result.episodes]
+    if t1 <= t0 or not parts:  # no moment with every worker at work: nothing ran in parallel
+        return Timing(float("nan"), durations, len(first_start), 0.0)
     return Timing(
-        rate=len(after) / (t1 - t0),
-        durations_s=[e.duration_s for e in result.episodes],
-        workers=len(first),
-        concurrency=busy / (t1 - t0),
+        rate=sum(part / d for part, d in parts) / (t1 - t0),
+        durations_s=durations,
+        workers=len(first_start),
+        concurrency=sum(part for part, _ in parts) / (t1 - t0),
     )
 
 
 def run(quick: bool = False) -> dict[str, Any]:
     """Episodes/s with 1 and 2 workers and their ratio (see the module docstring)."""
-    n = 40 if quick else 400
+    # an episode lasts ~6 ms: enough of them that worker start-up jitter (up to seconds on a
+    # loaded machine) leaves a long window with every worker at work
+    n = 300 if quick else 2000
     one = timed_run(1, n)
     two = timed_run(2, n)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
