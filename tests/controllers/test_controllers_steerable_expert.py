@@ -83,3 +83,21 @@ def test_demo_pid_rollout_and_comparison_table(tmp_path: Path) -> None:
     assert set(table) == {"no control (alpha=0)", "fixed alpha=0.5", "PID"}
     assert table["PID"]["rmse_mps"] < table["no control (alpha=0)"]["rmse_mps"]  # type: ignore[operator]
     assert (tmp_path / "table.json").is_file() and (tmp_path / "tracking.png").is_file()
+
+
+def test_steer_reference_cli_writes_the_table(tmp_path: Path) -> None:
+    """`embodied steer reference`: PID tracks the step better than no control, table written."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from embodied.apps.cli import app
+
+    out = tmp_path / "ref"
+    result = CliRunner().invoke(app, ["steer", "reference", "--seeds", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "PID" in result.output and (out / "tracking.png").exists()
+    table = json.loads((out / "table.json").read_text())
+    pid = next(row for label, row in table.items() if label == "PID")
+    none = next(row for label, row in table.items() if label.startswith("no control"))
+    assert pid["rmse_mps"] < 0.6 * none["rmse_mps"]

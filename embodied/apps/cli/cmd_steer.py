@@ -3,7 +3,9 @@
 `embodied steer experiment` compares open- and closed-loop steering; without
 `--model` it first trains the tiny VLA on the built-in arm task, with `--model
 openvla/openvla-7b --env libero:...` it steers the real model on a GPU. The
-tiny VLA alone is trained by `embodied train vla`.
+tiny VLA alone is trained by `embodied train vla`. `embodied steer reference` runs the
+same controllers on the scripted speed-knob plant (no VLA): no control vs fixed alpha vs PID
+(vs RL).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 import typer
 
 from embodied.apps.cli._steer import log, steer_env
+from embodied.apps.experiments import controllers as reference_comparison
 from embodied.apps.experiments.steer import (
     ExperimentSettings,
     collect_speed_demos,
@@ -204,6 +207,19 @@ def experiment_cmd(
     write_json(out / "results.json", report)
     print(markdown_table(report))
     print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'speed_alpha.png'}")
+
+
+@steer_app.command("reference")
+def reference_cmd(
+    out: Path = typer.Option(Path("runs/ctrl_reference"), "--out", help="Output folder."),
+    rl: Path | None = typer.Option(None, "--rl", help="Folder of a trained RL controller."),
+    train_rl: int = typer.Option(0, "--train-rl", help="Train an RL controller for N steps first."),
+    seeds: int = typer.Option(5, "--seeds", help="Episodes per controller."),
+) -> None:
+    """Closed loop on the scripted speed-knob plant: no control vs fixed alpha vs PID (vs RL)."""
+    table = reference_comparison.run(out, rl_path=rl, train_rl_steps=train_rl, seeds=seeds)
+    print(reference_comparison.format_table(table))
+    print(f"wrote {out / 'table.json'} and {out / 'tracking.png'}")
 
 
 def register(app: typer.Typer) -> None:

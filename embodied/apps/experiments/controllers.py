@@ -1,14 +1,13 @@
 """Closed-loop steering on the built-in task: no control vs fixed alpha vs PID (vs RL).
 
-``python -m embodied.apps.experiments.controllers --out runs/ctrl_demo [--rl runs/rl_speed] [--train-rl 20000]``
-writes ``tracking.png`` (ee_speed and alpha_t over time) and ``table.json`` (RMSE, rise time,
+``embodied steer reference --out runs/ctrl_reference [--rl runs/rl_speed] [--train-rl 20000]``
+(:func:`run`) writes ``tracking.png`` (ee_speed and alpha_t over time) and ``table.json`` (RMSE, rise time,
 overshoot, settling time, success per controller). :func:`pid_steered_rollout` is the
 PID-steered rollout of ``embodied demo``.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 from collections.abc import Callable
@@ -97,27 +96,35 @@ def compare(
     return table
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Command-line entry point (see the module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
-    parser.add_argument("--out", default="runs/ctrl_demo")
-    parser.add_argument("--rl", default=None, help="folder of a trained RL controller")
-    parser.add_argument("--train-rl", type=int, default=0, help="train RL for N steps first")
-    parser.add_argument("--seeds", type=int, default=5)
-    args = parser.parse_args(argv)
-    rl_path = args.rl
-    if args.train_rl:
-        rl_path = str(Path(args.out) / "rl_controller")
-        train_on_reference_task(args.train_rl, save_to=rl_path)
-    table = compare(args.out, rl_path=rl_path, seeds=args.seeds)
+def run(
+    out: str | os.PathLike[str],
+    rl_path: str | os.PathLike[str] | None = None,
+    train_rl_steps: int = 0,
+    seeds: int = 5,
+) -> dict[str, dict[str, Any]]:
+    """Compare the controllers on the reference task (optionally training RL first).
+
+    Args:
+        out: Output folder (``table.json``, ``tracking.png``, the trained RL controller).
+        rl_path: Folder of a trained RL controller to include.
+        train_rl_steps: Train an RL controller for this many PPO steps first (0: no).
+        seeds: Episodes per controller.
+
+    Returns:
+        Controller label -> its row of :func:`compare`.
+    """
+    if train_rl_steps:
+        rl_path = str(Path(out) / "rl_controller")
+        train_on_reference_task(train_rl_steps, save_to=rl_path)
+    return compare(out, rl_path=None if rl_path is None else str(rl_path), seeds=seeds)
+
+
+def format_table(table: dict[str, dict[str, Any]]) -> str:
+    """The comparison as fixed-width text, one controller per line."""
     width = max(len(k) for k in table)
-    print(f"{'controller':{width}s}  rmse[m/s]  rise[s]  overshoot[%]  settle[s]  success")
+    lines = [f"{'controller':{width}s}  rmse[m/s]  rise[s]  overshoot[%]  settle[s]  success"]
     for label, row in table.items():
         cells = [row[k] for k in ("rmse_mps", "rise_time_s", "overshoot_pct", "settling_time_s")]
         text = "  ".join("    n/a  " if v is None else f"{v:9.4f}" for v in cells)
-        print(f"{label:{width}s}  {text}  {row['success_rate']:.2f}")
-    print(f"wrote {Path(args.out) / 'table.json'} and {Path(args.out) / 'tracking.png'}")
-
-
-if __name__ == "__main__":
-    main()
+        lines.append(f"{label:{width}s}  {text}  {row['success_rate']:.2f}")
+    return "\n".join(lines)
