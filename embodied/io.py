@@ -213,10 +213,16 @@ def load_safetensors_file(
     except FileNotFoundError as exc:
         raise error(f"{what} {str(p)!r} does not exist", fix=fix) from exc
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise error(
-            f"{what} {str(p)!r} is not a readable safetensors file (truncated or malformed: {exc})",
-            fix=fix,
-        ) from exc
+        raise _unreadable_safetensors(p, exc, what, fix, error) from exc
+
+
+def _unreadable_safetensors(
+    p: Path, exc: Exception, what: str, fix: str, error: type[EmbodiedError]
+) -> EmbodiedError:
+    return error(
+        f"{what} {str(p)!r} is not a readable safetensors file (truncated or malformed: {exc})",
+        fix=fix,
+    )
 
 
 def check_safetensors_file(
@@ -238,10 +244,7 @@ def check_safetensors_file(
         with safe_open(str(p), framework="np"):
             pass
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise error(
-            f"{what} {str(p)!r} is not a readable safetensors file (truncated or malformed: {exc})",
-            fix=fix,
-        ) from exc
+        raise _unreadable_safetensors(p, exc, what, fix, error) from exc
 
 
 def build_from_file(
