@@ -71,7 +71,7 @@ def build_ppo(env: SteeringEnv, settings: PPOSettings | None = None) -> Any:
 
     s = settings or PPOSettings()
     hidden = list(env.config.hidden_sizes)
-    return PPO(
+    model = PPO(
         "MlpPolicy",
         env,
         n_steps=s.n_steps,
@@ -92,6 +92,13 @@ def build_ppo(env: SteeringEnv, settings: PPOSettings | None = None) -> Any:
         },
         **s.extra,
     )
+    if s.tensorboard_log is None:
+        # Without a log folder SB3 still creates an empty $TMPDIR/SB3-<time> folder per
+        # learn() call; a logger with no outputs keeps the disk clean.
+        from stable_baselines3.common.logger import Logger
+
+        model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
 
 
 def controller_from_ppo(

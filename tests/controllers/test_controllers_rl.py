@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -141,12 +142,18 @@ def _tracking_rmse(env: Env, controller: Controller, setpoint: float, seed: int)
     return tracking_rmse(ep.measurements, ep.setpoints)
 
 
-def test_train_export_save_load_round_trip(tmp_path: Path) -> None:
+def test_train_export_save_load_round_trip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     senv = make_steering_env()
+    scratch = tmp_path / "tmpdir"  # SB3 puts its default log folder under the temp dir
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     # 1024 steps (4 PPO updates, ~5 s): enough to beat no control on every seed 0-4 tried
     ctrl, model = train_rl_controller(
         senv, PPOSettings(total_timesteps=1024, n_steps=256, batch_size=64)
     )
+    assert not list(scratch.glob("SB3-*"))  # no stray SB3-<time> log folder
     assert isinstance(ctrl, Controller)
     assert ctrl.meta["total_timesteps"] == 1024 and ctrl.meta["concept"] == "ee_speed"
     obs = np.random.default_rng(0).uniform(-3, 3, size=(64, 5)).astype(np.float32)
