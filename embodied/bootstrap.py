@@ -97,6 +97,9 @@ def _install(job: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Install and run ``demo`` or ``test``; returns the job's exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["--help"], ["-h"]):
+        print(__doc__)
+        return 0
     if not args or args[0] not in EXTRAS:
         print(__doc__)
         return 2

@@ -21,7 +21,14 @@ import gymnasium as gym
 import numpy as np
 
 from embodied.errors import CompatibilityError, ConfigError
-from embodied.specs import Observation, ObservationSpec, VectorSpec
+from embodied.specs import (
+    GRIPPER_CONVENTIONS,
+    IMAGE_ORIENTATIONS,
+    Observation,
+    ObservationSpec,
+    VectorSpec,
+    check_convention,
+)
 
 
 class Env(gym.Env[Observation, np.ndarray], abc.ABC):
@@ -31,7 +38,12 @@ class Env(gym.Env[Observation, np.ndarray], abc.ABC):
     :attr:`max_episode_steps` and :attr:`env_id`, and return ``info["success"]`` (bool)
     from ``reset`` and ``step``. Where an end effector exists, ``info["ee_pos"]`` (m, world
     frame) and ``info["ee_vel"]`` (m/s) are reported too, for concept signals.
-    ``render()`` returns the default camera as uint8 (H, W, 3).
+    ``render()`` returns the default camera as uint8 (H, W, 3), upright (for videos and judges).
+
+    Conventions are declared, not converted: observation images come as the renderer or camera
+    delivers them (their :attr:`~embodied.specs.ImageSpec.orientation` says how), and an env
+    with a gripper sets :attr:`gripper_convention` to the meaning its ``gripper`` action dim
+    has (:data:`~embodied.specs.GRIPPER_CONVENTIONS`; None: no gripper or undeclared).
     """
 
     observation_spec: ObservationSpec
@@ -40,6 +52,7 @@ class Env(gym.Env[Observation, np.ndarray], abc.ABC):
     max_episode_steps: int
     env_id: str = ""
     instruction: str = ""
+    gripper_convention: str | None = None
     metadata: dict[str, Any] = {"render_modes": ["rgb_array"]}  # noqa: RUF012
 
     @property
@@ -56,6 +69,7 @@ class Env(gym.Env[Observation, np.ndarray], abc.ABC):
             "max_episode_steps": self.max_episode_steps,
             "observation": self.observation_spec.to_dict(),
             "action": self.action_spec.to_dict(),
+            "gripper_convention": self.gripper_convention,
         }
 
 
@@ -127,12 +141,18 @@ class Policy(abc.ABC):
         n_action_steps: Rows of each chunk executed before re-planning.
         image_keys: Observation image keys the policy reads (``image.<camera>``).
         image_size: (H, W) the policy expects, or None if it resizes itself / uses no image.
+        image_orientation: Orientation of the env frames the policy's processor takes
+            (:data:`~embodied.specs.IMAGE_ORIENTATIONS`), or None (undeclared: not checked).
+        gripper_convention: Meaning of the gripper dim of the actions the policy outputs
+            (:data:`~embodied.specs.GRIPPER_CONVENTIONS`), or None (no gripper / undeclared).
     """
 
     action_dim: int
     n_action_steps: int = 1
     image_keys: tuple[str, ...] = ()
     image_size: tuple[int, int] | None = None
+    image_orientation: str | None = None
+    gripper_convention: str | None = None
 
     def __init__(self) -> None:
         self._queue: deque[np.ndarray] = deque()
@@ -157,11 +177,22 @@ class Policy(abc.ABC):
             self._queue.extend(chunk[: self.n_action_steps])
         return self._queue.popleft()
 
+    def convention_fix(self, env: Env) -> str:
+        """How to fix a convention mismatch with ``env`` (policies name their own option)."""
+        return (
+            "configure the policy for this env's conventions (the policy's processor owns every "
+            "image and gripper conversion; the env only declares what it delivers and takes)"
+        )
+
     def check_compatible(self, env: Env) -> None:
-        """Refuse an env whose action dim, cameras or image size do not match.
+        """Refuse an env whose action dim, cameras, image size or conventions do not match.
+
+        A declared :attr:`image_orientation` must equal the orientation of every camera the
+        policy reads, and a declared :attr:`gripper_convention` the env's (when the env
+        declares one).
 
         Raises:
-            CompatibilityError: naming the mismatch, before the first step.
+            CompatibilityError: naming the mismatch and both sides, before the first step.
         """
         if env.action_spec.dim != self.action_dim:
             raise CompatibilityError(
@@ -184,6 +215,31 @@ class Policy(abc.ABC):
                     f"policy expects {key} at {self.image_size[0]}x{self.image_size[1]} but env "
                     f"renders {cams[cam].height}x{cams[cam].width}",
                     fix="set the env's camera size to the policy's image size",
+                )
+        self._check_conventions(env)
+
+    def _check_conventions(self, env: Env) -> None:
+        name = type(self).__name__
+        mine = check_convention("gripper convention", self.gripper_convention)
+        theirs = check_convention("gripper convention", env.gripper_convention)
+        if mine is not None and theirs is not None and mine != theirs:
+            raise CompatibilityError(
+                f"policy {name} outputs gripper commands as {mine!r} ({GRIPPER_CONVENTIONS[mine]})"
+                f" but env {env.env_id!r} takes {theirs!r} ({GRIPPER_CONVENTIONS[theirs]})",
+                fix=self.convention_fix(env),
+            )
+        want = check_convention("image orientation", self.image_orientation)
+        if want is None:
+            return
+        cams = env.observation_spec.cameras
+        for key in self.image_keys:
+            spec = cams.get(key.removeprefix("image."))
+            if spec is not None and spec.orientation != want:
+                raise CompatibilityError(
+                    f"policy {name} expects {key} frames {want!r} ({IMAGE_ORIENTATIONS[want]}) "
+                    f"but env {env.env_id!r} delivers them {spec.orientation!r} "
+                    f"({IMAGE_ORIENTATIONS[spec.orientation]})",
+                    fix=self.convention_fix(env),
                 )
 
 

@@ -3,17 +3,24 @@
 Observations are flat dicts (see :data:`Observation`):
 
 * ``"state"``: float32 vector whose fields are named by :attr:`ObservationSpec.state`.
-* ``"image.<camera>"``: uint8 array of shape (H, W, 3), one per camera.
+* ``"image.<camera>"``: uint8 array of shape (H, W, 3), one per camera, in the row order
+  its :attr:`ImageSpec.orientation` declares (:data:`IMAGE_ORIENTATIONS`).
 * ``"instruction"``: the task instruction (str).
 
 Actions are float vectors whose dims are named, bounded and carry units
-(:class:`VectorSpec`).
+(:class:`VectorSpec`). An env's gripper dim, where it has one, follows one of
+:data:`GRIPPER_CONVENTIONS` (``Env.gripper_convention``).
+
+Conventions have one owner: an env hands over its frames and takes its actions as the
+simulator or robot does, and declares how; a policy declares what it expects and its processor
+converts. ``Policy.check_compatible`` refuses a mismatch before the first step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -24,6 +31,76 @@ Observation = dict[str, Any]
 """A flat observation dict: ``state``, ``image.<camera>`` and ``instruction``."""
 
 IMAGE_PREFIX = "image."
+
+IMAGE_ORIENTATIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "upright": "row 0 is the top of the scene and column 0 its left, as a person sees it",
+        "vertical_flip": "upright flipped top to bottom (row 0 is the bottom): OpenGL's "
+        "read-back order, what robosuite 1.4 (IMAGE_CONVENTION 'opengl') and LIBERO render "
+        "and LIBERO's demonstration files store",
+        "horizontal_flip": "upright mirrored left to right (e.g. a 180-degree rotation of a "
+        "vertical_flip frame, as OpenVLA's LIBERO training images are)",
+        "rotate_180": "upright rotated by 180 degrees (flipped top to bottom and left to right)",
+    }
+)
+"""Row/column orders an image may come in, by name; see :func:`upright`."""
+
+GRIPPER_CONVENTIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "close_positive": "gripper command in [-1, 1]: -1 opens, +1 closes (robosuite, LIBERO "
+        "and LIBERO's demonstration files)",
+        "open_positive": "gripper command in [0, 1]: 1 open, 0 closed (OpenVLA's RLDS / Open "
+        "X-Embodiment training data; what OpenVLA outputs before any conversion)",
+    }
+)
+"""Meanings of an action's gripper dim, by name (``None`` where an env has no gripper or a
+policy does not declare one)."""
+
+_CONVENTIONS: Mapping[str, Mapping[str, str]] = {
+    "image orientation": IMAGE_ORIENTATIONS,
+    "gripper convention": GRIPPER_CONVENTIONS,
+}
+
+
+def check_convention(kind: str, value: str | None) -> str | None:
+    """Return ``value`` if it names a known convention of ``kind`` (or is None), else raise.
+
+    Args:
+        kind: ``"image orientation"`` (:data:`IMAGE_ORIENTATIONS`) or ``"gripper convention"``
+            (:data:`GRIPPER_CONVENTIONS`).
+        value: The declared name, or None (undeclared / not applicable).
+
+    Raises:
+        ConfigError: an unknown name, listing the known ones.
+    """
+    known = _CONVENTIONS[kind]
+    if value is not None and value not in known:
+        raise ConfigError(
+            f"unknown {kind} {value!r}; options: {', '.join(known)}",
+            fix=f"declare one of the {kind}s listed",
+        )
+    return value
+
+
+def upright(image: np.ndarray, orientation: str) -> np.ndarray:
+    """The upright view of a frame (H, W, C) or clip (..., H, W, C) in ``orientation``.
+
+    For consumers that need upright frames whatever the env renders (videos, judges). Each
+    orientation is its own inverse, so ``upright(frame, o)`` also turns an upright frame into
+    orientation ``o``.
+
+    Returns:
+        A C-contiguous array (``image`` itself when it is upright and contiguous).
+    """
+    check_convention("image orientation", orientation)
+    img = np.asarray(image)
+    if img.ndim < 3:
+        raise ConfigError(f"upright() needs (..., H, W, C) images, got shape {img.shape}")
+    if orientation in ("vertical_flip", "rotate_180"):
+        img = img[..., ::-1, :, :]
+    if orientation in ("horizontal_flip", "rotate_180"):
+        img = img[..., :, ::-1, :]
+    return np.ascontiguousarray(img)
 
 
 def image_key(camera: str) -> str:
@@ -129,14 +206,23 @@ class VectorSpec:
 
 @dataclass(frozen=True)
 class ImageSpec:
-    """An RGB camera image: uint8 array of shape (height, width, 3)."""
+    """An RGB camera image: uint8 array of shape (height, width, 3).
+
+    Args:
+        height: Rows (pixels).
+        width: Columns (pixels).
+        orientation: Row/column order of the frames (:data:`IMAGE_ORIENTATIONS`); envs hand
+            over frames as their renderer or camera delivers them and say so here.
+    """
 
     height: int
     width: int
+    orientation: str = "upright"
 
     def __post_init__(self) -> None:
         if self.height <= 0 or self.width <= 0:
             raise ConfigError(f"image size must be positive, got {self.height}x{self.width}")
+        check_convention("image orientation", self.orientation)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -183,4 +269,5 @@ class ObservationSpec:
         return {
             "state": self.state.to_dict(),
             "cameras": {c: [s.height, s.width] for c, s in self.cameras.items()},
+            "orientation": {c: s.orientation for c, s in self.cameras.items()},
         }

@@ -30,7 +30,8 @@ POLICIES: Registry[Policy] = Registry(
 CHECKPOINT_LOADERS: Registry[Policy] = Registry(
     "checkpoint policy_type", plugins=("policies.diffusion", "policies.openvla")
 )
-"""``policy_type`` of a checkpoint's config.json -> loader(path, **kwargs) -> Policy."""
+"""``policy_type`` of a checkpoint's config.json -> loader(path, env=env, **kwargs) -> Policy
+(``env``: the env it will run on, or None; a loader may set the policy up for it)."""
 
 
 def load(spec: str | os.PathLike[str], env: Env | None = None, **kwargs: Any) -> Policy:
@@ -71,5 +72,5 @@ def load(spec: str | os.PathLike[str], env: Env | None = None, **kwargs: Any) ->
                 fix=f'add "policy_type": one of {CHECKPOINT_LOADERS.names()} to it, or '
                 "pass a folder written by save_pretrained / `embodied train`",
             )
-        return CHECKPOINT_LOADERS.make(policy_type, path=path, **kwargs)
+        return CHECKPOINT_LOADERS.make(policy_type, path=path, env=env, **kwargs)
     return POLICIES.make(str(spec), env=env, **kwargs)

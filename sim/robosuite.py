@@ -240,6 +240,8 @@ class RobosuiteEnv(Env):
         self.action_spec = VectorSpec(
             act_names, tuple(map(float, low)), tuple(map(float, high)), ("1",) * dim
         )
+        # robosuite's grippers: -1 opens, +1 closes (embodied.specs.GRIPPER_CONVENTIONS)
+        self.gripper_convention = "close_positive" if "gripper" in act_names else None
         self.action_space = gym.spaces.Box(np.asarray(low), np.asarray(high), dtype=np.float64)
         obs_spaces: dict[str, gym.Space[Any]] = {
             "state": gym.spaces.Box(-np.inf, np.inf, (state_spec.dim,), np.float32)

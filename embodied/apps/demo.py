@@ -5,8 +5,8 @@ report folder and returns its metrics, which end up in ``DIR/metrics.json``:
 
 * ``sim``: scripted experts on both MuJoCo tasks (success, route classes, speeds), a plot of
   the multimodal routes, an MP4 of an arm rollout from its camera.
-* ``pdp``: a small parameterized diffusion policy trained on expert demos, rolled out with
-  z sampled from its behaviour manifold.
+* ``pdp``: a small parameterized diffusion policy trained on expert demonstrations, rolled out
+  with z sampled from its behaviour manifold.
 * ``steer``: a PID-steered rollout tracking an end-effector speed setpoint.
 * ``judge``: the shipped reward judge scoring arm episodes, against the simulator oracle.
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -34,6 +36,52 @@ from hardware.env import RobotEnv
 from hardware.robot import Robot
 
 log = logging.getLogger("embodied.apps.deploy")
+
+
+@dataclass(frozen=True)
+class DeployConfig:
+    """A deployment run on a robot: the policy, its rate and time limit, the episodes.
+
+    Args:
+        policy: Policy name (hold, sine, expert, ...) or checkpoint folder.
+        dry_run: Run the same loop against the simulated robot.
+        rate_hz: Control rate in Hz (default: the robot config's).
+        max_seconds: Time limit per episode (s).
+        episodes: Episodes to run (the robot is not moved between them).
+        controller: Controller YAML steering a policy knob (gains + meta).
+        instruction: Task instruction.
+        policy_kwargs: Extra keyword arguments of the policy factory (``--policy-arg``).
+        clear_estop: Call the robot's enable service first (clears a latched robot e-stop).
+    """
+
+    policy: str
+    dry_run: bool = False
+    rate_hz: float | None = None
+    max_seconds: float = 30.0
+    episodes: int = 1
+    controller: str | os.PathLike[str] | None = None
+    instruction: str = ""
+    policy_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    clear_estop: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.policy:
+            raise ConfigError("policy must name a policy, got ''", fix="e.g. --policy hold")
+        if not (isinstance(self.max_seconds, int | float) and 0 < self.max_seconds < math.inf):
+            raise ConfigError(
+                f"max_seconds {self.max_seconds!r} must be > 0 and finite (s)",
+                fix="e.g. --max-seconds 30",
+            )
+        if not (isinstance(self.episodes, int) and self.episodes >= 1):
+            raise ConfigError(f"episodes {self.episodes!r} must be >= 1", fix="e.g. --episodes 1")
+        if self.rate_hz is not None and not (
+            isinstance(self.rate_hz, int | float) and 0 < self.rate_hz < math.inf
+        ):
+            raise ConfigError(
+                f"rate_hz {self.rate_hz!r} must be > 0 and finite (Hz)",
+                fix="e.g. --rate 20, or leave it out for the robot config's control_rate_hz",
+            )
+        object.__setattr__(self, "policy_kwargs", dict(self.policy_kwargs))
 
 
 @dataclass
@@ -88,7 +136,7 @@ class _Recorder:
         )
 
 
-def steering_from_file(path: str | Path) -> Steering:
+def steering_from_file(path: str | os.PathLike[str]) -> Steering:
     """A :class:`Steering` from a controller YAML (``controllers.save`` format).
 
     The file's ``meta`` names the ``concept``, ``setpoint`` and ``knob`` (default ``alpha``).
@@ -109,62 +157,42 @@ def steering_from_file(path: str | Path) -> Steering:
 
 
 def deploy(
-    config: RobotConfig,
-    policy: str,
+    robot_config: RobotConfig,
+    config: DeployConfig,
     out: str | Path,
     *,
-    dry_run: bool = False,
-    rate_hz: float | None = None,
-    max_seconds: float = 30.0,
-    episodes: int = 1,
-    controller: str | Path | None = None,
-    instruction: str = "",
-    policy_kwargs: Mapping[str, Any] | None = None,
     stop_event: threading.Event | None = None,
     robot: Robot | None = None,
-    clear_estop: bool = False,
 ) -> DeployResult:
-    """Run ``policy`` on the robot of ``config`` with the safety filter; log episodes to ``out``.
+    """Run ``config.policy`` on ``robot_config``'s robot, safety-filtered; log to ``out``.
 
     Args:
-        config: Robot config (joints, limits, safety rules, ROS interface).
-        policy: Registered policy name or checkpoint folder (``policies.load``).
+        robot_config: Robot config (joints, limits, safety rules, ROS interface).
+        config: The run: policy, dry run, rate, time limit, episodes, controller (a YAML
+            steering a policy knob, see :func:`steering_from_file`), instruction.
         out: Output folder: ``episodes/`` (dataset shards), ``summary.json``,
             ``safety_events.json``.
-        dry_run: Use the simulated robot (same config and loop) instead of ROS.
-        rate_hz: Control rate (Hz); default ``config.control_rate_hz``.
-        max_seconds: Time limit per episode (s).
-        episodes: Number of episodes (the robot is not moved between them).
-        controller: Optional controller YAML steering a policy knob (see
-            :func:`steering_from_file`).
-        instruction: Task instruction for language-conditioned policies.
-        policy_kwargs: Extra keyword arguments for the policy factory.
         stop_event: Set it (e.g. from a SIGINT handler) to stop at the next control step.
-        robot: A robot to use instead of building one from ``config`` (tests).
-        clear_estop: Call the robot's enable service first (clears a latched robot e-stop).
+        robot: A robot to use instead of building one from ``robot_config`` (tests).
 
     Returns:
         A :class:`DeployResult`. Faults do not raise: they end the run with
         ``reason="fault"`` after the stop command; other errors propagate after it.
     """
-    if not max_seconds > 0:
-        raise ConfigError(f"max_seconds {max_seconds} must be > 0 (s)")
-    if episodes < 1:
-        raise ConfigError(f"episodes {episodes} must be >= 1")
-    rate = float(rate_hz or config.control_rate_hz)
-    if not rate > 0:
-        raise ConfigError(f"rate {rate} must be > 0 (Hz)")
+    rate = float(config.rate_hz or robot_config.control_rate_hz)
+    policy, dry_run, max_seconds = config.policy, config.dry_run, config.max_seconds
+    instruction = config.instruction
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     stop_event = stop_event or threading.Event()
-    robot = robot or make_robot(config, dry_run=dry_run)
-    steering = steering_from_file(controller) if controller else None
+    robot = robot or make_robot(robot_config, dry_run=dry_run)
+    steering = steering_from_file(config.controller) if config.controller else None
     steps_per_episode = max(1, round(max_seconds * rate))
     shards: list[Path] = []
     reason, fault, total_steps = "max_steps", None, 0
     t0 = time.monotonic()
     summary: dict[str, Any] = {
-        "robot": config.name,
+        "robot": robot_config.name,
         "dry_run": dry_run,
         "policy": str(policy),
         "rate_hz": rate,
@@ -173,7 +201,7 @@ def deploy(
     safety = None
     try:
         with robot:
-            if clear_estop:
+            if config.clear_estop:
                 log.warning("clearing the robot e-stop (enable) on operator request")
                 robot.enable()
             env = RobotEnv(
@@ -182,18 +210,18 @@ def deploy(
                 control_rate_hz=rate,
                 max_episode_steps=steps_per_episode,
             )
-            pol = policies.load(policy, env=env, **dict(policy_kwargs or {}))
+            pol = policies.load(policy, env=env, **dict(config.policy_kwargs))
             safety = env.safety_filter()
             writer = DatasetWriter(
                 out / "episodes",
                 env_args={
                     **env.describe(),
-                    "robot_url": None if dry_run else config.ros.url,
+                    "robot_url": None if dry_run else robot_config.ros.url,
                     "dry_run": dry_run,
                     "policy": str(policy),
                 },
             )
-            for index in range(episodes):
+            for index in range(config.episodes):
                 recorder = _Recorder()
                 deadline = time.monotonic() + max_seconds
 

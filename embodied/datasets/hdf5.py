@@ -1,10 +1,11 @@
-"""Robomimic-style HDF5 datasets (the layout of LIBERO's official demos).
+"""Robomimic-style HDF5 datasets (the layout of LIBERO's official demonstrations).
 
 One file holds ``data/demo_N/{obs/<key>, actions, rewards, dones}`` with attributes
-(``data.attrs["env_args"]`` JSON, ``demo.attrs["num_samples"]``). We write one such file
-per episode (a *shard*), atomically, into a dataset folder, so a crash mid-episode loses at
-most that episode; :func:`export_robomimic` merges shards into one file. :class:`Dataset`
-reads a folder of shards or any single robomimic file, e.g. LIBERO's ``*_demo.hdf5``.
+(``data.attrs["env_args"]`` JSON, ``data/demo_N.attrs["num_samples"]``); ``demo_N`` is the
+format's name of episode ``N``. We write one such file per episode (a *shard*), atomically,
+into a dataset folder, so a crash mid-episode loses at most that episode;
+:func:`export_robomimic` merges shards into one file. :class:`Dataset` reads a folder of
+shards or any single robomimic file, e.g. LIBERO's ``*_demo.hdf5``.
 """
 
 from __future__ import annotations
@@ -26,21 +27,22 @@ from embodied.loop import Episode
 
 SHARD_PATTERN = "episode_{:06d}.hdf5"
 _SHARD_RE = re.compile(r"^episode_(\d{6})\.hdf5$")
-_DEMO_RE = re.compile(r"^demo_(\d+)$")
+_GROUP_RE = re.compile(r"^demo_(\d+)$")
+"""Name of an episode's group under ``data/`` (the robomimic format's name)."""
 _FORMAT = "robomimic-shards"
 _RECOLLECT = "delete this shard and re-collect the episode (`embodied collect` resumes)"
 
 
 @dataclass
 class EpisodeData:
-    """One demo as loaded from disk.
+    """One episode as loaded from disk.
 
     Attributes:
         obs: Observation key -> array of length T.
         actions: (T, action_dim) float array.
         rewards: (T,) rewards.
         dones: (T,) done flags.
-        attrs: Demo attributes (instruction, success, seed, ...).
+        attrs: Episode attributes (instruction, success, seed, ...).
         extras: Other per-step arrays (knobs, measurements, setpoints).
         source: ``file::data/demo_N`` for error messages.
     """
@@ -58,7 +60,7 @@ class EpisodeData:
 
     @property
     def instruction(self) -> str:
-        """The demo's instruction, if recorded."""
+        """The episode's instruction, if recorded."""
         return str(self.attrs.get("instruction", ""))
 
 
@@ -66,7 +68,7 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=lambda o: getattr(o, "tolist", lambda: str(o))()))
 
 
-def _write_demo(group: h5py.Group, ep: Episode | EpisodeData, compress_images: bool) -> None:
+def _write_group(group: h5py.Group, ep: Episode | EpisodeData, compress_images: bool) -> None:
     if isinstance(ep, Episode):
         obs = ep.observations
         actions, rewards = ep.actions, ep.rewards
@@ -125,7 +127,7 @@ def write_episode_file(
         data.attrs["env_args"] = json.dumps(_jsonable(dict(env_args or {})))
         data.attrs["total"] = int(sum(len(e) for e in episodes))
         for i, ep in enumerate(episodes):
-            _write_demo(data.create_group(f"demo_{i}"), ep, compress_images)
+            _write_group(data.create_group(f"demo_{i}"), ep, compress_images)
 
 
 class DatasetWriter:
@@ -254,10 +256,10 @@ class Dataset(Sequence[EpisodeData]):
         self._index: list[tuple[Path, str]] = []
         self.env_args: dict[str, Any] = {}
         for f in files:
-            for demo in self._demos(f):
-                self._index.append((f, demo))
+            for group in self._groups(f):
+                self._index.append((f, group))
 
-    def _demos(self, file: Path) -> list[str]:
+    def _groups(self, file: Path) -> list[str]:
         try:
             with h5py.File(file, "r") as h:
                 if "data" not in h:
@@ -275,7 +277,7 @@ class Dataset(Sequence[EpisodeData]):
                             error=DatasetError,
                             fix=_RECOLLECT,
                         )
-                names = [n for n in h["data"] if _DEMO_RE.match(n)]
+                names = [n for n in h["data"] if _GROUP_RE.match(n)]
         except DatasetError:
             raise  # already names the file (DatasetError is an OSError: do not wrap it again)
         except OSError as exc:
@@ -283,7 +285,7 @@ class Dataset(Sequence[EpisodeData]):
                 f"cannot read dataset file {str(file)!r}: {exc}",
                 fix="the file is damaged or not HDF5; delete it and re-collect that episode",
             ) from exc
-        return sorted(names, key=lambda n: int(_DEMO_RE.match(n).group(1)))  # type: ignore[union-attr]
+        return sorted(names, key=lambda n: int(n.removeprefix("demo_")))  # names match _GROUP_RE
 
     def __len__(self) -> int:
         return len(self._index)
@@ -291,11 +293,11 @@ class Dataset(Sequence[EpisodeData]):
     def __getitem__(self, i: int) -> EpisodeData:  # type: ignore[override]
         if not -len(self) <= i < len(self):
             raise IndexError(f"episode {i} out of range for {len(self)} episodes")
-        file, demo = self._index[i]
-        source = f"{file}::data/{demo}"
+        file, group = self._index[i]
+        source = f"{file}::data/{group}"
         try:
             with h5py.File(file, "r") as h:
-                g = h["data"][demo]
+                g = h["data"][group]
                 missing = [k for k in ("obs", "actions") if k not in g]
                 if missing:
                     raise DatasetError(f"{source} lacks {missing}", fix="re-collect this episode")

@@ -40,7 +40,8 @@ def frame_labels(episode: Any, n_frames: int | None = None) -> np.ndarray:
 
     Frame ``i`` is the observation the action of step ``i`` was chosen from; success reported
     after step ``s`` is first visible in frame ``s + 1``. Frames past the recording (e.g. the
-    final frame appended by :func:`embodied.rewards.demo2reward.record_demo`) follow the same rule.
+    final frame appended by :func:`embodied.rewards.demo2reward.record_demonstration`) follow
+    the same rule.
 
     Args:
         episode: An :class:`~embodied.loop.Episode` or :class:`~embodied.datasets.EpisodeData`.

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied.errors import ConfigError
+from embodied.tokenizers import build_word_tokenizer
 
 _WORDS = (
     "evaluate the behavior of this robot . robot was instructed with task : instruction answer "
@@ -37,34 +38,26 @@ _CHAT_TEMPLATE = (
 def build_tiny_tokenizer(extra_words: str = "") -> Any:
     """A word-level ``PreTrainedTokenizerFast`` with ``<image>``, digits and a chat template.
 
+    Ids: ``<pad>``, ``<unk>``, ``<s>``, ``</s>``, ``<image>``, then the sorted words (the
+    judges' prompt words, ``extra_words`` and the ten digits); punctuation marks and digits
+    are cut apart.
+
     Returns:
         The tokenizer (``transformers.PreTrainedTokenizerFast``).
     """
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     specials = ["<pad>", "<unk>", "<s>", "</s>", "<image>"]
-    words = sorted(set((_WORDS + " " + extra_words).split()) | set("0123456789"))
-    vocab = {tok: i for i, tok in enumerate(specials + [w for w in words if w not in specials])}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.normalizer = normalizers.Lowercase()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.WhitespaceSplit(),
-            pre_tokenizers.Punctuation(),
-            pre_tokenizers.Digits(True),
-        ]
-    )
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="<pad>",
+    words = sorted(set((_WORDS + " " + extra_words).lower().split()) | set("0123456789"))
+    return build_word_tokenizer(
+        words,
+        specials=specials,
         unk_token="<unk>",
         bos_token="<s>",
         eos_token="</s>",
+        pad_token="<pad>",
         extra_special_tokens={"image_token": "<image>"},
+        split="punctuation",
+        chat_template=_CHAT_TEMPLATE,
     )
-    fast.chat_template = _CHAT_TEMPLATE
-    return fast
 
 
 def _tiny_llama_config(tok: Any) -> Any:

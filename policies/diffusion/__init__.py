@@ -8,7 +8,7 @@ Following "From Noise to Control: Parameterized Diffusion Policies" (Zhang et al
 * :mod:`~policies.diffusion.modeling_pdp` - normaliser, DDPM training, DDIM sampling;
 * :mod:`~policies.diffusion.policy_pdp` - the :class:`~embodied.contracts.Policy` with knob z;
 * :mod:`~policies.diffusion.training_pdp` - ``embodied train pdp`` (checkpoints, resume, TB);
-* :mod:`~policies.diffusion.adaptation` - z from one demo, z from a constraint (CEM);
+* :mod:`~policies.diffusion.adaptation` - z from one demonstration, z from a constraint (CEM);
 * :mod:`~embodied.apps.experiments.pdp` - the multimodal-task evaluation and quick demo;
 * :mod:`~embodied.apps.experiments.pdp_plots` - latent-space and interpolation PNGs.
 
@@ -26,8 +26,8 @@ from embodied.errors import ConfigError
 from policies import CHECKPOINT_LOADERS, POLICIES
 
 
-def _load_checkpoint(path: str | os.PathLike[str], **kwargs: Any) -> Policy:
-    """Load a PDP checkpoint folder (config.json policy_type "pdp")."""
+def _load_checkpoint(path: str | os.PathLike[str], env: Env | None = None, **kwargs: Any) -> Policy:
+    """Load a PDP checkpoint folder (config.json policy_type "pdp"); ``env`` is not needed."""
     # Local: registry plugin; policy_pdp imports torch + diffusers (seconds) on use.
     from policies.diffusion.policy_pdp import PDPPolicy
 

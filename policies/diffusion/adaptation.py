@@ -1,9 +1,9 @@
 """Test-time adaptation of PDP with no weight updates: only the behaviour latent z moves.
 
-* :func:`adapt_z_from_demo` - ONE demo of a shifted scene; Adam on z minimises the
-  denoising loss of that demo (paper: lr 3e-3, ~300 steps, grad clip 1).
-* :func:`search_z_cem` - no demo, only a constraint: the cross-entropy method over z with a
-  user cost (e.g. sim rollouts that must avoid a wall), evaluated in batches.
+* :func:`adapt_z_from_demonstration` - ONE demonstration of a shifted scene; Adam on z
+  minimises the denoising loss of that demonstration (paper: lr 3e-3, ~300 steps, grad clip 1).
+* :func:`search_z_cem` - no demonstration, only a constraint: the cross-entropy method over z
+  with a user cost (e.g. sim rollouts that must avoid a wall), evaluated in batches.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from embodied.errors import ConfigError
-from policies.diffusion.modeling_manifold import demo_tensors
+from policies.diffusion.modeling_manifold import demonstration_tensors
 from policies.diffusion.policy_pdp import PDPPolicy
-from policies.diffusion.processor_pdp import Demos, make_windows
+from policies.diffusion.processor_pdp import Demonstrations, make_windows
 
 
 @dataclass
@@ -44,13 +44,13 @@ def _require_z(policy: PDPPolicy) -> int:
     return policy.config.z_dim
 
 
-def encode_demo(policy: PDPPolicy, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
-    """Knob-space z of one demo from the manifold encoder (amortised inference, no search).
+def encode_demonstration(policy: PDPPolicy, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """Knob-space z of one demonstration from the manifold encoder (amortised inference, no search).
 
     Args:
         policy: A PDP (z_dim > 0) whose checkpoint holds the manifold.
-        states: (T, state_dim) states of the demo.
-        actions: (T, action_dim) actions of the demo.
+        states: (T, state_dim) states of the demonstration.
+        actions: (T, action_dim) actions of the demonstration.
 
     Returns:
         (z_dim,) encoder mean mapped to knob space, clipped to the knob bounds.
@@ -61,7 +61,7 @@ def encode_demo(policy: PDPPolicy, states: np.ndarray, actions: np.ndarray) -> n
     norm = model.normalizer
     smin, smax = norm.state_min.numpy(), norm.state_max.numpy()
     scale = np.maximum((smax - smin) / 2.0, 1e-6)
-    s, a = demo_tensors(
+    s, a = demonstration_tensors(
         [np.asarray(states, np.float64)],
         [np.asarray(actions, np.float64)],
         scale,
@@ -76,7 +76,7 @@ def encode_demo(policy: PDPPolicy, states: np.ndarray, actions: np.ndarray) -> n
     return np.clip(k, -b, b)
 
 
-def adapt_z_from_demo(
+def adapt_z_from_demonstration(
     policy: PDPPolicy,
     states: np.ndarray,
     actions: np.ndarray,
@@ -97,14 +97,15 @@ def adapt_z_from_demo(
 
     Args:
         policy: A PDP (z_dim > 0).
-        states: (T, state_dim) states of the demo.
-        actions: (T, action_dim) actions of the demo.
+        states: (T, state_dim) states of the demonstration.
+        actions: (T, action_dim) actions of the demonstration.
         steps: Adam steps.
         lr: Adam learning rate.
         grad_clip: Gradient-norm clip on z.
         batch_size: Windows x noise draws per step (windows are sampled with replacement).
         z_init: Start (knob space): None = the prior mean 0 (the paper), ``"encoder"`` =
-            the manifold encoder's guess for this demo (refined by the same loss), or a value.
+            the manifold encoder's guess for this demonstration (refined by the same loss), or
+            a value.
         seed: Seed of noise/timestep/window draws.
         set_knob: Set the policy's ``z`` knob to the result.
 
@@ -119,21 +120,24 @@ def adapt_z_from_demo(
         )
     cfg = policy.config
     model = policy.model
-    demo = Demos([np.asarray(states, np.float64)], [np.asarray(actions, np.float64)])
-    if demo.state_dim != cfg.state_dim or demo.action_dim != cfg.action_dim:
+    demonstration = Demonstrations(
+        [np.asarray(states, np.float64)], [np.asarray(actions, np.float64)]
+    )
+    dims = (demonstration.state_dim, demonstration.action_dim)
+    if dims != (cfg.state_dim, cfg.action_dim):
         raise ConfigError(
-            f"demo has state/action dims {demo.state_dim}/{demo.action_dim}, policy expects "
+            f"demonstration has state/action dims {dims[0]}/{dims[1]}, policy expects "
             f"{cfg.state_dim}/{cfg.action_dim}",
-            fix="record the demo on the policy's env",
+            fix="record the demonstration on the policy's env",
         )
-    obs_np, chunks_np, _ = make_windows(demo, cfg.n_obs_steps, cfg.horizon)
+    obs_np, chunks_np, _ = make_windows(demonstration, cfg.n_obs_steps, cfg.horizon)
     with torch.no_grad():
         obs = model.encode_obs(torch.as_tensor(obs_np, dtype=torch.float32))
         act = model.normalizer.norm_action(torch.as_tensor(chunks_np, dtype=torch.float32))
     if isinstance(z_init, str):
         if z_init != "encoder":
             raise ConfigError(f"unknown z_init {z_init!r}", fix="use None, 'encoder' or a vector")
-        z0 = encode_demo(policy, states, actions)
+        z0 = encode_demonstration(policy, states, actions)
     else:
         z0 = np.zeros(z_dim) if z_init is None else np.asarray(z_init, dtype=np.float64)
     z = torch.tensor(z0, dtype=torch.float32, requires_grad=True)
@@ -178,7 +182,7 @@ def search_z_cem(
     min_std: float = 0.05,
     seed: int = 0,
 ) -> AdaptResult:
-    """Cross-entropy method over z for a constraint-only objective (no demo).
+    """Cross-entropy method over z for a constraint-only objective (no demonstration).
 
     Args:
         cost: ``cost(Z) -> costs`` for candidates Z (P, z_dim) (lower is better), e.g. the

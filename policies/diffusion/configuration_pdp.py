@@ -31,7 +31,8 @@ class ManifoldConfig:
 
     Args:
         z_dim: Latent size (the paper uses 2).
-        seq_len: Demos are resampled to this many steps before encoding (tokens = 2 x seq_len).
+        seq_len: Demonstrations are resampled to this many steps before encoding
+            (tokens = 2 x seq_len).
         d_model: Transformer width.
         n_heads: Attention heads (must divide ``d_model``).
         n_layers: Transformer encoder layers.
@@ -40,12 +41,12 @@ class ManifoldConfig:
         geo_weight: Weight of the geometric loss L_geo (paper: 1.0).
         sdtw_gamma: Soft-DTW smoothing (on normalised paths in [-1, 1]).
         path_points: Points of each end-effector path used for soft-DTW.
-        standardize_z: Store the mean and ZCA-whitening matrix of the demo latents and use
-            the whitened space as knob space, so the prior N(0, I) covers the demos whatever
-            scale and orientation the encoder settled on (the KL weight is small).
+        standardize_z: Store the mean and ZCA-whitening matrix of the demonstration latents and
+            use the whitened space as knob space, so the prior N(0, I) covers the demonstrations
+            whatever scale and orientation the encoder settled on (the KL weight is small).
         lr: Adam learning rate.
         steps: Training steps.
-        batch_size: Demos per batch (L_geo uses all pairs in a batch).
+        batch_size: Demonstrations per batch (L_geo uses all pairs in a batch).
     """
 
     z_dim: int = 2

@@ -1,11 +1,12 @@
 """The behaviour manifold: a trajectory VAE with a geometry-preserving latent space.
 
-Encoder: a small transformer over interleaved state/action tokens of a whole demo (states
-relative to the demo's start), whose last (summary) token gives ``(mu, log sigma^2)``.
+Encoder: a small transformer over interleaved state/action tokens of a whole demonstration
+(states relative to the demonstration's start), whose last (summary) token gives
+``(mu, log sigma^2)``.
 Decoder: an MLP on ``[z, t]`` reconstructing state and action at normalised time ``t``.
 Loss = MSE(actions) + MSE(states) + kl_weight * KL + geo_weight * L_geo, where L_geo asks
-latent distances to follow soft-DTW distances between the demos' end-effector paths (each
-divided by its batch maximum).
+latent distances to follow soft-DTW distances between the demonstrations' end-effector paths
+(each divided by its batch maximum).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def soft_dtw_divergence_matrix(paths: np.ndarray, gamma: float) -> np.ndarray:
 
 
 class TrajectoryVAE(nn.Module):
-    """Transformer encoder over a whole demo, MLP decoder on ``[z, t]``.
+    """Transformer encoder over a whole demonstration, MLP decoder on ``[z, t]``.
 
     Args:
         config: Manifold configuration.
@@ -124,10 +125,10 @@ class TrajectoryVAE(nn.Module):
     def encode(
         self, states: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(mu, logvar) of demos.
+        """(mu, logvar) of demonstrations.
 
         Args:
-            states: (B, L, state_dim) normalised states relative to the demo start.
+            states: (B, L, state_dim) normalised states relative to the demonstration start.
             actions: (B, L, action_dim) normalised actions.
         """
         b, length, _ = states.shape
@@ -155,12 +156,12 @@ class TrajectoryVAE(nn.Module):
         path_dist: torch.Tensor,
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """The manifold loss on a batch of demos.
+        """The manifold loss on a batch of demonstrations.
 
         Args:
             states: (B, L, state_dim) normalised relative states.
             actions: (B, L, action_dim) normalised actions.
-            path_dist: (B, B) normalised soft-DTW divergences between the demos' paths.
+            path_dist: (B, B) normalised soft-DTW divergences between the demonstrations' paths.
             generator: Noise generator for the reparameterisation.
 
         Returns:
@@ -197,7 +198,7 @@ def geometric_loss(z: torch.Tensor, path_dist: torch.Tensor) -> torch.Tensor:
     return torch.mean((dz - dtau) ** 2)
 
 
-def demo_tensors(
+def demonstration_tensors(
     states: list[np.ndarray],
     actions: list[np.ndarray],
     state_scale: np.ndarray,
@@ -205,7 +206,7 @@ def demo_tensors(
     action_high: np.ndarray,
     seq_len: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Resample demos to ``seq_len`` and normalise them for the VAE.
+    """Resample demonstrations to ``seq_len`` and normalise them for the VAE.
 
     States become ``(s - s_0) / state_scale``; actions are mapped to [-1, 1] with the
     action range.

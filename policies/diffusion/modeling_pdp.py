@@ -28,8 +28,8 @@ class Normalizer(nn.Module):
     """Min-max normalisation of states/actions to [-1, 1] and whitening of z.
 
     The knob space of z is the ZCA-whitened encoder latent, ``k = W (z - mean)`` with
-    ``W = Cov(z)^(-1/2)`` over the training demos, so the prior N(0, I) matches the demos'
-    spread and orientation whatever scale the encoder settled on.
+    ``W = Cov(z)^(-1/2)`` over the training demonstrations, so the prior N(0, I) matches the
+    demonstrations' spread and orientation whatever scale the encoder settled on.
 
     Statistics are buffers initialised to NaN: using a normaliser whose statistics were
     never set (or failed to load) raises instead of passing values through.
@@ -78,7 +78,7 @@ class Normalizer(nn.Module):
         if torch.linalg.matrix_rank(self.z_whiten.double()) < self.z_whiten.shape[0]:
             raise CheckpointError(
                 f"normaliser z_whiten {self.z_whiten.tolist()} is singular",
-                fix="re-train: the demo latents collapsed (raise kl/geo weights)",
+                fix="re-train: the demonstration latents collapsed (raise kl/geo weights)",
             )
 
     @staticmethod

@@ -1,4 +1,4 @@
-"""Data processing for PDP: demos -> statistics, training windows and end-effector paths."""
+"""Data processing for PDP: demonstrations -> statistics, training windows, end-effector paths."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from policies.diffusion.modeling_manifold import resample
 
 
 @dataclass
-class Demos:
-    """Whole demos as arrays (what the manifold and the policy train on).
+class Demonstrations:
+    """Whole demonstrations as arrays (what the manifold and the policy train on).
 
     Attributes:
-        states: Per demo, (T_i, state_dim) float64 states.
-        actions: Per demo, (T_i, action_dim) float64 actions.
-        labels: Per demo, a label such as the route class ("" when unknown).
+        states: Per demonstration, (T_i, state_dim) float64 states.
+        actions: Per demonstration, (T_i, action_dim) float64 actions.
+        labels: Per demonstration, a label such as the route class ("" when unknown).
         env_args: Env description from the dataset (env_id, specs).
     """
 
@@ -34,24 +34,26 @@ class Demos:
         if len(self.states) != len(self.actions):
             raise DatasetError(
                 f"{len(self.states)} state sequences but {len(self.actions)} action sequences",
-                fix="give one (states, actions) pair per demo",
+                fix="give one (states, actions) pair per demonstration",
             )
         if not self.states:
-            raise DatasetError("no demos", fix="collect expert demos first (`embodied collect`)")
+            raise DatasetError(
+                "no demonstrations", fix="collect expert demonstrations first (`embodied collect`)"
+            )
         if not self.labels:
             self.labels = [""] * len(self.states)
         sd, ad = self.states[0].shape[1], self.actions[0].shape[1]
         for i, (s, a) in enumerate(zip(self.states, self.actions, strict=True)):
             if s.ndim != 2 or a.ndim != 2 or s.shape[0] != a.shape[0] or s.shape[0] < 2:
                 raise DatasetError(
-                    f"demo {i} has states {s.shape} and actions {a.shape}",
-                    fix="every demo needs >= 2 steps with one state per action",
+                    f"demonstration {i} has states {s.shape} and actions {a.shape}",
+                    fix="every demonstration needs >= 2 steps with one state per action",
                 )
             if s.shape[1] != sd or a.shape[1] != ad:
                 raise DatasetError(
-                    f"demo {i} has state/action dims {s.shape[1]}/{a.shape[1]}, "
-                    f"demo 0 has {sd}/{ad}",
-                    fix="train on demos of one env",
+                    f"demonstration {i} has state/action dims {s.shape[1]}/{a.shape[1]}, "
+                    f"demonstration 0 has {sd}/{ad}",
+                    fix="train on demonstrations of one env",
                 )
 
     def __len__(self) -> int:
@@ -68,7 +70,7 @@ class Demos:
         return int(self.actions[0].shape[1])
 
     def stats(self) -> dict[str, np.ndarray]:
-        """Min/max of states and actions over all demos."""
+        """Min/max of states and actions over all demonstrations."""
         s = np.concatenate(self.states)
         a = np.concatenate(self.actions)
         return {
@@ -78,9 +80,9 @@ class Demos:
             "action_max": a.max(0),
         }
 
-    def subset(self, idx: Sequence[int]) -> Demos:
-        """The demos at ``idx``."""
-        return Demos(
+    def subset(self, idx: Sequence[int]) -> Demonstrations:
+        """The demonstrations at ``idx``."""
+        return Demonstrations(
             [self.states[i] for i in idx],
             [self.actions[i] for i in idx],
             [self.labels[i] for i in idx],
@@ -88,19 +90,19 @@ class Demos:
         )
 
 
-def load_demos(
+def load_demonstrations(
     path: str | os.PathLike[str],
     label_key: str = "route",
     successful_only: bool = True,
     label_fn: Callable[[np.ndarray], str] | None = None,
-) -> Demos:
-    """Read demos from a dataset folder/file written by ``embodied collect``.
+) -> Demonstrations:
+    """Read demonstrations from a dataset folder/file written by ``embodied collect``.
 
     Args:
         path: Dataset folder of shards or one robomimic HDF5 file.
-        label_key: Demo attribute (or ``meta`` entry) holding the behaviour label.
-        successful_only: Skip demos whose ``success`` attribute is False.
-        label_fn: Labels the demos from their ``(T, state_dim)`` states when none records a
+        label_key: Demonstration attribute (or ``meta`` entry) holding the behaviour label.
+        successful_only: Skip demonstrations whose ``success`` attribute is False.
+        label_fn: Labels the demonstrations from their ``(T, state_dim)`` states when none records a
             label (e.g. ``sim.mujoco.classify_route`` for reach_around); labels only feed
             diagnostics (mode coverage), never training.
     """
@@ -121,11 +123,12 @@ def load_demos(
         labels.append(str(label.decode() if isinstance(label, bytes) else label))
     if not states:
         raise DatasetError(
-            f"dataset {str(path)!r} has no successful demos", fix="collect successful expert demos"
+            f"dataset {str(path)!r} has no successful demonstrations",
+            fix="collect successful expert demonstrations",
         )
     if not any(labels) and label_fn is not None:
         labels = [str(label_fn(s)) for s in states]
-    return Demos(states, actions, labels, dict(ds.env_args))
+    return Demonstrations(states, actions, labels, dict(ds.env_args))
 
 
 def obs_window(states: np.ndarray, t: int, n_obs_steps: int) -> np.ndarray:
@@ -135,17 +138,17 @@ def obs_window(states: np.ndarray, t: int, n_obs_steps: int) -> np.ndarray:
 
 
 def make_windows(
-    demos: Demos, n_obs_steps: int, horizon: int
+    demonstrations: Demonstrations, n_obs_steps: int, horizon: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Training windows: observation history, action chunk starting now, demo index.
+    """Training windows: observation history, action chunk starting now, demonstration index.
 
-    Chunks running past a demo's end are padded with its last action.
+    Chunks running past a demonstration's end are padded with its last action.
 
     Returns:
-        obs (N, n_obs_steps, state_dim), chunks (N, horizon, action_dim), demo_idx (N,).
+        obs (N, n_obs_steps, state_dim), chunks (N, horizon, action_dim), demonstration_idx (N,).
     """
     obs, chunks, idx = [], [], []
-    for d, (s, a) in enumerate(zip(demos.states, demos.actions, strict=True)):
+    for d, (s, a) in enumerate(zip(demonstrations.states, demonstrations.actions, strict=True)):
         n = s.shape[0]
         for t in range(n):
             obs.append(obs_window(s, t, n_obs_steps))
@@ -155,14 +158,14 @@ def make_windows(
     return np.stack(obs), np.stack(chunks), np.asarray(idx)
 
 
-def ee_paths(demos: Demos, path_dims: Sequence[int], n_points: int) -> np.ndarray:
+def ee_paths(demonstrations: Demonstrations, path_dims: Sequence[int], n_points: int) -> np.ndarray:
     """End-effector paths (N, n_points, len(path_dims)) relative to their start, resampled.
 
     Paths start at the origin (like the encoder's input, so L_geo compares path shapes,
     not start positions) and share one scale that maps them into ~[-1, 1].
     """
     dims = list(path_dims)
-    paths = np.stack([resample(s[:, dims], n_points) for s in demos.states])
+    paths = np.stack([resample(s[:, dims], n_points) for s in demonstrations.states])
     paths = paths - paths[:, :1]
     lo = paths.reshape(-1, len(dims)).min(0)
     hi = paths.reshape(-1, len(dims)).max(0)

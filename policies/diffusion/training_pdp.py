@@ -4,8 +4,8 @@
 
 * ``config.json`` + ``model.safetensors`` - the current EMA policy (always loadable);
 * ``train_state.json`` + ``train_state_<step>.safetensors`` - raw weights, EMA weights,
-  AdamW moments, RNG state and the demo latents; the JSON (written last, atomically) names
-  the tensor file, so a kill at any moment leaves the previous complete checkpoint;
+  AdamW moments, RNG state and the demonstration latents; the JSON (written last, atomically)
+  names the tensor file, so a kill at any moment leaves the previous complete checkpoint;
 * ``tb/`` - TensorBoard scalars.
 
 ``resume=True`` continues from the last checkpoint: at most ``checkpoint_every`` steps are
@@ -39,18 +39,27 @@ from embodied.io import (
 from policies.diffusion.configuration_pdp import PDPConfig
 from policies.diffusion.modeling_manifold import (
     cosine_lr,
-    demo_tensors,
+    demonstration_tensors,
     soft_dtw_divergence_matrix,
 )
 from policies.diffusion.modeling_pdp import PDPModel
 from policies.diffusion.policy_pdp import save_model
-from policies.diffusion.processor_pdp import Demos, ee_paths, load_demos, make_windows
+from policies.diffusion.processor_pdp import (
+    Demonstrations,
+    ee_paths,
+    load_demonstrations,
+    make_windows,
+)
 
 STATE_JSON = "train_state.json"
 STATE_FIX = (
     "the run's resumable state is damaged: train again without --resume into a new --out "
     "folder (config.json + model.safetensors there still hold the last saved policy)"
 )
+LATENTS_KEY = "demonstration_latents"
+"""Train-state tensor of the training demonstrations' raw latents (N, z_dim)."""
+OLD_LATENTS_KEY = "demo_latents"
+""":data:`LATENTS_KEY` as train states written before the demo -> demonstration rename name it."""
 Logger = Callable[[str, float, int], None]
 
 
@@ -62,44 +71,50 @@ class TrainResult:
         out_dir: The checkpoint folder (loadable with ``policies.load``).
         steps: Diffusion steps done in total.
         final_loss: Mean denoising loss over the last 50 steps.
-        demo_latents: (N, z_dim) knob-space latents of the training demos (empty for DP).
-        labels: Per-demo labels (route classes).
+        demonstration_latents: (N, z_dim) knob-space latents of the training demonstrations
+            (empty for DP).
+        labels: Per-demonstration labels (route classes).
         seconds: Wall time of this call.
     """
 
     out_dir: Path
     steps: int
     final_loss: float
-    demo_latents: np.ndarray
+    demonstration_latents: np.ndarray
     labels: list[str]
     seconds: float
 
 
 def train_manifold(
     model: PDPModel,
-    demos: Demos,
+    demonstrations: Demonstrations,
     generator: torch.Generator,
     log: Logger | None = None,
     on_step: Callable[[int], None] | None = None,
     deadline: float | None = None,
 ) -> np.ndarray:
-    """Train ``model.manifold`` on whole demos; return encoder means (N, z_dim), raw space.
+    """Train ``model.manifold`` on whole demonstrations; return encoder means (N, z_dim), raw space.
 
     ``deadline`` (a ``time.perf_counter()`` value) ends training early, after >= 10 steps.
     """
     assert model.manifold is not None
     mcfg = model.config.manifold
-    stats = demos.stats()
+    stats = demonstrations.stats()
     scale = np.maximum((stats["state_max"] - stats["state_min"]) / 2.0, 1e-6)
-    s, a = demo_tensors(
-        demos.states, demos.actions, scale, stats["action_min"], stats["action_max"], mcfg.seq_len
+    s, a = demonstration_tensors(
+        demonstrations.states,
+        demonstrations.actions,
+        scale,
+        stats["action_min"],
+        stats["action_max"],
+        mcfg.seq_len,
     )
-    paths = ee_paths(demos, model.config.path_dims or (0, 1), mcfg.path_points)
+    paths = ee_paths(demonstrations, model.config.path_dims or (0, 1), mcfg.path_points)
     dist = torch.as_tensor(soft_dtw_divergence_matrix(paths, mcfg.sdtw_gamma), dtype=torch.float32)
     vae = model.manifold
     vae.train()
     opt = torch.optim.Adam(vae.parameters(), lr=mcfg.lr)
-    n = len(demos)
+    n = len(demonstrations)
     bs = min(mcfg.batch_size, n)
     for step in range(mcfg.steps):
         if deadline is not None and step >= 10 and time.perf_counter() > deadline:
@@ -160,12 +175,14 @@ def _read_train_state(out: Path) -> dict[str, Any]:
 
 
 def _read_train_tensors(out: Path, meta: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """The tensors file named by ``train_state.json``; it must hold the demo latents."""
+    """The tensors file named by ``train_state.json``; it must hold the demonstration latents."""
     path = out / Path(meta["tensors"]).name  # a bare file name: never read outside the run
     tensors = load_safetensors_file(path, what="PDP train-state tensors", fix=STATE_FIX)
-    if "demo_latents" not in tensors or tensors["demo_latents"].ndim != 2:
+    if OLD_LATENTS_KEY in tensors and LATENTS_KEY not in tensors:  # the one place old runs map
+        tensors[LATENTS_KEY] = tensors.pop(OLD_LATENTS_KEY)
+    if LATENTS_KEY not in tensors or tensors[LATENTS_KEY].ndim != 2:
         raise CheckpointError(
-            f"PDP train-state tensors {str(path)!r} lack a 2-D 'demo_latents'", fix=STATE_FIX
+            f"PDP train-state tensors {str(path)!r} lack a 2-D {LATENTS_KEY!r}", fix=STATE_FIX
         )
     return tensors
 
@@ -188,7 +205,7 @@ def _save_state(
     opt_t, opt_meta = _optim_tensors(opt)
     tensors.update(opt_t)
     tensors["rng.generator"] = gen.get_state()
-    tensors["demo_latents"] = (
+    tensors[LATENTS_KEY] = (
         torch.as_tensor(latents, dtype=torch.float32).reshape(len(latents), -1).contiguous()
     )
     name = f"train_state_{step:07d}.safetensors"
@@ -233,7 +250,7 @@ def _ema_update(ema: PDPModel, model: PDPModel, decay: float) -> None:
 
 
 def train_pdp(
-    data: str | os.PathLike[str] | Demos,
+    data: str | os.PathLike[str] | Demonstrations,
     out_dir: str | os.PathLike[str],
     config: PDPConfig | None = None,
     *,
@@ -245,10 +262,10 @@ def train_pdp(
     budget_s: float | None = None,
     stop_after: int | None = None,
 ) -> TrainResult:
-    """Train a PDP (or, with ``z_dim=0``, the plain diffusion policy) on expert demos.
+    """Train a PDP (or, with ``z_dim=0``, the plain diffusion policy) on expert demonstrations.
 
     Args:
-        data: Dataset folder/file (``embodied collect``) or in-memory :class:`Demos`.
+        data: Dataset folder/file (``embodied collect``) or in-memory :class:`Demonstrations`.
         out_dir: Output folder (checkpoint, train state, TensorBoard logs).
         config: Base config; dims, names and env id are derived from the data.
         overrides: Config fields to override (e.g. ``{"steps": 2000, "z_dim": 0}``).
@@ -266,7 +283,7 @@ def train_pdp(
     dist = Distributed.from_env()  # under torchrun / accelerate launch: DDP
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    demos = data if isinstance(data, Demos) else load_demos(data)
+    demonstrations = data if isinstance(data, Demonstrations) else load_demonstrations(data)
     if checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every={checkpoint_every} must be >= 1", fix="use e.g. 500")
 
@@ -291,22 +308,22 @@ def train_pdp(
             )
     else:
         base = config or PDPConfig()
-        spec = demos.env_args
+        spec = demonstrations.env_args
         names = spec.get("observation", {}).get("state", {}).get("names", ())
         anames = spec.get("action", {}).get("names", ())
         derived: dict[str, Any] = {
-            "state_dim": demos.state_dim,
-            "action_dim": demos.action_dim,
-            "state_names": tuple(names) if len(names) == demos.state_dim else (),
-            "action_names": tuple(anames) if len(anames) == demos.action_dim else (),
+            "state_dim": demonstrations.state_dim,
+            "action_dim": demonstrations.action_dim,
+            "state_names": tuple(names) if len(names) == demonstrations.state_dim else (),
+            "action_names": tuple(anames) if len(anames) == demonstrations.action_dim else (),
             "env_id": str(spec.get("env_id", base.env_id)),
         }
         kw = {**base.to_dict(), **derived}
-        if base.state_dim != demos.state_dim:  # index fields of another state layout
+        if base.state_dim != demonstrations.state_dim:  # index fields of another state layout
             kw["obs_dims"] = kw["path_dims"] = None
         for key, value in (overrides or {}).items():
             if key == "obs_exclude":  # state dim names the denoiser must not see
-                kw["obs_dims"] = _obs_dims_without(tuple(names), demos.state_dim, value)
+                kw["obs_dims"] = _obs_dims_without(tuple(names), demonstrations.state_dim, value)
             elif key.startswith("manifold."):  # e.g. {"manifold.steps": 300}
                 kw["manifold"][key.split(".", 1)[1]] = value
             else:
@@ -317,7 +334,7 @@ def train_pdp(
     gen = torch.Generator().manual_seed(cfg.seed)
     model = PDPModel(cfg)
     ema = PDPModel(cfg)
-    model.normalizer.set_stats(**demos.stats())
+    model.normalizer.set_stats(**demonstrations.stats())
     opt = torch.optim.AdamW(model.denoiser.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     writer = None
@@ -369,13 +386,13 @@ def train_pdp(
                 what="PDP train-state tensors",
                 fix=STATE_FIX,
             )
-            latents_raw = tensors["demo_latents"].double().numpy()
+            latents_raw = tensors[LATENTS_KEY].double().numpy()
             start_step = int(state_meta["step"])
         elif cfg.uses_z:
             task = bar.add_task("manifold", total=cfg.manifold.steps, info="")
             latents_raw = train_manifold(
                 model,
-                demos,
+                demonstrations,
                 gen,
                 log,
                 on_step=lambda s: bar.update(task, completed=s + 1),
@@ -388,12 +405,12 @@ def train_pdp(
                 )
             ema.load_state_dict(model.state_dict())
         else:
-            latents_raw = np.zeros((len(demos), 0))
+            latents_raw = np.zeros((len(demonstrations), 0))
             ema.load_state_dict(model.state_dict())
         model.normalizer.check()
 
         # training windows, normalised once
-        obs_np, chunks_np, idx_np = make_windows(demos, cfg.n_obs_steps, cfg.horizon)
+        obs_np, chunks_np, idx_np = make_windows(demonstrations, cfg.n_obs_steps, cfg.horizon)
         with torch.no_grad():
             obs_t = model.encode_obs(torch.as_tensor(obs_np, dtype=torch.float32))
             act_t = model.normalizer.norm_action(torch.as_tensor(chunks_np, dtype=torch.float32))
@@ -411,9 +428,9 @@ def train_pdp(
                 torch.as_tensor(latents_raw, dtype=torch.float32)
             ).numpy()
             if cfg.uses_z
-            else np.zeros((len(demos), 0))
+            else np.zeros((len(demonstrations), 0))
         )
-        extra = {"labels": demos.labels, "n_windows": len(obs_np)}
+        extra = {"labels": demonstrations.labels, "n_windows": len(obs_np)}
         if state_meta is None and dist.is_main:
             _save_state(out, 0, model, ema, opt, gen, latents_raw, extra)
 
@@ -469,11 +486,13 @@ def train_pdp(
         writer.flush()
         writer.close()
     final = float(np.mean(losses[-50:])) if losses else math.nan
-    return TrainResult(out, step, final, latents_knob, list(demos.labels), time.perf_counter() - t0)
+    return TrainResult(
+        out, step, final, latents_knob, list(demonstrations.labels), time.perf_counter() - t0
+    )
 
 
 def load_train_latents(out_dir: str | os.PathLike[str]) -> tuple[np.ndarray, list[str]]:
-    """Knob-space demo latents and labels stored with a training run (for plots)."""
+    """Knob-space demonstration latents and labels stored with a training run (for plots)."""
     out = Path(out_dir)
     if not (out / STATE_JSON).exists():
         raise CheckpointError(
@@ -481,7 +500,7 @@ def load_train_latents(out_dir: str | os.PathLike[str]) -> tuple[np.ndarray, lis
         )
     meta = _read_train_state(out)
     tensors = _read_train_tensors(out, meta)
-    raw = tensors["demo_latents"]
+    raw = tensors[LATENTS_KEY]
     mean, w = tensors.get("ema.normalizer.z_mean"), tensors.get("ema.normalizer.z_whiten")
     if raw.shape[1] == 0 or mean is None or w is None:
         return raw.numpy(), list(meta.get("labels", []))

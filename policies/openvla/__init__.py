@@ -21,12 +21,12 @@ def _factory(env: Any = None, **kwargs: Any) -> Policy:
     return build_policy(env=env, **kwargs)
 
 
-def _loader(path: Any, **kwargs: Any) -> Policy:
-    """OpenVLA checkpoint folder written by `embodied train vla`."""
+def _loader(path: Any, env: Any = None, **kwargs: Any) -> Policy:
+    """OpenVLA checkpoint folder (ours or the released layout), set up for ``env``."""
     # Local: registry plugin; policy_openvla imports torch + transformers (seconds) on use.
     from policies.openvla.policy_openvla import build_policy
 
-    return build_policy(path=path, **kwargs)
+    return build_policy(path=path, env=env, **kwargs)
 
 
 POLICIES.register("openvla", _factory, help="OpenVLA VLA (path=folder or hub id; steerable alpha)")

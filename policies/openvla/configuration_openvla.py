@@ -2,7 +2,8 @@
 
 :class:`OpenVLAConfig` holds the keyword arguments of the three transformers building blocks
 (``Dinov2WithRegistersConfig``, ``SiglipVisionConfig``, ``LlamaConfig``) plus OpenVLA's action
-interface (bins, dataset statistics, prompt suffix token, center crop). It validates itself in
+interface (bins, dataset statistics, prompt suffix token, image pipeline, center crop). It
+validates itself in
 ``__post_init__`` and derives the patch count, the fused vision width and the text vocabulary
 size. :meth:`OpenVLAConfig.from_released` converts the ``config.json`` of the released
 ``openvla/openvla-7b`` checkpoints (timm model ids, ``text_config``, ``norm_stats``).
@@ -64,6 +65,16 @@ LLAMA2_7B: dict[str, Any] = {
 LLAMA_SPACE_TOKEN_ID = 29871
 """Llama-2's empty ``'▁'`` token that OpenVLA appends after ``Out:`` at inference."""
 
+IMAGE_PIPELINES: dict[str, str] = {
+    "resize": "camera frame as given; optional center crop of crop_area, bicubic resize to "
+    "image_size (any env; the default)",
+    "libero_reference": "LIBERO's raw upside-down agentview frame -> OpenVLA's LIBERO evaluation "
+    "image: rotate 180 degrees, JPEG round trip (quality 95), TensorFlow lanczos3 antialiased "
+    "resize, optional center crop of crop_area resized back bilinearly; the reference pipeline "
+    "of openvla/openvla's run_libero_eval.py, reproduced bit for bit without TensorFlow",
+}
+"""How :class:`~policies.openvla.processor_openvla.ImageProcessor` turns a frame into pixels."""
+
 
 def _norm_stats_action_dim(norm_stats: dict[str, Any]) -> dict[str, int]:
     dims: dict[str, int] = {}
@@ -99,6 +110,10 @@ class OpenVLAConfig:
         center_crop: Center-crop the image to ``crop_area`` of its area, then resize back
             (what LIBERO fine-tuned checkpoints were trained with).
         crop_area: Area fraction kept by the center crop (0.9 for LIBERO).
+        image_pipeline: How a camera frame becomes the model's image (:data:`IMAGE_PIPELINES`):
+            ``"resize"`` (default, any env) or ``"libero_reference"``, OpenVLA's LIBERO
+            evaluation preprocessing applied to LIBERO's raw frames (the reference for LIBERO
+            fine-tuned checkpoints; matches OpenVLA's TensorFlow code exactly).
         image_means: Per-backbone normalisation means (DINOv2, SigLIP).
         image_stds: Per-backbone normalisation stds.
         name: Free-form model name for reports.
@@ -114,6 +129,7 @@ class OpenVLAConfig:
     action_prefix_token_id: int | None = None
     center_crop: bool = False
     crop_area: float = 0.9
+    image_pipeline: str = "resize"
     image_means: tuple[tuple[float, float, float], ...] = (DINO_MEAN, SIGLIP_MEAN)
     image_stds: tuple[tuple[float, float, float], ...] = (DINO_STD, SIGLIP_STD)
     name: str = "openvla"
@@ -157,6 +173,11 @@ class OpenVLAConfig:
             )
         if not 0.0 < self.crop_area <= 1.0:
             raise ConfigError(f"crop_area must be in (0, 1], got {self.crop_area}")
+        if self.image_pipeline not in IMAGE_PIPELINES:
+            raise ConfigError(
+                f"unknown image_pipeline {self.image_pipeline!r}; options: {list(IMAGE_PIPELINES)}",
+                fix="use 'libero_reference' for LIBERO's raw frames, 'resize' otherwise",
+            )
         if len(self.image_means) != 2 or len(self.image_stds) != 2:
             raise ConfigError("image_means/image_stds need one triple per backbone (2)")
         _norm_stats_action_dim(self.norm_stats)

@@ -11,6 +11,7 @@ refused.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -185,6 +186,8 @@ def load_pretrained(
     device: str | torch.device = "auto",
     dtype: str | torch.dtype = "auto",
     center_crop: bool | None = None,
+    image_pipeline: str | None = None,
+    action_convention: str = "openvla",
 ) -> tuple[OpenVLAModel, OpenVLAProcessor]:
     """Load a model and its processor from a folder or hub id.
 
@@ -193,11 +196,20 @@ def load_pretrained(
         device: ``auto`` (CUDA if available), ``cpu`` or ``cuda[:i]``.
         dtype: ``auto`` (bfloat16 on GPU, float32 on CPU) or a dtype name.
         center_crop: Override the config's center-crop flag (True for LIBERO checkpoints).
+        image_pipeline: Override the config's image pipeline (``libero_reference`` for
+            LIBERO's raw frames).
+        action_convention: The processor's action convention (see
+            :data:`~policies.openvla.processor_openvla.ACTION_CONVENTIONS`).
     """
     path = resolve_path(spec)
     config = read_config(path)
-    if center_crop is not None:
-        config.center_crop = bool(center_crop)
+    if center_crop is not None or image_pipeline is not None:
+        overrides: dict[str, Any] = {}
+        if center_crop is not None:
+            overrides["center_crop"] = bool(center_crop)
+        if image_pipeline is not None:
+            overrides["image_pipeline"] = image_pipeline
+        config = dataclasses.replace(config, **overrides)  # re-validated by __post_init__
     dev, dt = resolve_device_dtype(device, dtype)
     state = read_weights(path)
     prev = torch.get_default_dtype()
@@ -209,7 +221,7 @@ def load_pretrained(
         torch.set_default_dtype(prev)
     load_released_state(model, state)
     model.to(device=dev, dtype=dt).eval()
-    return model, OpenVLAProcessor(config, read_tokenizer(path))
+    return model, OpenVLAProcessor(config, read_tokenizer(path), action_convention)
 
 
 def save_pretrained(

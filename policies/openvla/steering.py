@@ -1,7 +1,7 @@
 """Activation steering of the OpenVLA language model.
 
 * :class:`SteeringDirection` - a residual-stream direction at one decoder layer, from the
-  difference of means between two contrast sets (e.g. fast vs slow demo steps).
+  difference of means between two contrast sets (e.g. fast vs slow demonstration steps).
 * :class:`NeuronCluster` - the fixed-alpha baseline that overwrites selected MLP neurons
   (the inputs of ``down_proj``) with ``alpha * value``.
 * :class:`SteeringHook` - adds ``alpha * direction`` to the output of the chosen decoder
@@ -335,7 +335,7 @@ def mean_difference(
     if len(positive) == 0 or len(negative) == 0:
         raise ConfigError(
             f"contrast sets must be non-empty (got {len(positive)} positive, {len(negative)} negative)",
-            fix="collect demos at both ends of the concept (e.g. fast and slow)",
+            fix="collect demonstrations at both ends of the concept (e.g. fast and slow)",
         )
     mu_p, mu_n = positive.mean(0), negative.mean(0)
     vec = mu_p - mu_n

@@ -33,7 +33,7 @@ from policies.openvla.processor_openvla import (
 
 
 @dataclass
-class Demos:
+class DemonstrationSteps:
     """Flat demonstration steps.
 
     Attributes:
@@ -57,15 +57,15 @@ class Demos:
         lens = {len(self.instructions), len(self.actions), len(self.episode), len(self.concept)}
         if lens != {n} or n == 0:
             raise ConfigError(
-                f"demo arrays must share a non-zero length, got {n} and {sorted(lens)}"
+                f"demonstration arrays must share a non-zero length, got {n} and {sorted(lens)}"
             )
 
     def __len__(self) -> int:
         return len(self.images)
 
-    def subset(self, idx: np.ndarray) -> Demos:
+    def subset(self, idx: np.ndarray) -> DemonstrationSteps:
         """The steps at ``idx``."""
-        return Demos(
+        return DemonstrationSteps(
             self.images[idx],
             [self.instructions[i] for i in idx],
             self.actions[idx],
@@ -131,19 +131,21 @@ def build_tiny_vla(
 
 def make_batch(
     processor: OpenVLAProcessor,
-    demos: Demos,
+    demonstrations: DemonstrationSteps,
     idx: np.ndarray,
     unnorm_key: str | None = None,
 ) -> dict[str, torch.Tensor]:
     """Teacher-forcing batch: prompt + action tokens, labels on the action tokens only."""
     stats = action_stats(processor.config, unnorm_key)
-    tokens = processor.actions.encode(normalize(demos.actions[idx], stats))
-    ids, mask = processor.encode_prompts([demos.instructions[i] for i in idx], tokens.tolist())
+    tokens = processor.actions.encode(normalize(demonstrations.actions[idx], stats))
+    ids, mask = processor.encode_prompts(
+        [demonstrations.instructions[i] for i in idx], tokens.tolist()
+    )
     labels = torch.full_like(ids, IGNORE_INDEX)
     d = tokens.shape[1]
     labels[:, -d:] = ids[:, -d:]
     return {
-        "pixel_values": processor.images(demos.images[idx]),
+        "pixel_values": processor.images(demonstrations.images[idx]),
         "input_ids": ids,
         "attention_mask": mask,
         "labels": labels,
@@ -163,7 +165,7 @@ def action_token_accuracy(model: OpenVLAModel, batch: dict[str, torch.Tensor]) -
 def train_bc(
     model: OpenVLAModel,
     processor: OpenVLAProcessor,
-    demos: Demos,
+    demonstrations: DemonstrationSteps,
     settings: BCSettings | None = None,
     unnorm_key: str | None = None,
     progress: Callable[[int, dict[str, float]], None] | None = None,
@@ -179,7 +181,7 @@ def train_bc(
     Args:
         model: The model (trained in place; moved to ``dist.device``).
         processor: Its processor (prompts, images, action tokens).
-        demos: Training steps.
+        demonstrations: Training steps.
         settings: Hyperparameters.
         unnorm_key: Dataset statistics entry for the action normalisation.
         progress: ``progress(step, row)`` every ``settings.log_every`` steps.
@@ -190,7 +192,7 @@ def train_bc(
     """
     s = settings or BCSettings()
     dist = dist or Distributed.from_env(find_unused_parameters=True)
-    global_batch = min(s.batch_size, len(demos))
+    global_batch = min(s.batch_size, len(demonstrations))
     dist.shard(global_batch)  # fail before training if the batch does not split evenly
     rng = np.random.default_rng(s.seed)
     model.train()
@@ -208,8 +210,8 @@ def train_bc(
     t0 = time.perf_counter()
     running, count = 0.0, 0
     for step in range(s.steps):
-        idx = rng.integers(0, len(demos), size=global_batch)  # same on every rank
-        batch = make_batch(processor, demos, idx[dist.shard(global_batch)], unnorm_key)
+        idx = rng.integers(0, len(demonstrations), size=global_batch)  # same on every rank
+        batch = make_batch(processor, demonstrations, idx[dist.shard(global_batch)], unnorm_key)
         batch = {k: v.to(dist.device, non_blocking=True) for k, v in batch.items()}
         with dist.autocast():
             loss = ddp_model(**batch)["loss"]

@@ -9,7 +9,11 @@ or the Hugging Face hub)::
     env = sim.make("libero:libero_spatial:0", cameras=("agentview",), assets_dir=...)
     obs, info = env.reset(options={"init_state": 3})
 
-The evaluation protocol is :class:`LiberoProtocol`; demos load with :func:`load_demos`.
+Observations carry LIBERO's raw frames (orientation ``vertical_flip``) and actions are
+LIBERO-native (gripper -1 open, +1 close); conversions belong to the policy's processor.
+
+The evaluation protocol is :class:`LiberoProtocol`; demonstrations load with
+:func:`load_demonstrations`.
 """
 
 from __future__ import annotations
@@ -32,13 +36,8 @@ if importlib.util.find_spec("libero") is None or importlib.util.find_spec("robos
 from embodied.contracts import Env
 from embodied.errors import ConfigError
 from sim import ENVS, EnvFamily
-from sim.libero.configuration_libero import (
-    DEFAULT_MAX_STEPS,
-    GRIPPER_CONVENTIONS,
-    SUITES,
-    LiberoProtocol,
-)
-from sim.libero.demos import LIBERO_OBS_KEY_MAP, load_demos
+from sim.libero.configuration_libero import DEFAULT_MAX_STEPS, SUITES, LiberoProtocol
+from sim.libero.demonstrations import LIBERO_OBS_KEY_MAP, load_demonstrations
 from sim.libero.env import LiberoEnv
 from sim.libero.resources import (
     ASSETS_ENV_VAR,
@@ -100,7 +99,6 @@ __all__ = [
     "ASSETS_ENV_VAR",
     "DEFAULT_MAX_STEPS",
     "FAMILY",
-    "GRIPPER_CONVENTIONS",
     "LIBERO_OBS_KEY_MAP",
     "SUITES",
     "LiberoFamily",
@@ -108,7 +106,7 @@ __all__ = [
     "LiberoTask",
     "ensure_config",
     "expand",
-    "load_demos",
+    "load_demonstrations",
     "make",
     "resolve_assets",
     "resolve_task",

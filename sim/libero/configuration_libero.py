@@ -9,11 +9,12 @@ wait steps          10 no-op steps after each reset (objects settle), gripper op
 trials per task     50, one per fixed init state
 control rate        20 Hz (robosuite OSC_POSE controller)
 render size         256 x 256 per camera
-preprocessing       ``none`` (LIBERO's stored pixels) or ``openvla`` (rotate 180 degrees,
-                    resize to 224, optional center crop of ``center_crop_scale`` of the area,
-                    resized back to 224)
-gripper             ``libero`` or ``openvla`` convention, see :data:`GRIPPER_CONVENTIONS`
+env seed            0: numpy's global RNG is seeded once per task (``env.seed(0)`` in
+                    ``get_libero_env``); it places the task's fixtures at every reset
 ==================  ==========================================================
+
+The env hands over LIBERO's raw frames and takes LIBERO-native actions; image preprocessing
+and the gripper convention belong to the policy's processor (see ``sim.libero.env``).
 
 Every result file records :meth:`LiberoProtocol.to_dict` next to the library versions.
 """
@@ -48,24 +49,18 @@ DEFAULT_MAX_STEPS: Mapping[str, int] = MappingProxyType(
 )
 """Policy steps per episode by suite (the longest demo of the suite, rounded up)."""
 
-GRIPPER_CONVENTIONS: Mapping[str, str] = MappingProxyType(
-    {
-        "libero": "action[6] in [-1, 1]: -1 opens, +1 closes (robosuite/LIBERO native, as in "
-        "LIBERO's demo files)",
-        "openvla": "action[6] in [0, 1]: 1 open, 0 closed (OpenVLA's RLDS LIBERO data); sent to "
-        "the sim as -sign(2 * g - 1), i.e. binarized and inverted like OpenVLA's eval",
-    }
+LEGACY_KEYS: tuple[str, ...] = (
+    "image_size",
+    "image_preprocess",
+    "image_preprocess_doc",
+    "policy_image_size",
+    "center_crop_scale",
+    "gripper_convention",
+    "gripper_convention_doc",
 )
-"""Gripper conventions a policy may speak; the env maps them to LIBERO's native one."""
-
-IMAGE_PREPROCESSING: Mapping[str, str] = MappingProxyType(
-    {
-        "none": "LIBERO's stored pixels at render_size (upside down, as in the demo files)",
-        "openvla": "rotate 180 degrees, resize to policy_image_size (Lanczos), center-crop "
-        "center_crop_scale of the area and resize back (OpenVLA's LIBERO eval)",
-    }
-)
-"""Image preprocessing options applied by the env before a policy sees the images."""
+"""Protocol keys of result files written before the env handed over raw frames and took only
+LIBERO-native actions (image preprocessing and gripper conversion moved to the policy's
+processor); :meth:`LiberoProtocol.from_dict` reads such files and drops these keys."""
 
 
 def check_suite(suite: str) -> str:
@@ -87,16 +82,17 @@ class LiberoProtocol:
         num_wait_steps: No-op steps after each reset, before the policy acts.
         trials_per_task: Episodes per task; episode ``i`` starts from init state ``i % 50``.
         control_rate_hz: Control rate of the OSC controller (Hz).
-        render_size: Camera render size in pixels (square).
-        image_preprocess: ``none`` or ``openvla`` (see :data:`IMAGE_PREPROCESSING`).
-        policy_image_size: Output size (pixels, square) of ``openvla`` preprocessing.
-        center_crop_scale: Area fraction kept by the center crop (1.0: no crop; OpenVLA
-            policies trained with random crops use 0.9).
-        gripper_convention: ``libero`` or ``openvla`` (see :data:`GRIPPER_CONVENTIONS`).
+        render_size: Camera render size in pixels (square); observations carry the frames
+            at this size.
         seed: Base seed of an evaluation (OpenVLA uses 7).
-
-    Derived:
-        image_size: Pixel size (square) of the images the policy receives.
+        env_seed: Seed of numpy's global RNG, which LIBERO uses to place the task's fixtures
+            (cabinets, stoves, racks) at every reset: ~1 cm apart between episodes, up to
+            ~2 cm, no rotation. The reference seeds it once per task with 0.
+        reseed_on_reset: False (the reference): episode ``i`` (init state ``i``) gets the
+            fixture placement of the reference's episode ``i``, the RNG state ``env_seed``
+            reaches after ``i`` resets, whichever worker runs it and whatever ran before.
+            True: every ``reset(seed=s)`` reseeds numpy's RNG with ``s`` (the placement then
+            depends on the evaluation seed, not on the episode's place in the reference).
     """
 
     max_steps_by_suite: Mapping[str, int] = field(default_factory=lambda: DEFAULT_MAX_STEPS)
@@ -104,12 +100,9 @@ class LiberoProtocol:
     trials_per_task: int = 50
     control_rate_hz: float = 20.0
     render_size: int = 256
-    image_preprocess: str = "none"
-    policy_image_size: int = 224
-    center_crop_scale: float = 1.0
-    gripper_convention: str = "libero"
     seed: int = 7
-    image_size: int = field(init=False)
+    env_seed: int = 0
+    reseed_on_reset: bool = False
 
     def __post_init__(self) -> None:
         steps = dict(self.max_steps_by_suite)
@@ -129,32 +122,13 @@ class LiberoProtocol:
             raise ConfigError(f"trials_per_task must be positive, got {self.trials_per_task}")
         if not self.control_rate_hz > 0:
             raise ConfigError(f"control_rate_hz must be positive, got {self.control_rate_hz}")
-        if self.render_size < 16 or self.policy_image_size < 16:
+        if self.render_size < 16:
+            raise ConfigError(f"render_size must be >= 16 pixels, got {self.render_size}")
+        if not 0 <= self.env_seed < 2**32:
             raise ConfigError(
-                f"render_size ({self.render_size}) and policy_image_size "
-                f"({self.policy_image_size}) must be >= 16 pixels"
+                f"env_seed must be in [0, 2**32) (a numpy seed), got {self.env_seed}",
+                fix="use the reference's 0",
             )
-        if self.image_preprocess not in IMAGE_PREPROCESSING:
-            raise ConfigError(
-                f"image_preprocess {self.image_preprocess!r} unknown; options: "
-                f"{list(IMAGE_PREPROCESSING)}"
-            )
-        if not 0.0 < self.center_crop_scale <= 1.0:
-            raise ConfigError(
-                f"center_crop_scale must be in (0, 1], got {self.center_crop_scale}",
-                fix="use 0.9 for OpenVLA policies trained with random crops, 1.0 for none",
-            )
-        if self.center_crop_scale < 1.0 and self.image_preprocess == "none":
-            raise ConfigError(
-                f"center_crop_scale={self.center_crop_scale} needs image_preprocess='openvla'"
-            )
-        if self.gripper_convention not in GRIPPER_CONVENTIONS:
-            raise ConfigError(
-                f"gripper_convention {self.gripper_convention!r} unknown; options: "
-                f"{list(GRIPPER_CONVENTIONS)}"
-            )
-        size = self.policy_image_size if self.image_preprocess == "openvla" else self.render_size
-        object.__setattr__(self, "image_size", size)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle through the init arguments (mapping proxies do not pickle)."""
@@ -162,38 +136,23 @@ class LiberoProtocol:
         kw["max_steps_by_suite"] = dict(self.max_steps_by_suite)
         return (_rebuild, (kw,))
 
-    @classmethod
-    def openvla(cls, center_crop: bool = True, **overrides: Any) -> LiberoProtocol:
-        """The protocol for OpenVLA-style policies: rotated 224 px images, [0, 1] gripper."""
-        kw: dict[str, Any] = {
-            "image_preprocess": "openvla",
-            "gripper_convention": "openvla",
-            "center_crop_scale": 0.9 if center_crop else 1.0,
-        }
-        kw.update(overrides)
-        return cls(**kw)
-
     def max_steps(self, suite: str) -> int:
         """Policy steps per episode for ``suite``."""
         return int(self.max_steps_by_suite[check_suite(suite)])
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable form (with the derived fields and the convention texts)."""
-        d = config_to_dict(self)
-        d["image_size"] = self.image_size
-        d["gripper_convention_doc"] = GRIPPER_CONVENTIONS[self.gripper_convention]
-        d["image_preprocess_doc"] = IMAGE_PREPROCESSING[self.image_preprocess]
-        return d
+        """JSON-serialisable form."""
+        return config_to_dict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LiberoProtocol:
-        """Inverse of :meth:`to_dict` (derived and doc fields are ignored)."""
-        return config_from_dict(
-            cls,
-            d,
-            what="LIBERO protocol",
-            ignore=("image_size", "gripper_convention_doc", "image_preprocess_doc"),
-        )
+        """Inverse of :meth:`to_dict`; also reads older result files.
+
+        Result files written before the policy owned image preprocessing and the gripper
+        convention carry :data:`LEGACY_KEYS`; they are dropped (they described conversions
+        the env no longer makes).
+        """
+        return config_from_dict(cls, d, what="LIBERO protocol", ignore=LEGACY_KEYS)
 
 
 def _rebuild(kwargs: dict[str, Any]) -> LiberoProtocol:

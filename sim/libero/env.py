@@ -1,18 +1,26 @@
 """LIBERO tasks behind the :class:`embodied.contracts.Env` contract.
 
-Observation (flat dict):
+One owner per conversion: the env hands over LIBERO's raw frames and takes LIBERO-native
+actions; the policy's processor owns orientation, JPEG, resizing, cropping and the gripper
+convention, and declares what it expects (``Policy.check_compatible`` refuses a mismatch).
+
+Observation (flat dict), exactly what LIBERO's ``OffScreenRenderEnv`` returns for the same
+init state and actions (tests/libero/test_libero_reference.py):
 
 * ``state`` (8,): end-effector position ``ee_x, ee_y, ee_z`` (m, world frame), orientation as
   axis-angle ``ee_ax, ee_ay, ee_az`` (rad) and the two finger joints ``gripper_l, gripper_r``
-  (m): the ``ee_pos`` + ``ee_ori`` + ``gripper_states`` of LIBERO's demo files.
-* ``image.agentview`` / ``image.eye_in_hand`` (uint8 HxWx3): the cameras asked for. With
-  ``image_preprocess="none"`` the pixels are LIBERO's as stored in its demo files (rendered
-  upside down); ``"openvla"`` rotates them 180 degrees and resizes them (see the protocol).
+  (m): the ``ee_pos`` + ``ee_ori`` + ``gripper_states`` of LIBERO's demo files, built as
+  OpenVLA's evaluation builds its ``state``.
+* ``image.agentview`` / ``image.eye_in_hand`` (uint8 ``render_size`` x ``render_size`` x 3):
+  the cameras asked for, LIBERO's pixels as rendered and stored in its demo files, in
+  OpenGL's row order: orientation ``vertical_flip`` (declared in the observation spec;
+  :func:`embodied.specs.upright` turns them upright, OpenVLA's models want them rotated by
+  180 degrees, which is the policy's business).
 * ``instruction``: the task's language instruction.
 
 Action (7,): ``dx, dy, dz, droll, dpitch, dyaw`` in [-1, 1] (robosuite's OSC_POSE delta
-command; +-1 is 0.05 m / 0.5 rad per 50 ms step), then ``gripper`` in the protocol's
-convention (:data:`~sim.libero.configuration_libero.GRIPPER_CONVENTIONS`).
+command; +-1 is 0.05 m / 0.5 rad per 50 ms step), then ``gripper`` in [-1, 1], LIBERO's own
+convention ``close_positive`` (-1 opens, +1 closes; :attr:`LiberoEnv.gripper_convention`).
 
 ``reset(options={"init_state": i})`` starts from LIBERO's fixed init state ``i`` of the task
 (default: ``seed % n_init_states``, or 0 without a seed), then runs the protocol's no-op wait
@@ -21,6 +29,7 @@ steps. ``info["success"]`` is LIBERO's BDDL goal check after every step.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,9 +38,15 @@ import numpy as np
 
 from embodied.contracts import Env
 from embodied.errors import ActionError, ConfigError
-from embodied.specs import ImageSpec, Observation, ObservationSpec, VectorSpec, image_key
+from embodied.specs import (
+    ImageSpec,
+    Observation,
+    ObservationSpec,
+    VectorSpec,
+    image_key,
+    upright,
+)
 from sim.libero.configuration_libero import LiberoProtocol
-from sim.libero.processing_libero import gripper_to_libero, openvla_image
 from sim.libero.resources import load_init_states, resolve_assets
 from sim.libero.tasks import LiberoTask, resolve_task
 from sim.robosuite_runtime import close_at_exit
@@ -53,28 +68,33 @@ STATE_SPEC = VectorSpec(
 """The ``state`` vector: LIBERO demos' ee_pos (m), ee_ori (axis-angle, rad), gripper_states (m)."""
 
 ARM_DIMS = ("dx", "dy", "dz", "droll", "dpitch", "dyaw")
+ACTION_SPEC = VectorSpec((*ARM_DIMS, "gripper"), (-1.0,) * 7, (1.0,) * 7, ("1",) * 7)
+"""The 7-dim action: OSC_POSE deltas in [-1, 1], then the gripper (-1 opens, +1 closes)."""
+
 NOOP_ACTION = np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float64)
 """The wait-step action in LIBERO's native convention: hold still, gripper open."""
 
+ORIENTATION = "vertical_flip"
+"""Row order of LIBERO's frames: robosuite 1.4 renders with OpenGL's bottom-up read-back."""
 
-def action_spec(gripper_convention: str) -> VectorSpec:
-    """The 7-dim action spec for a gripper convention (``libero`` or ``openvla``)."""
-    g_low = 0.0 if gripper_convention == "openvla" else -1.0
-    return VectorSpec(
-        (*ARM_DIMS, "gripper"),
-        (-1.0,) * 6 + (g_low,),
-        (1.0,) * 7,
-        ("1",) * 7,
-    )
+LIVE_WAIT_STEPS = 2
+"""Wait steps rendered by the cameras (see :meth:`LiberoEnv.reset`). robosuite samples every
+observable once per 50 ms control period, on its own timer (after a reset: at the 24th of
+the 25 physics steps of each control step, 2 ms before the step ends); two control steps
+always hold the sample the first observation returns."""
 
 
 def _quat2axisangle(quat: np.ndarray) -> np.ndarray:
-    """robosuite's quat (x, y, z, w) -> axis-angle (rad), as in LIBERO's dataset scripts."""
-    w = float(np.clip(quat[3], -1.0, 1.0))
+    """robosuite's quat (x, y, z, w) -> axis-angle (rad), as in LIBERO's dataset scripts.
+
+    The same operations as robosuite's ``quat2axisangle`` (OpenVLA's ``libero_utils``
+    copy), without clipping ``quat`` in place.
+    """
+    w = min(max(float(quat[3]), -1.0), 1.0)
     den = np.sqrt(1.0 - w * w)
-    if np.isclose(den, 0.0):
+    if math.isclose(den, 0.0):
         return np.zeros(3)
-    return quat[:3] * 2.0 * np.arccos(w) / den
+    return (quat[:3] * 2.0 * math.acos(w)) / den
 
 
 class LiberoEnv(Env):
@@ -83,14 +103,38 @@ class LiberoEnv(Env):
     Args:
         task: ``suite``, ``suite:<index>`` or ``suite:<task name>`` (bare suite: task 0), or
             a resolved :class:`~sim.libero.tasks.LiberoTask`.
-        protocol: Evaluation protocol (max steps, wait steps, rate, image size, gripper).
+        protocol: Evaluation protocol (max steps, wait steps, rate, render size, env seed).
         cameras: Cameras to observe (keys of :data:`CAMERAS`, or one comma-separated
             string); ``()`` for state only, the
             fastest (a camera costs ~90-180 ms per frame on a CPU).
         assets_dir: Local LIBERO assets folder (else ``$EMBODIED_LIBERO_ASSETS``, else the hub).
-        hard_reset: Rebuild the MuJoCo model on every reset (LIBERO's default; ~3 s instead of
-            ~0.5 s per reset, and unnecessary since the init state overwrites the sim state).
+        hard_reset: Rebuild the MuJoCo model on every reset, as LIBERO's default and OpenVLA's
+            evaluation do (~1 s instead of a few ms per reset). Not needed to reproduce
+            them: a hard and a soft reset draw the same numbers from numpy's RNG and place
+            the fixtures identically, and with the leftovers a soft reset keeps cleared
+            (solver warm start, controls, gripper ramp) an episode gives the reference's
+            observations exactly (tests/libero/test_libero_reference.py).
+
+    Seeding: LIBERO draws from numpy's global RNG at every reset, hard or soft; of what it
+    draws, only the placement of the task's fixtures survives ``set_init_state`` (fixture
+    poses are model data, not part of the init states). The reference seeds it once per
+    task (``env.seed(0)``: "seed seems to affect object positions even when using fixed
+    initial state") and runs its 50 episodes in order, so episode ``i`` starts from the RNG
+    state ``i`` resets after the seed; the fixtures move by ~1 cm between episodes, up to
+    ~2 cm in x and y (libero_goal, libero_spatial, libero_90). Reseeding every episode (as
+    this env did before) gives other placements; not seeding per episode at all would make
+    an episode depend on what its worker ran before. So by default the env seeds the
+    protocol's ``env_seed`` once, records the RNG state before each of the reference's
+    resets (replaying them with cheap soft resets, once per env) and starts init state ``i``
+    from state ``i``: the reference's episode ``i``, in any worker, in any order.
+    ``reset(seed=...)`` then only seeds gymnasium's ``np_random`` (LIBERO never reads it)
+    and picks the init state when ``options`` does not. A per-episode reseed is explicit:
+    with ``LiberoProtocol(reseed_on_reset=True)``, ``reset(seed=s)`` reseeds numpy with
+    ``s`` (``seed=None`` leaves it as it is). Either way a reset sets numpy's global RNG
+    state, as LIBERO's own seeding does.
     """
+
+    gripper_convention = "close_positive"
 
     def __init__(
         self,
@@ -117,17 +161,20 @@ class LiberoEnv(Env):
         self.instruction = self.task.language
         self.control_rate_hz = float(self.protocol.control_rate_hz)
         self.max_episode_steps = self.protocol.max_steps(self.task.suite)
-        size = self.protocol.image_size
+        size = self.protocol.render_size
         self.observation_spec = ObservationSpec(
-            STATE_SPEC, {c: ImageSpec(size, size) for c in self.cameras}
+            STATE_SPEC, {c: ImageSpec(size, size, ORIENTATION) for c in self.cameras}
         )
-        self.action_spec = action_spec(self.protocol.gripper_convention)
+        self.action_spec = ACTION_SPEC
         self.action_space = gym.spaces.Box(
             self.action_spec.low_array, self.action_spec.high_array, dtype=np.float64
         )
         self._init_states: np.ndarray | None = None
+        self._rng_states: list[Any] = []
+        self._render = True
         self._raw = self._make_raw(hard_reset)
         close_at_exit(self)
+        self._gate_cameras()
         self._t = 0
         self._ee_prev: np.ndarray | None = None
         self._last_raw_obs: dict[str, Any] = {}
@@ -167,11 +214,13 @@ class LiberoEnv(Env):
     ) -> tuple[Observation, dict[str, Any]]:
         """Reset to a fixed init state, then run the protocol's no-op wait steps.
 
-        The same init state gives the same episode whatever ran before (solver warm start
-        and controls are cleared), so a rerun episode reproduces the original.
+        Does what the reference does (``env.reset()``, ``env.set_init_state(...)``, the wait
+        steps) from the reference's RNG state of that episode (see the class docstring), so
+        the same init state gives the same episode whatever ran before.
 
         Args:
-            seed: Seeds LIBERO's RNG; picks init state ``seed % N`` unless ``options`` does.
+            seed: Picks init state ``seed % N`` unless ``options`` does; seeds numpy's RNG
+                only with ``LiberoProtocol(reseed_on_reset=True)``.
             options: ``{"init_state": i}`` picks LIBERO's fixed init state ``i`` (0..N-1).
         """
         super().reset(seed=seed)
@@ -189,32 +238,38 @@ class LiberoEnv(Env):
                 fix=f"pass an int in 0..{n - 1}",
             )
         self.init_state_index = int(index)
-        if seed is not None:
+        if not self.protocol.reseed_on_reset:
+            np.random.set_state(self._reference_rng_state(self.init_state_index))
+        elif seed is not None:
             self._raw.seed(seed)
-        # Cameras are rendered once, at the final state: not on reset, set_init_state and
-        # the wait steps (each frame costs ~0.1-0.2 s on a CPU).
-        self._cameras_enabled(False)
+        wait = self.protocol.num_wait_steps
+        # Cameras render only from the last LIVE_WAIT_STEPS wait steps on (each frame costs
+        # ~0.1-0.2 s on a CPU). Their observables keep sampling in step with the others (a
+        # gated sensor returns black frames meanwhile), so the frames returned are rendered
+        # exactly when LIBERO's own env renders them.
+        self._render = wait < LIVE_WAIT_STEPS
         try:
-            self._raw.reset()
-            self._cameras_enabled(False)  # a hard reset rebuilds the observables
+            raw_obs = self._raw.reset()
+            self._gate_cameras()  # a hard reset installs fresh sensors
             raw_obs = self._raw.set_init_state(self.init_states[self.init_state_index])
-            # Clear what the flattened init state does not cover (solver warm start, last
-            # controls, gripper ramp), so an init state gives the same episode whatever ran before.
+            # Clear what the flattened init state does not cover and a soft reset keeps
+            # (solver warm start, last controls, gripper ramp): a hard reset starts from
+            # zeros, and an init state then gives the same episode whatever ran before.
             data = self._raw.env.sim.data
             for buf in (data.qacc_warmstart, data.ctrl, data.qfrc_applied, data.xfrc_applied):
                 buf[:] = 0.0
-            for robot in self._raw.env.robots:  # the gripper command ramps; a hard reset zeros it
+            for robot in self._raw.env.robots:
                 gripper: Any = getattr(robot, "gripper", None)
                 if gripper is not None and hasattr(gripper, "current_action"):
                     gripper.current_action = np.zeros_like(gripper.current_action)
             success = bool(self._raw.check_success())
-            for _ in range(self.protocol.num_wait_steps):
+            for k in range(wait):
+                if k == wait - LIVE_WAIT_STEPS:
+                    self._render = True
                 raw_obs, _, done, _ = self._raw.step(NOOP_ACTION)
                 success = bool(done)
         finally:
-            self._cameras_enabled(True)
-        if self.cameras:
-            raw_obs = self._raw.env._get_observations(force_update=True)
+            self._render = True
         self._t = 0
         self._ee_prev = None
         obs = self._observe(raw_obs)
@@ -228,11 +283,8 @@ class LiberoEnv(Env):
         if act.shape != (7,):
             raise ActionError(
                 f"LIBERO action has shape {act.shape}, expected (7,) for {self.action_spec.names}",
-                fix="send one 7-dim action (6 OSC deltas + gripper) per step",
+                fix="send one 7-dim action (6 OSC deltas + gripper: -1 open, +1 close) per step",
             )
-        if self.protocol.gripper_convention != "libero":
-            act = act.copy()
-            act[6] = gripper_to_libero(act[6], self.protocol.gripper_convention)
         raw_obs, reward, done, _ = self._raw.step(act)
         self._t += 1
         success = bool(done)
@@ -246,7 +298,7 @@ class LiberoEnv(Env):
         if img is None:
             size = self.protocol.render_size
             img = self._raw.sim.render(camera_name="agentview", height=size, width=size)
-        return np.ascontiguousarray(img[::-1])
+        return upright(img, ORIENTATION)
 
     def close(self) -> None:
         """Release the simulator and its renderer."""
@@ -269,12 +321,57 @@ class LiberoEnv(Env):
         return d
 
     # --- helpers -----------------------------------------------------------------------
-    def _cameras_enabled(self, enabled: bool) -> None:
-        observables = self._raw.env._observables
+    def _reference_rng_state(self, index: int) -> Any:
+        """numpy's RNG state before the reference's reset of episode ``index``.
+
+        State 0 is ``seed(env_seed)``; state ``i + 1`` is what LIBERO's reset leaves from
+        state ``i``. Missing states are made by replaying resets (soft, cameras not
+        rendered: a few ms each; a hard reset draws the same numbers) and kept.
+        """
+        raw = self._raw
+        while len(self._rng_states) <= index:
+            if not self._rng_states:
+                raw.seed(self.protocol.env_seed)  # LIBERO's seed(): np.random.seed
+            else:
+                np.random.set_state(self._rng_states[-1])
+                hard, raw.env.hard_reset = raw.env.hard_reset, False
+                self._render = False
+                try:
+                    raw.reset()
+                finally:
+                    raw.env.hard_reset = hard
+                    self._render = True
+            self._rng_states.append(np.random.get_state())
+        return self._rng_states[index]
+
+    def _gate_cameras(self) -> None:
+        """Make every camera sensor render only while ``self._render`` is True.
+
+        Otherwise it returns a black frame of the right shape; the observable itself stays
+        enabled, so its sampling times match LIBERO's own env.
+        """
+        from robosuite.utils.observables import sensor
+
+        inner = self._raw.env
+        size = self.protocol.render_size
         for cam in self.cameras:
-            obs = observables[f"{CAMERAS[cam]}_image"]
-            if obs.is_enabled() != enabled:
-                obs.set_enabled(enabled)
+            name = f"{CAMERAS[cam]}_image"
+            observable = inner._observables[name]
+            real = observable._sensor
+            if getattr(real, "_embodied_gated", False):
+                continue
+            black = np.zeros((size, size, 3), dtype=np.uint8)
+
+            @sensor(modality=real.__modality__)
+            def gated(obs_cache: Any, real: Any = real, black: np.ndarray = black) -> Any:
+                return real(obs_cache) if self._render else black
+
+            gated._embodied_gated = True  # type: ignore[attr-defined]
+            render, self._render = self._render, False  # the validity check calls it
+            try:
+                inner.modify_observable(name, "sensor", gated)
+            finally:
+                self._render = render
 
     def _observe(self, raw: Mapping[str, Any]) -> Observation:
         self._last_raw_obs = raw  # type: ignore[assignment]
@@ -286,12 +383,8 @@ class LiberoEnv(Env):
             ]
         ).astype(np.float32)
         obs: Observation = {"state": state, "instruction": self.instruction}
-        p = self.protocol
         for cam in self.cameras:
-            img = raw[f"{CAMERAS[cam]}_image"]
-            if p.image_preprocess == "openvla":
-                img = openvla_image(img, p.policy_image_size, p.center_crop_scale)
-            obs[image_key(cam)] = img
+            obs[image_key(cam)] = raw[f"{CAMERAS[cam]}_image"]
         return obs
 
     def _info(self, raw: Mapping[str, Any], success: bool) -> dict[str, Any]:

@@ -142,9 +142,7 @@ def _tracking_rmse(env: Env, controller: Controller, setpoint: float, seed: int)
     return tracking_rmse(ep.measurements, ep.setpoints)
 
 
-def test_train_export_save_load_round_trip(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_train_export_save_load_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     senv = make_steering_env()
     scratch = tmp_path / "tmpdir"  # SB3 puts its default log folder under the temp dir
     scratch.mkdir()

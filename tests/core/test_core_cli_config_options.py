@@ -15,6 +15,8 @@ from embodied.apps.cli import app
 from embodied.apps.cli._config_options import field_docs
 from embodied.apps.evaluation import EvalConfig
 from embodied.apps.evaluation.sweep import SweepConfig
+from embodied.apps.experiments.pdp import PDPEvalConfig, PDPExperimentConfig
+from embodied.apps.experiments.steer import ExperimentSettings, SteerExperimentConfig
 from embodied.apps.tune.configuration_tune import ServerConfig, TuneConfig
 from embodied.rewards.demo2reward import Demo2RewardConfig
 from policies.diffusion.configuration_pdp import ManifoldConfig, PDPConfig
@@ -28,7 +30,20 @@ CONFIGS = [
     ServerConfig,
     SweepConfig,
     Demo2RewardConfig,
+    SteerExperimentConfig,
+    ExperimentSettings,
+    PDPExperimentConfig,
+    PDPEvalConfig,
 ]
+
+_STEER_DIRECTION = (
+    [(SteerExperimentConfig, "--env", "env_id", None)]
+    + [
+        (SteerExperimentConfig, f"--{name.replace('_', '-')}", name, None)
+        for name in ("dataset", "image_key", "kind", "layer", "positions", "neurons", "unnorm_key")
+    ]
+    + [(SteerExperimentConfig, "--layout", "layout", None)]
+)
 
 # command -> its generated options: (config, flag, dotted field, default shown if not the field's)
 COMMANDS: dict[tuple[str, ...], list[Any]] = {
@@ -92,6 +107,52 @@ COMMANDS: dict[tuple[str, ...], list[Any]] = {
         (Demo2RewardConfig, f"--{name.replace('_', '-')}", name, None)
         for name in ("template", "iterations", "restarts", "stride", "min_tpr", "seed")
     ],
+    ("steer", "extract"): [
+        *_STEER_DIRECTION,
+        (SteerExperimentConfig, "--demonstration-episodes", "extraction_episodes", None),
+    ],
+    ("steer", "experiment"): _STEER_DIRECTION
+    + [
+        (SteerExperimentConfig, f"--{name.replace('_', '-')}", name, None)
+        for name in (
+            "model",
+            "direction",
+            "llm_layers",
+            "demonstration_episodes",
+            "train_steps",
+            "retrain",
+            "image_size",
+            "pid_kp",
+            "pid_ki",
+        )
+    ]
+    + [
+        (ExperimentSettings, f"--{name.replace('_', '-')}", name, None)
+        for name in (
+            "setpoint",
+            "episodes",
+            "alpha_weak",
+            "alpha_strong",
+            "alpha_limit",
+            "sweep_episodes",
+            "sweep_alphas",
+            "rl_timesteps",
+        )
+    ],
+    ("pdp", "experiment"): [
+        (PDPExperimentConfig, "--demonstrations", "n_demonstrations", None),
+        (PDPExperimentConfig, "--seeds", "seeds", None),
+        (PDPExperimentConfig, "--first-seed", "first_seed", None),
+        (PDPExperimentConfig, "--steps", "steps", None),
+    ]
+    + [
+        (PDPEvalConfig, f"--{name.replace('_', '-')}", name, None)
+        for name in ("n_eval", "n_shift_eval", "scenes")
+    ],
+    ("pdp", "eval"): [
+        (PDPEvalConfig, f"--{name.replace('_', '-')}", name, None)
+        for name in ("n_eval", "n_shift_eval", "scenes", "seed")
+    ],
 }
 
 
@@ -127,7 +188,7 @@ def test_every_config_field_has_a_doc(config: type) -> None:
 
 def test_field_docs_join_continuation_lines() -> None:
     docs = field_docs(ManifoldConfig)
-    assert docs["seq_len"].startswith("Demos are resampled")
+    assert docs["seq_len"].startswith("Demonstrations are resampled")
     assert docs["standardize_z"].endswith("(the KL weight is small).")
     assert "Derived" not in " ".join(field_docs(EvalConfig).values())
 
@@ -182,3 +243,99 @@ def test_sweep_round_trip_reaches_the_config(tmp_path: Path) -> None:
     assert (config["episodes"], config["max_steps"], config["seed"]) == (1, 4, 9)
     assert (config["setpoint"], config["settle_s"], config["backend"]) == (0.1, 0.5, "inline")
     assert (config["env"], config["policy"]) == ("mujoco:arm_reach", "expert_speed_knob")
+
+
+def test_steer_options_reach_the_experiment_configs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import embodied.apps.cli.cmd_steer as cmd_steer
+
+    seen: dict[str, Any] = {}
+
+    def fake_experiment(out: Path, config: Any, settings: Any, log: Any) -> dict[str, Any]:
+        seen.update(out=out, config=config, settings=settings)
+        return {}
+
+    monkeypatch.setattr(cmd_steer, "steer_experiment", fake_experiment)
+    monkeypatch.setattr(cmd_steer, "markdown_table", lambda report: "table")
+    argv = ["steer", "experiment", "--out", str(tmp_path), "--demonstration-episodes", "3"]
+    argv += ["--dataset", "data", "--retrain", "--pid-kp", "2.5", "--layer", "1"]
+    argv += ["--sweep-alphas", "-1,0", "--sweep-episodes", "0", "--setpoint", "0.1"]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    assert seen["out"] == tmp_path
+    assert seen["config"] == SteerExperimentConfig(
+        demonstration_episodes=3, dataset=Path("data"), retrain=True, pid_kp=2.5, layer=1
+    )
+    assert seen["settings"] == ExperimentSettings(
+        sweep_alphas=(-1.0, 0.0), sweep_episodes=0, setpoint=0.1
+    )
+
+
+def test_steer_extract_options_reach_the_extraction(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import types
+
+    import embodied.apps.cli.cmd_steer as cmd_steer
+
+    seen: dict[str, Any] = {}
+    model = types.SimpleNamespace(config=types.SimpleNamespace(image_size=64))
+    monkeypatch.setattr(cmd_steer, "load_pretrained", lambda name: (model, "proc"))
+    monkeypatch.setattr(
+        cmd_steer, "demonstrations_from_dataset", lambda path, key: ("steps", path, key)
+    )
+
+    def fake_extract(m: Any, proc: Any, steps: Any, layer: Any, kind: Any, **kw: Any) -> Any:
+        seen.update(steps=steps, layer=layer, kind=kind, **kw)
+        return types.SimpleNamespace(save=lambda out: out, layer=layer, meta={})
+
+    monkeypatch.setattr(cmd_steer, "extract_intervention", fake_extract)
+    argv = ["steer", "extract", "--model", "m", "--out", str(tmp_path / "dir")]
+    argv += ["--dataset", "data.hdf5", "--image-key", "image.agentview", "--kind", "neurons"]
+    result = CliRunner().invoke(app, [*argv, "--neurons", "8", "--positions", "text"])
+    assert result.exit_code == 0, result.output
+    assert seen == {
+        "steps": ("steps", "data.hdf5", "image.agentview"),
+        "layer": None,
+        "kind": "neurons",
+        "neurons": 8,
+        "unnorm_key": None,
+        "positions": "text",
+    }
+
+
+def test_pdp_options_reach_the_experiment_and_eval_configs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import embodied.apps.cli.cmd_pdp as cmd_pdp
+
+    seen: dict[str, Any] = {}
+
+    def fake_run(out: Path, config: Any) -> dict[str, Any]:
+        seen["experiment"] = config
+        return {"aggregate": {}}
+
+    def fake_evaluate(pdp: Path, dp: Path, out: Path, config: Any) -> dict[str, Any]:
+        seen["eval"] = config
+        return {}
+
+    monkeypatch.setattr(cmd_pdp, "run_experiment", fake_run)
+    monkeypatch.setattr(cmd_pdp, "evaluate", fake_evaluate)
+    monkeypatch.setattr(cmd_pdp, "results_markdown", lambda res: "table")
+    argv = ["pdp", "experiment", "--out", str(tmp_path), "--demonstrations", "7", "--seeds", "2"]
+    argv += ["--first-seed", "3", "--steps", "5", "--n-eval", "4", "--scenes", "block_left"]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    assert seen["experiment"] == PDPExperimentConfig(
+        n_demonstrations=7,
+        seeds=2,
+        first_seed=3,
+        steps=5,
+        evaluation=PDPEvalConfig(n_eval=4, scenes=("block_left",)),
+    )
+    assert seen["experiment"].train_seeds == (3, 4)
+    argv = ["pdp", "eval", "--pdp", "a", "--dp", "b", "--out", str(tmp_path), "--seed", "9"]
+    result = CliRunner().invoke(app, [*argv, "--n-shift-eval", "2"])
+    assert result.exit_code == 0, result.output
+    assert seen["eval"] == PDPEvalConfig(seed=9, n_shift_eval=2)

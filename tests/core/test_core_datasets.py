@@ -50,9 +50,9 @@ def test_robomimic_layout_and_export(tmp_path: Path) -> None:
     out = export_robomimic(tmp_path / "ds", tmp_path / "all.hdf5")
     with h5py.File(out, "r") as f:
         assert sorted(f["data"].keys()) == ["demo_0", "demo_1"]
-        demo = f["data/demo_1"]
-        assert {"obs", "actions", "rewards", "dones"} <= set(demo.keys())
-        assert demo.attrs["num_samples"] == demo["actions"].shape[0] == 6
+        group = f["data/demo_1"]
+        assert {"obs", "actions", "rewards", "dones"} <= set(group.keys())
+        assert group.attrs["num_samples"] == group["actions"].shape[0] == 6
         assert f["data"].attrs["total"] == 5 + 6
     assert len(Dataset(out)) == 2
 
@@ -144,13 +144,13 @@ def test_writer_refuses_a_damaged_meta_json(tmp_path: Path) -> None:
         DatasetWriter(tmp_path)
 
 
-def _write_demo_file(path: Path, obs_len: int, n_actions: int = 6) -> None:
+def _write_robomimic_file(path: Path, obs_len: int, n_actions: int = 6) -> None:
     with h5py.File(path, "w") as f:
         data = f.create_group("data")
         data.attrs["env_args"] = "{}"
-        demo = data.create_group("demo_0")
-        demo.create_dataset("obs/state", data=np.zeros((obs_len, 2)))
-        demo.create_dataset("actions", data=np.zeros((n_actions, 1)))
+        group = data.create_group("demo_0")
+        group.create_dataset("obs/state", data=np.zeros((obs_len, 2)))
+        group.create_dataset("actions", data=np.zeros((n_actions, 1)))
 
 
 @pytest.mark.parametrize("obs_len", [5, 7])
@@ -158,14 +158,14 @@ def test_observations_of_another_length_than_actions_are_refused(
     tmp_path: Path, obs_len: int
 ) -> None:
     path = tmp_path / "bad.hdf5"
-    _write_demo_file(path, obs_len)
+    _write_robomimic_file(path, obs_len)
     ds = Dataset(path)
     with pytest.raises(DatasetError) as info:
         ds[0]
     msg = str(info.value)
     assert str(path) in msg and "obs/state" in msg and f"{obs_len}" in msg and "6" in msg
     assert "fix:" in msg
-    _write_demo_file(tmp_path / "good.hdf5", 6)
+    _write_robomimic_file(tmp_path / "good.hdf5", 6)
     assert len(Dataset(tmp_path / "good.hdf5")[0]) == 6
 
 
@@ -188,7 +188,7 @@ def test_collect_cli_after_deleting_a_middle_shard_changes_no_existing_shard(
     import subprocess
     import sys
 
-    out = tmp_path / "demos"
+    out = tmp_path / "demonstrations"
 
     def collect(n: int) -> None:
         args = ["collect", "--env", "mujoco:reach_around", "--episodes", str(n), "--no-camera"]

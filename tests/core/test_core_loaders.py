@@ -29,11 +29,13 @@ from embodied.errors import CheckpointError, DatasetError, EmbodiedError
 
 def _build_pdp(root: Path) -> Path:
     from policies.diffusion.training_pdp import train_pdp
-    from tests.diffusion.conftest import synthetic_demos, tiny_config
+    from tests.diffusion.conftest import synthetic_demonstrations, tiny_config
 
     cfg = tiny_config(steps=2)
     cfg.manifold.steps = 2
-    train_pdp(synthetic_demos(), root, cfg, checkpoint_every=1, progress=False, tensorboard=False)
+    train_pdp(
+        synthetic_demonstrations(), root, cfg, checkpoint_every=1, progress=False, tensorboard=False
+    )
     return root
 
 
@@ -146,10 +148,10 @@ def _load_train_latents(folder: Path) -> Any:
 
 def _resume_pdp(folder: Path) -> Any:
     from policies.diffusion.training_pdp import train_pdp
-    from tests.diffusion.conftest import synthetic_demos
+    from tests.diffusion.conftest import synthetic_demonstrations
 
     return train_pdp(
-        synthetic_demos(), folder, None, resume=True, progress=False, tensorboard=False
+        synthetic_demonstrations(), folder, None, resume=True, progress=False, tensorboard=False
     )
 
 

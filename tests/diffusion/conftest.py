@@ -1,4 +1,5 @@
-"""Fixtures of the PDP tests: tiny configs, synthetic multimodal demos, real env demos."""
+"""Fixtures of the PDP tests: tiny configs, synthetic multimodal demonstrations, real env
+demonstrations."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from policies.diffusion.configuration_pdp import ManifoldConfig, PDPConfig
-from policies.diffusion.processor_pdp import Demos
+from policies.diffusion.processor_pdp import Demonstrations
 
 
 def tiny_config(**kw: object) -> PDPConfig:
@@ -43,7 +44,7 @@ def tiny_config(**kw: object) -> PDPConfig:
     return PDPConfig(**base)  # type: ignore[arg-type]
 
 
-def synthetic_demos(n: int = 12, seed: int = 0, length: int = 20) -> Demos:
+def synthetic_demonstrations(n: int = 12, seed: int = 0, length: int = 20) -> Demonstrations:
     """Two route classes (left/right of an obstacle at the origin) with velocity actions."""
     rng = np.random.default_rng(seed)
     states, actions, labels = [], [], []
@@ -57,19 +58,19 @@ def synthetic_demos(n: int = 12, seed: int = 0, length: int = 20) -> Demos:
         states.append(np.concatenate([path[:-1], vel], 1))
         actions.append(vel)
         labels.append("left" if side < 0 else "right")
-    return Demos(states, actions, labels)
+    return Demonstrations(states, actions, labels)
 
 
 @pytest.fixture
-def demos() -> Demos:
-    return synthetic_demos()
+def demonstrations() -> Demonstrations:
+    return synthetic_demonstrations()
 
 
 @pytest.fixture(scope="session")
 def reach_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A few real expert demos of mujoco:reach_around written by the DatasetWriter."""
-    from embodied.apps.experiments.pdp import collect_demos
+    """A few real expert demonstrations of mujoco:reach_around written by the DatasetWriter."""
+    from embodied.apps.experiments.pdp import collect_demonstrations
 
     root = tmp_path_factory.mktemp("reach_demos")
-    collect_demos(8, seed=0, out_dir=root)
+    collect_demonstrations(8, seed=0, out_dir=root)
     return root

@@ -9,23 +9,27 @@ import pytest
 import torch
 
 from embodied.errors import ConfigError
-from policies.diffusion.adaptation import adapt_z_from_demo, search_z_cem
+from policies.diffusion.adaptation import adapt_z_from_demonstration, search_z_cem
 from policies.diffusion.policy_pdp import PDPPolicy
-from policies.diffusion.processor_pdp import Demos
+from policies.diffusion.processor_pdp import Demonstrations
 from policies.diffusion.training_pdp import train_pdp
 from tests.diffusion.conftest import tiny_config
 
 
 @pytest.fixture
-def trained(demos: Demos, tmp_path: Path) -> PDPPolicy:
-    train_pdp(demos, tmp_path, tiny_config(steps=30), progress=False, tensorboard=False)
+def trained(demonstrations: Demonstrations, tmp_path: Path) -> PDPPolicy:
+    train_pdp(demonstrations, tmp_path, tiny_config(steps=30), progress=False, tensorboard=False)
     return PDPPolicy.from_pretrained(tmp_path)
 
 
-def test_one_demo_adaptation_changes_only_z(trained: PDPPolicy, demos: Demos) -> None:
+def test_one_demonstration_adaptation_changes_only_z(
+    trained: PDPPolicy, demonstrations: Demonstrations
+) -> None:
     before = {k: v.clone() for k, v in trained.model.state_dict().items()}
     flags = {n: p.requires_grad for n, p in trained.model.named_parameters()}
-    res = adapt_z_from_demo(trained, demos.states[1], demos.actions[1], steps=40, seed=0)
+    res = adapt_z_from_demonstration(
+        trained, demonstrations.states[1], demonstrations.actions[1], steps=40, seed=0
+    )
     after = trained.model.state_dict()
     assert before.keys() == after.keys()
     for k in before:
@@ -38,32 +42,48 @@ def test_one_demo_adaptation_changes_only_z(trained: PDPPolicy, demos: Demos) ->
 
 
 def test_encoder_init_is_the_training_latent(
-    trained: PDPPolicy, demos: Demos, tmp_path: Path
+    trained: PDPPolicy, demonstrations: Demonstrations, tmp_path: Path
 ) -> None:
-    from policies.diffusion.adaptation import encode_demo
+    from policies.diffusion.adaptation import encode_demonstration
     from policies.diffusion.training_pdp import load_train_latents
 
     latents, _ = load_train_latents(tmp_path)
-    z = encode_demo(trained, demos.states[3], demos.actions[3])
+    z = encode_demonstration(trained, demonstrations.states[3], demonstrations.actions[3])
     np.testing.assert_allclose(z, latents[3], rtol=1e-4, atol=1e-4)
-    res = adapt_z_from_demo(trained, demos.states[3], demos.actions[3], steps=2, z_init="encoder")
+    res = adapt_z_from_demonstration(
+        trained, demonstrations.states[3], demonstrations.actions[3], steps=2, z_init="encoder"
+    )
     assert np.linalg.norm(res.z - z) < 0.1  # started at the encoder's guess
     with pytest.raises(ConfigError, match="z_init"):
-        adapt_z_from_demo(trained, demos.states[3], demos.actions[3], z_init="random")
+        adapt_z_from_demonstration(
+            trained, demonstrations.states[3], demonstrations.actions[3], z_init="random"
+        )
 
 
-def test_adaptation_lowers_the_demo_loss(trained: PDPPolicy, demos: Demos) -> None:
-    res = adapt_z_from_demo(
-        trained, demos.states[0], demos.actions[0], steps=120, lr=3e-2, batch_size=128, seed=1
+def test_adaptation_lowers_the_demonstration_loss(
+    trained: PDPPolicy, demonstrations: Demonstrations
+) -> None:
+    res = adapt_z_from_demonstration(
+        trained,
+        demonstrations.states[0],
+        demonstrations.actions[0],
+        steps=120,
+        lr=3e-2,
+        batch_size=128,
+        seed=1,
     )
     assert np.mean(res.history[-20:]) < np.mean(res.history[:20])
 
 
-def test_adaptation_refuses_plain_policy_and_bad_demo(demos: Demos, tmp_path: Path) -> None:
-    train_pdp(demos, tmp_path, tiny_config(z_dim=0, steps=2), progress=False, tensorboard=False)
+def test_adaptation_refuses_plain_policy_and_bad_demonstration(
+    demonstrations: Demonstrations, tmp_path: Path
+) -> None:
+    train_pdp(
+        demonstrations, tmp_path, tiny_config(z_dim=0, steps=2), progress=False, tensorboard=False
+    )
     dp = PDPPolicy.from_pretrained(tmp_path)
     with pytest.raises(ConfigError, match="z_dim=0"):
-        adapt_z_from_demo(dp, demos.states[0], demos.actions[0])
+        adapt_z_from_demonstration(dp, demonstrations.states[0], demonstrations.actions[0])
 
 
 def test_cem_finds_the_constraint_optimum() -> None:

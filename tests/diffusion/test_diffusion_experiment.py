@@ -11,7 +11,8 @@ import pytest
 from embodied.apps.experiments.pdp import (
     OBS_EXCLUDE,
     SHIFT_METHODS,
-    collect_demos,
+    PDPEvalConfig,
+    collect_demonstrations,
     evaluate,
     quick_demo,
 )
@@ -26,16 +27,16 @@ def test_evaluate_trained_pdp_succeeds_and_route_latents_choose_the_route(
     tmp_path: Path,
 ) -> None:
     """A PDP trained to completion (default config, 3000 steps, fixed: no wall-clock budget)
-    on 24 demos: z set to a route's mean latent takes that route and reaches the goal.
+    on 24 demonstrations: z set to a route's mean latent takes that route and reaches the goal.
 
     Measured over training seeds 0, 1, 2 (5 rollouts per route): route match 0.8-1.0 per
     route and 0.93 overall, success 0.87-0.93 overall. A policy that ignores z matches about
     1/3 overall; the 3-step DP below succeeds 0.2 of the time.
     """
-    demos = collect_demos(24, seed=0)
-    assert set(demos.labels) == set(ROUTES)
+    demonstrations = collect_demonstrations(24, seed=0)
+    assert set(demonstrations.labels) == set(ROUTES)
     train_pdp(
-        demos,
+        demonstrations,
         tmp_path / "pdp",
         None,
         overrides={"seed": 0, "obs_exclude": list(OBS_EXCLUDE)},
@@ -44,7 +45,7 @@ def test_evaluate_trained_pdp_succeeds_and_route_latents_choose_the_route(
     )
     # the DP baseline only has to run through the pipeline: 3 steps keep the test short
     train_pdp(
-        demos,
+        demonstrations,
         tmp_path / "dp",
         tiny_config(z_dim=0, steps=3),
         overrides={"obs_exclude": list(OBS_EXCLUDE)},
@@ -55,16 +56,18 @@ def test_evaluate_trained_pdp_succeeds_and_route_latents_choose_the_route(
         tmp_path / "pdp",
         tmp_path / "dp",
         tmp_path / "eval",
-        n_eval=5,
-        n_coverage=6,
-        scenes=("block_left",),
-        n_shift_eval=2,
-        cem_iterations=1,
-        cem_population=2,
-        cem_rollouts=1,
-        adapt_steps=3,
-        n_control=5,
-        plot_grid=2,
+        PDPEvalConfig(
+            n_eval=5,
+            n_coverage=6,
+            scenes=("block_left",),
+            n_shift_eval=2,
+            cem_iterations=1,
+            cem_population=2,
+            cem_rollouts=1,
+            adapt_steps=3,
+            n_control=5,
+            plot_grid=2,
+        ),
     )
     control = res["route_control"]
     assert sorted(control) == list(ROUTES)
@@ -83,7 +86,7 @@ def test_evaluate_trained_pdp_succeeds_and_route_latents_choose_the_route(
     assert saved["route_control"] == json.loads(json.dumps(control))
     assert saved["shifted"]["block_left"]["cem_rollouts"] == 2
     md = (tmp_path / "eval" / "results.md").read_text()
-    assert "PDP + one-demo adaptation (paper: z from 0)" in md and "block_left" in md
+    assert "PDP + one-demonstration adaptation (paper: z from 0)" in md and "block_left" in md
     for png in ("latent_space.png", "interpolation.png"):
         assert (tmp_path / "eval" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -92,7 +95,7 @@ def test_quick_demo_trains_and_rolls_out(tmp_path: Path) -> None:
     """The demo's time-boxed PDP section. Its training is bounded by wall time, so what it
     achieves depends on the machine (about 250 steps here: no successes yet); the success
     floor is the test above. Here: its reported rates are the ones of its own rollouts."""
-    metrics = quick_demo(tmp_path, budget_s=12.0, n_demos=6)
+    metrics = quick_demo(tmp_path, budget_s=12.0, n_demonstrations=6)
     assert metrics["train_steps"] >= 1
     routes = metrics["routes"]
     assert routes and set(routes) <= set(ROUTES)

@@ -12,29 +12,34 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from embodied.errors import CheckpointError
-from policies.diffusion.processor_pdp import Demos, load_demos, make_windows
+from policies.diffusion.processor_pdp import Demonstrations, load_demonstrations, make_windows
 from policies.diffusion.training_pdp import load_train_latents, train_pdp
 from tests.diffusion.conftest import tiny_config
 
 
-def test_windows_pad_and_align(demos: Demos) -> None:
-    obs, chunks, idx = make_windows(demos, n_obs_steps=2, horizon=8)
-    n = sum(len(s) for s in demos.states)
+def test_windows_pad_and_align(demonstrations: Demonstrations) -> None:
+    obs, chunks, idx = make_windows(demonstrations, n_obs_steps=2, horizon=8)
+    n = sum(len(s) for s in demonstrations.states)
     assert obs.shape == (n, 2, 4) and chunks.shape == (n, 8, 2) and idx.shape == (n,)
     np.testing.assert_array_equal(obs[0, 0], obs[0, 1])  # start padded with state 0
-    last = len(demos.states[0]) - 1
-    np.testing.assert_array_equal(chunks[last, -1], demos.actions[0][-1])  # end padded
+    last = len(demonstrations.states[0]) - 1
+    np.testing.assert_array_equal(chunks[last, -1], demonstrations.actions[0][-1])  # end padded
 
 
-def test_train_resume_continues_bitwise(demos: Demos, tmp_path: Path) -> None:
+def test_train_resume_continues_bitwise(demonstrations: Demonstrations, tmp_path: Path) -> None:
     cfg = tiny_config(steps=8)
     full = train_pdp(
-        demos, tmp_path / "full", cfg, checkpoint_every=4, progress=False, tensorboard=False
+        demonstrations,
+        tmp_path / "full",
+        cfg,
+        checkpoint_every=4,
+        progress=False,
+        tensorboard=False,
     )
     assert full.steps == 8 and np.isfinite(full.final_loss)
     # "killed" after 4 steps (the last checkpoint), then resumed
     part = train_pdp(
-        demos,
+        demonstrations,
         tmp_path / "part",
         cfg,
         checkpoint_every=4,
@@ -46,7 +51,7 @@ def test_train_resume_continues_bitwise(demos: Demos, tmp_path: Path) -> None:
     meta = json.loads((tmp_path / "part" / "train_state.json").read_text())
     assert meta["step"] == 4
     resumed = train_pdp(
-        demos,
+        demonstrations,
         tmp_path / "part",
         None,
         resume=True,
@@ -64,12 +69,12 @@ def test_train_resume_continues_bitwise(demos: Demos, tmp_path: Path) -> None:
     assert len(list((tmp_path / "part").glob("train_state_*.safetensors"))) == 1
 
 
-def test_latents_separate_route_classes(demos: Demos, tmp_path: Path) -> None:
+def test_latents_separate_route_classes(demonstrations: Demonstrations, tmp_path: Path) -> None:
     cfg = tiny_config(steps=1)
     cfg.manifold.steps = 60
-    res = train_pdp(demos, tmp_path, cfg, progress=False, tensorboard=False)
+    res = train_pdp(demonstrations, tmp_path, cfg, progress=False, tensorboard=False)
     lat, labels = load_train_latents(tmp_path)
-    np.testing.assert_allclose(lat, res.demo_latents, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(lat, res.demonstration_latents, rtol=1e-5, atol=1e-5)
     # whitened: unit variance along the principal axis, never more along any axis
     eig = np.linalg.eigvalsh(np.cov(lat, rowvar=False))
     assert eig.max() == pytest.approx(1.0, abs=1e-3) and eig.min() <= 1.0 + 1e-3
@@ -80,16 +85,55 @@ def test_latents_separate_route_classes(demos: Demos, tmp_path: Path) -> None:
     assert gap > 2.0 * spread  # the geometric loss puts the two routes apart
 
 
-def test_resume_without_state_is_an_error(demos: Demos, tmp_path: Path) -> None:
+def test_train_state_written_before_the_rename_still_loads_and_resumes(
+    demonstrations: Demonstrations, tmp_path: Path
+) -> None:
+    """Train states name the latents ``demonstration_latents``; older ones ``demo_latents``."""
+    from safetensors.torch import save_file
+
+    from policies.diffusion.training_pdp import LATENTS_KEY, OLD_LATENTS_KEY
+
+    cfg = tiny_config(steps=4)
+    first = train_pdp(
+        demonstrations,
+        tmp_path,
+        cfg,
+        checkpoint_every=2,
+        progress=False,
+        tensorboard=False,
+        stop_after=2,
+    )
+    meta = json.loads((tmp_path / "train_state.json").read_text())
+    tensors_file = tmp_path / Path(meta["tensors"]).name
+    tensors = load_file(str(tensors_file))
+    assert LATENTS_KEY in tensors and OLD_LATENTS_KEY not in tensors
+    tensors[OLD_LATENTS_KEY] = tensors.pop(LATENTS_KEY)  # as an older version wrote it
+    save_file(tensors, str(tensors_file))
+    latents, _ = load_train_latents(tmp_path)
+    np.testing.assert_allclose(latents, first.demonstration_latents, rtol=1e-5, atol=1e-5)
+    resumed = train_pdp(
+        demonstrations, tmp_path, None, resume=True, progress=False, tensorboard=False
+    )
+    assert resumed.steps == 4
+    np.testing.assert_allclose(
+        resumed.demonstration_latents, first.demonstration_latents, rtol=1e-5, atol=1e-5
+    )
+
+
+def test_resume_without_state_is_an_error(demonstrations: Demonstrations, tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="--resume"):
-        train_pdp(demos, tmp_path, tiny_config(), resume=True, progress=False)
+        train_pdp(demonstrations, tmp_path, tiny_config(), resume=True, progress=False)
 
 
 def test_cli_trains_on_real_env_dataset(reach_dataset: Path, tmp_path: Path) -> None:
     from embodied.apps.cli import app
 
-    demos = load_demos(reach_dataset)
-    assert demos.state_dim == 8 and set(demos.labels) <= {"left", "center", "right"}
+    demonstrations = load_demonstrations(reach_dataset)
+    assert demonstrations.state_dim == 8 and set(demonstrations.labels) <= {
+        "left",
+        "center",
+        "right",
+    }
     out = tmp_path / "ckpt"
     result = CliRunner().invoke(
         app,
@@ -123,13 +167,17 @@ def test_cli_trains_on_real_env_dataset(reach_dataset: Path, tmp_path: Path) -> 
     assert cfg["obs_dims"] == [0, 1, 4, 5, 6, 7]  # velocities hidden from the denoiser
     assert list((out / "tb").glob("events.out.tfevents.*"))
     assert not list(out.rglob("*.pt")) and not list(out.rglob("*.pkl"))
-    # the one-demo adaptation command runs on the checkpoint and reports before/after
+    # the one-demonstration adaptation command runs on the checkpoint and reports before/after
     adapt = CliRunner().invoke(
         app, ["pdp", "adapt", "--policy", str(out), "--steps", "2", "--n-eval", "1"]
     )
     assert adapt.exit_code == 0, adapt.output
     report = json.loads(adapt.output.strip().splitlines()[-1])
-    assert report["method"] == "demo" and report["n"] == 1 and len(report["z"]) == cfg["z_dim"]
+    assert (
+        report["method"] == "demonstration"
+        and report["n"] == 1
+        and len(report["z"]) == cfg["z_dim"]
+    )
 
 
 def test_dims_derived_from_data_not_base_config(reach_dataset: Path, tmp_path: Path) -> None:
@@ -159,14 +207,18 @@ def test_exclude_unknown_state_name_is_an_error(reach_dataset: Path, tmp_path: P
         )
 
 
-def test_unet_denoiser_trains_and_acts(demos: Demos, tmp_path: Path) -> None:
+def test_unet_denoiser_trains_and_acts(demonstrations: Demonstrations, tmp_path: Path) -> None:
     from policies.diffusion.policy_pdp import PDPPolicy
 
     res = train_pdp(
-        demos, tmp_path, tiny_config(denoiser="unet", steps=3), progress=False, tensorboard=False
+        demonstrations,
+        tmp_path,
+        tiny_config(denoiser="unet", steps=3),
+        progress=False,
+        tensorboard=False,
     )
     assert res.steps == 3 and np.isfinite(res.final_loss)
     policy = PDPPolicy.from_pretrained(tmp_path)
     assert policy.config.denoiser == "unet"
-    chunk = policy.predict_action_chunk({"state": demos.states[0][0].astype(np.float32)})
+    chunk = policy.predict_action_chunk({"state": demonstrations.states[0][0].astype(np.float32)})
     assert chunk.shape == (8, 2) and np.isfinite(chunk).all()

@@ -91,10 +91,10 @@ def _tb_losses(tb: Path) -> dict[int, float]:
 
 @pytest.fixture(scope="module")
 def pdp_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from embodied.apps.experiments.pdp import collect_demos
+    from embodied.apps.experiments.pdp import collect_demonstrations
 
     root = tmp_path_factory.mktemp("ddp_demos")
-    collect_demos(6, seed=0, out_dir=root)
+    collect_demonstrations(6, seed=0, out_dir=root)
     return root
 
 

@@ -115,6 +115,29 @@ def test_ray_episode_error_is_raised_with_its_cause(local_ray: Any) -> None:
         evaluate(config, "expert")
 
 
+def test_ray_episode_that_raises_counts_as_a_failure(local_ray: Any) -> None:
+    """A RuntimeError in an episode on a Ray actor: that episode fails (counted in n and in
+    errors, reported with a ``failed`` event), the others run; as inline."""
+    from tests.evaluation.test_evaluation_harness import RAISING_SEEDS, raises_runtime_error
+
+    kw: dict[str, Any] = {"envs": ("mujoco:reach_around",), "episodes": 5}
+    events: list[str] = []
+    par = evaluate(
+        EvalConfig(**kw, workers=2, backend="ray"),
+        raises_runtime_error,
+        lambda k, d: events.append(k),
+    )
+    bad = [e.spec.index for e in par.episodes if e.spec.seed in RAISING_SEEDS]
+    assert bad == [1, 3] and [e.spec.index for e in par.episodes if e.error] == bad
+    assert all("RuntimeError: policy broke on seed" in str(par.episodes[i].error) for i in bad)
+    assert all(e.worker != os.getpid() and e.attempts == 1 for e in par.episodes)
+    t = par.task("mujoco:reach_around")
+    assert (t.n, t.successes, t.errors) == (5, 3, 2)
+    assert (events.count("done"), events.count("failed")) == (3, 2)
+    ser = evaluate(EvalConfig(**kw, workers=0), raises_runtime_error)
+    assert _outcomes(par) == _outcomes(ser)
+
+
 def test_sweep_on_ray_matches_inline_and_writes_table(local_ray: Any, tmp_path: Path) -> None:
     """PID gains x setpoints on Ray: one JSON + markdown table and one PNG; equal to inline."""
     kw: dict[str, Any] = {

@@ -16,7 +16,12 @@ from safetensors.torch import load_file
 
 from embodied.distributed import Distributed
 from embodied.errors import ConfigError
-from policies.openvla.training_openvla import BCSettings, Demos, build_tiny_vla, train_bc
+from policies.openvla.training_openvla import (
+    BCSettings,
+    DemonstrationSteps,
+    build_tiny_vla,
+    train_bc,
+)
 from tests.conftest import require
 
 
@@ -32,7 +37,7 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _toy_demos(n: int = 24) -> Demos:
+def _toy_demonstrations(n: int = 24) -> DemonstrationSteps:
     """A red square's position decides the action (no simulator needed)."""
     rng = np.random.default_rng(0)
     imgs = np.zeros((n, 64, 64, 3), dtype=np.uint8)
@@ -43,31 +48,33 @@ def _toy_demos(n: int = 24) -> Demos:
         imgs[i, y : y + 8, x : x + 8] = (255, 0, 0)
         acts[i, :2] = (np.array([x, y]) - 30) / 300
         instr.append("reach the red cube quickly" if i % 2 else "reach the red cube slowly")
-    return Demos(imgs, instr, acts, np.arange(n), np.full(n, 0.1))
+    return DemonstrationSteps(imgs, instr, acts, np.arange(n), np.full(n, 0.1))
 
 
-def _first_loss(demos: Demos, dist: Distributed) -> float:
-    model, proc = build_tiny_vla(demos.instructions, demos.actions, "toy", [True] * 3 + [False])
+def _first_loss(demonstrations: DemonstrationSteps, dist: Distributed) -> float:
+    model, proc = build_tiny_vla(
+        demonstrations.instructions, demonstrations.actions, "toy", [True] * 3 + [False]
+    )
     settings = BCSettings(steps=1, batch_size=8, log_every=1)
-    return train_bc(model, proc, demos, settings, dist=dist)[0]["loss"]
+    return train_bc(model, proc, demonstrations, settings, dist=dist)[0]["loss"]
 
 
 def test_each_rank_trains_on_its_block_of_the_global_batch() -> None:
     """Rank r's loss is on its half of the same global batch; their mean is the global loss."""
     torch.set_num_threads(1)
-    demos = _toy_demos()
-    single = _first_loss(demos, Distributed())
-    halves = [_first_loss(demos, Distributed(rank=r, world_size=2)) for r in (0, 1)]
+    demonstrations = _toy_demonstrations()
+    single = _first_loss(demonstrations, Distributed())
+    halves = [_first_loss(demonstrations, Distributed(rank=r, world_size=2)) for r in (0, 1)]
     assert halves[0] != pytest.approx(halves[1], rel=1e-3)  # different samples per rank
     assert np.mean(halves) == pytest.approx(single, rel=1e-5)
     with pytest.raises(ConfigError, match="batch size 8 is not divisible by 3"):
-        _first_loss(demos, Distributed(rank=0, world_size=3))
+        _first_loss(demonstrations, Distributed(rank=0, world_size=3))
 
 
 def test_train_vla_two_processes_match_one(tmp_path: Path) -> None:
     """`embodied train vla` unchanged under torchrun: same loss curve and weights as 1 process."""
     require("accelerate")
-    args = ["train", "vla", "--demo-episodes", "1", "--steps", "8", "--batch-size", "8",
+    args = ["train", "vla", "--demonstration-episodes", "1", "--steps", "8", "--batch-size", "8",
             "--llm-layers", "1"]  # fmt: skip
     one = subprocess.Popen(
         [sys.executable, "-m", "embodied", *args, "--out", str(tmp_path / "one")],

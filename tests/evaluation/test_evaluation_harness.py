@@ -12,13 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import imageio.v2 as imageio
+import numpy as np
 import pytest
 
 import policies
 import sim
-from embodied.apps.evaluation import EvalConfig, PolicyLoader, evaluate, wilson_interval
-from embodied.contracts import Env, Policy
-from embodied.errors import CompatibilityError
+from embodied.apps.evaluation import (
+    EvalConfig,
+    EvaluationError,
+    PolicyLoader,
+    evaluate,
+    wilson_interval,
+)
+from embodied.contracts import Env, Observation, Policy
+from embodied.errors import CompatibilityError, ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,6 +33,110 @@ ROOT = Path(__file__).resolve().parents[2]
 def arm_reach_random(env: Env) -> Policy:
     """A 4-dim policy (made for mujoco:arm_reach), whatever env it is given."""
     return policies.load("random", env=sim.make("mujoco:arm_reach"))
+
+
+RAISING_SEEDS = (1, 3)
+"""Reset seeds on which :class:`RaisesOnSeeds` raises in ``predict_action_chunk``."""
+
+
+class RaisesOnSeeds(Policy):
+    """The env's scripted expert, except that predicting raises in the episodes whose reset
+    seed is in :data:`RAISING_SEEDS` (``error`` picks the exception type)."""
+
+    def __init__(self, env: Env, error: type[Exception] = RuntimeError) -> None:
+        super().__init__()
+        self.inner = policies.load("expert", env=env, speed=0.3)
+        self.action_dim = self.inner.action_dim
+        self.n_action_steps = self.inner.n_action_steps
+        self.error = error
+        self.seed: int | None = None
+        env_reset = env.reset
+
+        def reset(*, seed: int | None = None, options: Any = None) -> Any:
+            self.seed = seed  # the policy learns the episode's seed from the env it drives
+            return env_reset(seed=seed, options=options)
+
+        env.reset = reset  # type: ignore[method-assign]
+
+    def reset(self) -> None:
+        super().reset()
+        self.inner.reset()
+
+    def predict_action_chunk(self, obs: Observation) -> np.ndarray:
+        if self.seed in RAISING_SEEDS:
+            raise self.error(f"policy broke on seed {self.seed}")
+        return self.inner.predict_action_chunk(obs)
+
+
+def raises_runtime_error(env: Env) -> Policy:
+    """Picklable factory: :class:`RaisesOnSeeds` raising ``RuntimeError``."""
+    return RaisesOnSeeds(env, RuntimeError)
+
+
+def raises_config_error(env: Env) -> Policy:
+    """Picklable factory: :class:`RaisesOnSeeds` raising ``ConfigError`` (misconfiguration)."""
+    return RaisesOnSeeds(env, ConfigError)
+
+
+@pytest.mark.parametrize("workers", [0, 1], ids=["inline", "local"])
+def test_episode_that_raises_counts_as_a_failure(workers: int, tmp_path: Path) -> None:
+    """An exception inside an episode fails that episode (n grows, successes do not), as in
+    OpenVLA's LIBERO evaluation, on the inline and the local process backend; a ConfigError
+    (the evaluation is misconfigured) still stops the evaluation."""
+    cfg = EvalConfig("mujoco:reach_around", episodes=5, workers=workers, out=tmp_path)
+    events: list[tuple[str, dict[str, Any]]] = []
+    result = evaluate(cfg, raises_runtime_error, lambda k, d: events.append((k, d)))
+    bad = [r for r in result.episodes if r.spec.seed in RAISING_SEEDS]
+    assert [r.spec.index for r in bad] == [1, 3]
+    for r in bad:
+        assert not r.success and r.steps == 0 and r.attempts == 1
+        assert r.error and r.error.startswith(f"RuntimeError: policy broke on seed {r.spec.seed}")
+        assert "in predict_action_chunk" in r.error  # the innermost frame
+    assert all(r.error is None and r.success for r in result.episodes if r not in bad)
+    t = result.task("mujoco:reach_around")
+    assert (t.n, t.successes, t.errors) == (5, 3, 2)
+    assert t.success_rate == 0.6 and (t.ci_low, t.ci_high) == wilson_interval(3, 5)
+    assert (result.groups[0].n, result.groups[0].successes) == (5, 3)
+    kinds = [k for k, _ in events]
+    assert kinds.count("start") == 5 and kinds.count("done") == 3 and kinds.count("failed") == 2
+    failed = [d for k, d in events if k == "failed"]
+    assert [d["spec"].index for d in failed] == [1, 3]
+    assert all(d["record"].error == d["error"] for d in failed)
+    md = (tmp_path / "results.md").read_text()
+    assert "| 3/5 (60.0%) |" in md and "## Errors" in md
+    assert "episode 1 (seed 1): `RuntimeError: policy broke on seed 1`" in md
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["tasks"][0]["errors"] == 2 and data["episodes"][3]["error"] == bad[1].error
+
+    # a ConfigError names a fix the user must apply: the evaluation stops
+    cfg = EvalConfig("mujoco:reach_around", episodes=3, workers=workers, preflight=False)
+    with pytest.raises(ConfigError, match="policy broke on seed 1"):
+        evaluate(cfg, raises_config_error)
+
+
+def test_which_errors_stop_the_evaluation() -> None:
+    """Project errors that name a setup fix stop it; an episode's own failures do not."""
+    from embodied.apps.evaluation.worker import aborts_evaluation
+    from embodied.errors import ActionError, CheckpointError, SafetyFault, UnknownNameError
+
+    setup = (ConfigError, CompatibilityError, UnknownNameError, CheckpointError)
+    assert all(aborts_evaluation(e("x")) for e in setup)
+    assert aborts_evaluation(KeyboardInterrupt())
+    episode = (RuntimeError, ValueError, FloatingPointError, ActionError, SafetyFault)
+    assert not any(aborts_evaluation(e("x")) for e in episode)
+
+
+def test_max_episode_errors_stops_the_evaluation() -> None:
+    cfg = EvalConfig("mujoco:reach_around", episodes=5, workers=0, max_episode_errors=2)
+    t = evaluate(cfg, raises_runtime_error).task("mujoco:reach_around")
+    assert (t.n, t.errors) == (5, 2)  # two failed episodes are allowed
+    cfg = EvalConfig("mujoco:reach_around", episodes=5, workers=0, max_episode_errors=1)
+    events: list[str] = []
+    with pytest.raises(EvaluationError, match="2 episodes failed.*max_episode_errors=1"):
+        evaluate(cfg, raises_runtime_error, lambda k, d: events.append(k))
+    assert events.count("start") == 4  # stopped at the second failure (episode 3)
+    with pytest.raises(ConfigError, match="max_episode_errors"):
+        EvalConfig("mujoco:reach_around", max_episode_errors=-1)
 
 
 def test_inline_eval_writes_results_tables_and_video(tmp_path: Path) -> None:
@@ -93,6 +204,33 @@ def test_killed_worker_episode_is_rerun_not_lost() -> None:
     assert [(r.success, r.steps) for r in result.episodes] == [
         (r.success, r.steps) for r in inline.episodes
     ]
+
+
+def test_episode_that_could_not_be_run_counts_as_a_failure() -> None:
+    """A worker that dies on every attempt: the episode is an error and a failure in n.
+
+    OpenVLA's LIBERO evaluation counts an episode that raised as a failure; dropping it
+    from n would raise the success rate.
+    """
+    cfg = EvalConfig("mujoco:reach_around", episodes=4, workers=1, max_retries=1)
+    kills: list[int] = []
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        if kind == "start" and data["spec"].index == 1:
+            os.kill(data["pid"], signal.SIGKILL)  # every attempt at episode 1 dies
+            kills.append(data["pid"])
+
+    result = evaluate(cfg, PolicyLoader("expert", {"speed": 0.3}), on_event=on_event)
+    assert len(kills) == 2  # first try + one retry
+    failed = result.episodes[1]
+    assert failed.error and "died 2 times" in failed.error and not failed.success
+    t = result.task("mujoco:reach_around")
+    assert (t.n, t.successes, t.errors) == (4, 3, 1)
+    assert t.success_rate == 0.75 and (t.ci_low, t.ci_high) == wilson_interval(3, 4)
+    assert t.mean_steps == sum(r.steps for r in result.episodes if r.error is None) / 3
+    g = result.groups[0]
+    assert (g.n, g.successes) == (4, 3)
+    assert "| 3/4 (75.0%) |" in result.markdown().replace("  ", " ")
 
 
 def test_incompatible_policy_is_refused_before_the_first_step() -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import policies
-from embodied.apps.deploy import deploy
+from embodied.apps.deploy import DeployConfig, deploy
 from embodied.datasets import Dataset
 from embodied.errors import ActionError, SafetyFault
 from embodied.loop import rollout
@@ -108,7 +108,9 @@ def test_bringup_policy_refuses_non_joint_env():
 
 
 def test_dry_run_deploy_logs_a_readable_dataset(config, tmp_path):
-    result = deploy(config, "sine", tmp_path, dry_run=True, rate_hz=50, max_seconds=0.4)
+    result = deploy(
+        config, DeployConfig("sine", dry_run=True, rate_hz=50, max_seconds=0.4), tmp_path
+    )
     assert result.reason == "max_steps"
     assert 10 <= result.steps <= 20
     data = Dataset(tmp_path / "episodes")
@@ -122,7 +124,8 @@ def test_deploy_stop_event_and_fault_leave_robot_stopped(config, tmp_path):
     robot = SimRobot(config)
     timer = threading.Timer(0.3, stop.set)
     timer.start()
-    result = deploy(config, "sine", tmp_path / "a", robot=robot, max_seconds=10, stop_event=stop)
+    run = DeployConfig("sine", max_seconds=10)
+    result = deploy(config, run, tmp_path / "a", robot=robot, stop_event=stop)
     assert result.reason == "stopped" and result.steps < 50
     np.testing.assert_allclose(robot.history[-1][1], robot.last_sent)
 
@@ -133,7 +136,7 @@ def test_deploy_stop_event_and_fault_leave_robot_stopped(config, tmp_path):
             return 1.0 if self.commands_sent >= 3 else 0.0
 
     robot = FreezingRobot(config)
-    result = deploy(config, "sine", tmp_path / "b", robot=robot, max_seconds=5)
+    result = deploy(config, DeployConfig("sine", max_seconds=5), tmp_path / "b", robot=robot)
     assert result.reason == "fault" and "state is 1000 ms old" in (result.fault or "")
     assert result.steps == 3 and not robot.connected
     assert len(Dataset(tmp_path / "b" / "episodes")[0]) == 3  # the partial episode is kept
@@ -164,7 +167,7 @@ def test_keyboard_interrupt_mid_rollout_sends_stop(config, tmp_path):
     dep.rollout = interrupting
     try:
         with pytest.raises(KeyboardInterrupt):
-            deploy(config, "sine", tmp_path, robot=robot, max_seconds=5)
+            deploy(config, DeployConfig("sine", max_seconds=5), tmp_path, robot=robot)
     finally:
         dep.rollout = real
     assert not robot.connected
@@ -289,11 +292,11 @@ def test_controller_file_needs_meta_and_a_steerable_policy(config, tmp_path):
     gains = tmp_path / "gains.yaml"
     gains.write_text("type: pid\nkp: 0.5\n")
     with pytest.raises(ConfigError, match="lacks meta \\['concept', 'setpoint'\\]"):
-        deploy(config, "hold", tmp_path / "a", dry_run=True, controller=gains)
+        deploy(config, DeployConfig("hold", dry_run=True, controller=gains), tmp_path / "a")
     gains.write_text("type: pid\nkp: 0.5\nmeta: {concept: ee_speed, setpoint: 0.05}\n")
     robot = SimRobot(config)
     with pytest.raises(CompatibilityError, match="steering needs a Steerable policy"):
-        deploy(config, "hold", tmp_path / "b", robot=robot, controller=gains)
+        deploy(config, DeployConfig("hold", controller=gains), tmp_path / "b", robot=robot)
     assert not robot.connected and robot.history  # refused before the first step, stopped
 
 

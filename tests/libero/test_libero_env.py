@@ -175,55 +175,73 @@ def test_scripted_policy_closes_the_drawer_through_rollout() -> None:
 
 
 class FixedPolicy(Policy):
-    """Zero actions with a configurable action dim / image expectation."""
+    """Zero actions with a configurable action dim / image expectation / conventions."""
 
-    def __init__(self, action_dim: int, image_size: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        action_dim: int,
+        image_size: tuple[int, int] | None = None,
+        orientation: str | None = None,
+        gripper: str | None = None,
+    ) -> None:
         super().__init__()
         self.action_dim = action_dim
         self.image_keys = ("image.agentview",)
         self.image_size = image_size
+        self.image_orientation = orientation
+        self.gripper_convention = gripper
 
     def predict_action_chunk(self, obs: Observation) -> np.ndarray:
         return np.zeros((1, self.action_dim))
 
 
-def test_cameras_openvla_protocol_and_mismatches() -> None:
-    from sim.libero import LiberoProtocol
-    from sim.libero.processing_libero import openvla_image
-
-    env = sim.make(
-        "libero:libero_spatial:0",
-        cameras=("agentview", "eye_in_hand"),
-        protocol=LiberoProtocol.openvla(center_crop=False),
-    )
+def test_cameras_raw_frames_native_gripper_and_mismatches() -> None:
+    env = sim.make("libero:libero_spatial:0", cameras=("agentview", "eye_in_hand"))
     try:
-        assert env.observation_spec.cameras["agentview"].height == 224
-        assert env.action_spec.low[-1] == 0.0  # openvla gripper convention: [0, 1]
+        spec = env.observation_spec.cameras
+        assert (spec["agentview"].height, spec["agentview"].orientation) == (256, "vertical_flip")
+        assert env.gripper_convention == "close_positive" and env.action_spec.low[-1] == -1.0
+        d = env.describe()
+        assert d["gripper_convention"] == "close_positive"
+        assert d["observation"]["orientation"]["eye_in_hand"] == "vertical_flip"
         obs, _ = env.reset(options={"init_state": 0})
         env.observation_spec.validate(obs)
-        raw = env.raw_env.env.sim.render(camera_name="agentview", height=256, width=256)
-        np.testing.assert_array_equal(obs["image.agentview"], openvla_image(raw, 224))
-        assert obs["image.eye_in_hand"].shape == (224, 224, 3)
+        # LIBERO's pixels as is (tests/libero/test_libero_reference.py: equal to LIBERO's own
+        # env at every step); render() is the same frame upright, for videos.
+        frame = obs["image.agentview"]
+        assert frame.shape == (256, 256, 3) and frame.dtype == np.uint8 and frame.std() > 10
+        np.testing.assert_array_equal(env.render(), frame[::-1])
+        assert obs["image.eye_in_hand"].shape == (256, 256, 3)
 
-        # Gripper convention through real physics: 0 closes, 1 opens (OpenVLA).
-        for _ in range(8):
-            obs, *_ = env.step(np.array([0, 0, 0, 0, 0, 0, 0.0]))
-        closed = obs["state"][6] - obs["state"][7]
+        # LIBERO's own gripper convention through real physics: +1 closes, -1 opens.
         for _ in range(8):
             obs, *_ = env.step(np.array([0, 0, 0, 0, 0, 0, 1.0]))
+        closed = obs["state"][6] - obs["state"][7]
+        for _ in range(8):
+            obs, *_ = env.step(np.array([0, 0, 0, 0, 0, 0, -1.0]))
         opened = obs["state"][6] - obs["state"][7]
         assert opened > closed + 0.02, (opened, closed)
 
         steps = []
         orig = env.step
         env.step = lambda a: steps.append(a) or orig(a)  # type: ignore[method-assign]
-        with pytest.raises(CompatibilityError, match="224x224") as info:
-            rollout(env, FixedPolicy(7, image_size=(256, 256)))
-        assert "256x256" in str(info.value)
+        with pytest.raises(CompatibilityError, match="256x256") as info:
+            rollout(env, FixedPolicy(7, image_size=(224, 224)))
+        assert "224x224" in str(info.value)
         with pytest.raises(CompatibilityError, match="2-dim actions") as info:
-            rollout(env, FixedPolicy(2, image_size=(224, 224)))
+            rollout(env, FixedPolicy(2))
         assert "takes 7" in str(info.value)
+        with pytest.raises(CompatibilityError, match="delivers them 'vertical_flip'"):
+            rollout(env, FixedPolicy(7, orientation="upright"))
+        with pytest.raises(CompatibilityError, match="takes 'close_positive'"):
+            rollout(env, FixedPolicy(7, gripper="open_positive"))
         assert steps == []  # refused before the first step
+        ep = rollout(
+            env,
+            FixedPolicy(7, orientation="vertical_flip", gripper="close_positive"),
+            max_steps=2,
+        )
+        assert len(ep) == 2 and len(steps) == 2
     finally:
         env.close()
 

@@ -1,22 +1,14 @@
-"""The LIBERO protocol object, image preprocessing and gripper conventions (no simulator)."""
+"""The LIBERO protocol object (no simulator)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 
-import numpy as np
 import pytest
 
 from embodied.errors import ConfigError, UnknownNameError
-from sim.libero.configuration_libero import SUITES, LiberoProtocol, check_suite
-from sim.libero.processing_libero import (
-    center_crop,
-    gripper_from_libero,
-    gripper_to_libero,
-    openvla_image,
-    rotate_180,
-)
+from sim.libero.configuration_libero import LEGACY_KEYS, SUITES, LiberoProtocol, check_suite
 
 
 def test_defaults_are_the_openvla_libero_protocol() -> None:
@@ -34,14 +26,11 @@ def test_defaults_are_the_openvla_libero_protocol() -> None:
         20.0,
         256,
     )
-    assert p.image_size == 256 and p.gripper_convention == "libero"
-    vla = LiberoProtocol.openvla()
-    assert vla.image_size == 224 and vla.center_crop_scale == 0.9
-    assert vla.gripper_convention == "openvla" and vla.image_preprocess == "openvla"
+    assert (p.seed, p.env_seed, p.reseed_on_reset) == (7, 0, False)
 
 
 def test_protocol_is_frozen_and_roundtrips_through_json() -> None:
-    p = LiberoProtocol.openvla(max_steps_by_suite={"libero_10": 600}, num_wait_steps=5)
+    p = LiberoProtocol(max_steps_by_suite={"libero_10": 600}, num_wait_steps=5, env_seed=3)
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.num_wait_steps = 3  # type: ignore[misc]
     with pytest.raises(TypeError):
@@ -49,8 +38,31 @@ def test_protocol_is_frozen_and_roundtrips_through_json() -> None:
     d = json.loads(json.dumps(p.to_dict()))
     assert d["max_steps_by_suite"]["libero_10"] == 600
     assert d["max_steps_by_suite"]["libero_spatial"] == 220  # defaults merged in
-    assert "-sign(2 * g - 1)" in d["gripper_convention_doc"]
     assert LiberoProtocol.from_dict(d) == p
+
+
+def test_result_files_written_with_the_old_conversion_keys_still_load() -> None:
+    # The protocol of an old `--protocol openvla` result file: the env converted images
+    # and the gripper then; the keys are dropped (the policy's processor owns that now).
+    old = {
+        "max_steps_by_suite": {"libero_spatial": 220},
+        "num_wait_steps": 10,
+        "trials_per_task": 50,
+        "control_rate_hz": 20.0,
+        "render_size": 256,
+        "image_preprocess": "openvla",
+        "policy_image_size": 224,
+        "center_crop_scale": 0.9,
+        "gripper_convention": "openvla",
+        "seed": 7,
+        "image_size": 224,
+        "gripper_convention_doc": "action[6] in [0, 1]: 1 open, 0 closed",
+        "image_preprocess_doc": "rotate 180 degrees, resize to policy_image_size",
+    }
+    assert set(old) - set(LiberoProtocol().to_dict()) == set(LEGACY_KEYS)
+    assert LiberoProtocol.from_dict(old) == LiberoProtocol()
+    with pytest.raises(ConfigError, match="'flip'"):
+        LiberoProtocol.from_dict({**old, "flip": True})
 
 
 @pytest.mark.parametrize(
@@ -62,10 +74,7 @@ def test_protocol_is_frozen_and_roundtrips_through_json() -> None:
         ({"trials_per_task": 0}, "trials_per_task"),
         ({"control_rate_hz": 0.0}, "control_rate_hz"),
         ({"render_size": 8}, "render_size"),
-        ({"image_preprocess": "clip"}, "'clip'"),
-        ({"gripper_convention": "robotiq"}, "'robotiq'"),
-        ({"image_preprocess": "openvla", "center_crop_scale": 1.5}, "center_crop_scale"),
-        ({"center_crop_scale": 0.9}, "needs image_preprocess='openvla'"),
+        ({"env_seed": -1}, "env_seed"),
     ],
 )
 def test_bad_protocol_values_are_named(kwargs: dict, needle: str) -> None:
@@ -82,39 +91,9 @@ def test_unknown_suite_lists_suites() -> None:
         LiberoProtocol().max_steps("spatial")
 
 
-def test_gripper_conventions_map_open_and_close() -> None:
-    # LIBERO native: -1 opens, +1 closes; OpenVLA: 1 open, 0 closed.
-    assert gripper_to_libero(1.0, "openvla") == -1.0  # open
-    assert gripper_to_libero(0.0, "openvla") == 1.0  # close
-    assert gripper_to_libero(0.8, "openvla") == -1.0  # binarized like OpenVLA
-    assert gripper_to_libero(0.2, "openvla") == 1.0
-    assert gripper_to_libero(-0.3, "libero") == -0.3
-    for native in (-1.0, 1.0):
-        assert gripper_to_libero(gripper_from_libero(native, "openvla"), "openvla") == native
-    assert gripper_from_libero(-1.0, "openvla") == 1.0
-    with pytest.raises(ConfigError, match="'robotiq'"):
-        gripper_to_libero(0.0, "robotiq")
-
-
-def test_openvla_image_rotates_resizes_and_crops() -> None:
-    img = np.zeros((256, 256, 3), dtype=np.uint8)
-    img[:16, :16] = 255  # bright top-left corner
-    rot = rotate_180(img)
-    assert rot[-1, -1].tolist() == [255, 255, 255] and rot[0, 0].tolist() == [0, 0, 0]
-    out = openvla_image(img, 224, 1.0)
-    assert out.shape == (224, 224, 3) and out.dtype == np.uint8
-    assert out[-5:, -5:].mean() > 200 and out[:50, :50].max() == 0
-    crop = center_crop(np.arange(100 * 100 * 3, dtype=np.uint8).reshape(100, 100, 3), 0.81)
-    assert crop.shape == (90, 90, 3)
-    cropped = openvla_image(img, 224, 0.9)
-    assert cropped.shape == (224, 224, 3)
-    # the crop cuts away most of the 16 px corner: fewer bright pixels than uncropped
-    assert (cropped > 128).sum() < (out > 128).sum()
-
-
 def test_protocol_pickles_for_worker_processes() -> None:
     import pickle
 
-    p = LiberoProtocol.openvla(max_steps_by_suite={"libero_goal": 350})
+    p = LiberoProtocol(max_steps_by_suite={"libero_goal": 350}, reseed_on_reset=True)
     q = pickle.loads(pickle.dumps(p))
-    assert q == p and q.max_steps("libero_goal") == 350 and q.image_size == 224
+    assert q == p and q.max_steps("libero_goal") == 350 and q.reseed_on_reset

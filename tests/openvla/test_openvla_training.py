@@ -11,14 +11,14 @@ import torch
 from embodied.errors import ConfigError
 from policies.openvla.training_openvla import (
     BCSettings,
-    Demos,
+    DemonstrationSteps,
     build_tiny_vla,
     make_batch,
     train_bc,
 )
 
 
-def _toy_demos(n: int = 48) -> Demos:
+def _toy_demonstrations(n: int = 48) -> DemonstrationSteps:
     """A bright square's position decides the action; the adverb decides its magnitude."""
     rng = np.random.default_rng(0)
     imgs = np.zeros((n, 64, 64, 3), dtype=np.uint8)
@@ -31,23 +31,33 @@ def _toy_demos(n: int = 48) -> Demos:
         acts[i, :2] = (np.array([x, y]) - 30) / 30 * (0.2 if fast else 0.05)
         acts[i, 3] = -1.0
         instr.append("reach the red cube quickly" if fast else "reach the red cube slowly")
-    return Demos(imgs, instr, acts, np.arange(n), np.where(np.arange(n) % 2 == 0, 0.2, 0.05))
+    return DemonstrationSteps(
+        imgs, instr, acts, np.arange(n), np.where(np.arange(n) % 2 == 0, 0.2, 0.05)
+    )
 
 
 def test_bc_lowers_the_action_token_loss(tmp_path: Path) -> None:
-    demos = _toy_demos()
+    demonstrations = _toy_demonstrations()
     model, proc = build_tiny_vla(
-        demos.instructions, demos.actions, "toy", mask=[True] * 3 + [False]
+        demonstrations.instructions, demonstrations.actions, "toy", mask=[True] * 3 + [False]
     )
     assert model.config.action_dim() == 4
-    batch = make_batch(proc, demos, np.arange(8))
+    batch = make_batch(proc, demonstrations, np.arange(8))
     n_targets = int((batch["labels"] != -100).sum())
     assert n_targets == 8 * 4  # loss only on the action tokens
     assert batch["labels"][0, -4:].min() >= proc.actions.first_id
-    hist = train_bc(model, proc, demos, BCSettings(steps=40, batch_size=16, lr=3e-3, log_every=20))
+    hist = train_bc(
+        model, proc, demonstrations, BCSettings(steps=40, batch_size=16, lr=3e-3, log_every=20)
+    )
     assert hist[-1]["loss"] < 0.8 * hist[0]["loss"]
     with pytest.raises(ConfigError, match="share a non-zero length"):
-        Demos(demos.images[:2], demos.instructions, demos.actions, demos.episode, demos.concept)
+        DemonstrationSteps(
+            demonstrations.images[:2],
+            demonstrations.instructions,
+            demonstrations.actions,
+            demonstrations.episode,
+            demonstrations.concept,
+        )
 
 
 def test_checkpoint_loads_through_policies_and_steers_in_the_loop(tmp_path: Path) -> None:
@@ -59,9 +69,12 @@ def test_checkpoint_loads_through_policies_and_steers_in_the_loop(tmp_path: Path
     from policies.openvla.loading_openvla import save_pretrained
     from policies.openvla.steering import SteeringDirection
 
-    demos = _toy_demos(8)
+    demonstrations = _toy_demonstrations(8)
     model, proc = build_tiny_vla(
-        demos.instructions, demos.actions, "mujoco_arm_reach", mask=[True] * 3 + [False]
+        demonstrations.instructions,
+        demonstrations.actions,
+        "mujoco_arm_reach",
+        mask=[True] * 3 + [False],
     )
     save_pretrained(model, proc.tokenizer, tmp_path / "vla")
     direction = SteeringDirection(torch.randn(model.config.llm_dim), layer=0, concept="ee_speed")
@@ -98,7 +111,7 @@ def test_cli_registers_steer_and_train_vla() -> None:
     assert "vla" in train.output and "pdp" in train.output
     vla = runner.invoke(app, ["train", "vla", "--help"])
     assert vla.exit_code == 0, vla.output
-    assert "--demo-episodes" in vla.output and "--llm-layers" in vla.output
+    assert "--demonstration-episodes" in vla.output and "--llm-layers" in vla.output
 
 
 def test_train_vla_cli_one_process(tmp_path: Path) -> None:
@@ -115,7 +128,7 @@ def test_train_vla_cli_one_process(tmp_path: Path) -> None:
     out = tmp_path / "vla"
     res = CliRunner().invoke(
         app,
-        ["train", "vla", "--demo-episodes", "1", "--steps", "8", "--batch-size", "8",
+        ["train", "vla", "--demonstration-episodes", "1", "--steps", "8", "--batch-size", "8",
          "--llm-layers", "1", "--out", str(out)],
     )  # fmt: skip
     assert res.exit_code == 0, res.output

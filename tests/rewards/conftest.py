@@ -1,4 +1,5 @@
-"""Fixtures of the reward tests: tiny real models built offline, recorded MuJoCo demos."""
+"""Fixtures of the reward tests: tiny real models built offline, recorded MuJoCo
+demonstrations."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def tiny_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def arm_demos() -> list:
+def arm_demonstrations() -> list:
     """Labelled arm_reach episodes: 3 experts, 1 near miss, 1 expert (held out)."""
     from embodied.apps.training.data_minijudge import record_episodes
 

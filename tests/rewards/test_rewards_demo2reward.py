@@ -14,14 +14,14 @@ from embodied.rewards.calibration import rates
 from embodied.rewards.demo2reward import (
     DEFAULT_TEMPLATE,
     Demo2RewardConfig,
-    DemoSet,
-    LabelledDemo,
+    DemonstrationSet,
+    LabelledDemonstration,
     LLMProposer,
-    load_demos,
+    load_demonstrations,
     load_instruction,
     objective,
     optimize_instruction,
-    save_demos,
+    save_demonstrations,
     save_result,
 )
 from embodied.rewards.demo2reward.proposers import OfflineProposer, ProposalContext
@@ -35,21 +35,25 @@ def test_objective_weights_false_positives() -> None:
     )
 
 
-def test_demoset_rejects_bad_demo_sets(arm_demos: list[LabelledDemo]) -> None:
-    with pytest.raises(ConfigError, match="got 2 demos"):
-        DemoSet(arm_demos[:2], min_demos=3, max_demos=10)
-    neg = [d for d in arm_demos if not d.success]
+def test_demonstration_set_rejects_bad_sets(
+    arm_demonstrations: list[LabelledDemonstration],
+) -> None:
+    with pytest.raises(ConfigError, match="got 2 demonstrations"):
+        DemonstrationSet(arm_demonstrations[:2], min_demonstrations=3, max_demonstrations=10)
+    neg = [d for d in arm_demonstrations if not d.success]
     with pytest.raises(ConfigError, match="all negative"):
-        DemoSet(neg)
+        DemonstrationSet(neg)
     with pytest.raises(ConfigError, match=r"\{task\}"):
         Demo2RewardConfig(template="Evaluate the behavior of this robot.")
-    assert arm_demos[0].labels[-1] and not arm_demos[0].labels[0]
+    assert arm_demonstrations[0].labels[-1] and not arm_demonstrations[0].labels[0]
 
 
-def test_loop_keeps_only_strict_improvements(minijudge, arm_demos: list[LabelledDemo]) -> None:
-    demos = arm_demos[:4]
+def test_loop_keeps_only_strict_improvements(
+    minijudge, arm_demonstrations: list[LabelledDemonstration]
+) -> None:
+    demonstrations = arm_demonstrations[:4]
     cfg = Demo2RewardConfig(iterations=4, restarts=2, stride=3)
-    result = optimize_instruction(minijudge, demos, OfflineProposer(), cfg)
+    result = optimize_instruction(minijudge, demonstrations, OfflineProposer(), cfg)
     assert result.history[0]["template"] == DEFAULT_TEMPLATE
     assert len(result.history) == 1 + 4 * 2
     for restart in (0, 1):
@@ -60,18 +64,18 @@ def test_loop_keeps_only_strict_improvements(minijudge, arm_demos: list[Labelled
             best = max(best, row["J"]) if row["accepted"] else best
             assert "{task}" in row["template"]
     assert result.best.j >= result.initial.j
-    again = DemoSet(demos, stride=3).evaluate(minijudge, result.template)
+    again = DemonstrationSet(demonstrations, stride=3).evaluate(minijudge, result.template)
     assert again.j == pytest.approx(result.best.j)
 
 
 def test_tpr_floor_rejects_candidates_that_stop_firing(
-    minijudge, arm_demos: list[LabelledDemo]
+    minijudge, arm_demonstrations: list[LabelledDemonstration]
 ) -> None:
     """With min_tpr, a J gain bought by losing true positives below the floor is refused."""
-    demos = arm_demos[:4]
+    demonstrations = arm_demonstrations[:4]
     floor = 90.0
     cfg = Demo2RewardConfig(iterations=6, restarts=1, stride=3, min_tpr=floor)
-    result = optimize_instruction(minijudge, demos, OfflineProposer(), cfg)
+    result = optimize_instruction(minijudge, demonstrations, OfflineProposer(), cfg)
     rows = result.history[1:]
     assert all(r["tpr"] >= floor for r in rows if r["accepted"])
     assert all(not r["accepted"] for r in rows if r["tpr"] < floor)
@@ -98,7 +102,7 @@ def test_offline_proposals_are_new_templates_without_repeated_sentences() -> Non
 
 
 def test_llm_proposer_on_tiny_model(
-    tmp_path: Path, minijudge, arm_demos: list[LabelledDemo]
+    tmp_path: Path, minijudge, arm_demonstrations: list[LabelledDemonstration]
 ) -> None:
     from embodied.rewards.tiny import build_tiny_llm
 
@@ -114,19 +118,24 @@ def test_llm_proposer_on_tiny_model(
     )
     assert "TPR 50.0%" in prop.prompt(ctx)
     result = optimize_instruction(
-        minijudge, arm_demos[:3], prop, Demo2RewardConfig(iterations=2, restarts=1, stride=4)
+        minijudge,
+        arm_demonstrations[:3],
+        prop,
+        Demo2RewardConfig(iterations=2, restarts=1, stride=4),
     )
     assert all("{task}" in h["template"] for h in result.history)
     assert len({h["template"] for h in result.history}) >= 2  # the model wrote something new
 
 
-def test_persistence_and_cli(tmp_path: Path, minijudge, arm_demos: list[LabelledDemo]) -> None:
-    save_demos(arm_demos[:4], tmp_path / "demos")
-    back = load_demos(tmp_path / "demos")
-    assert [d.task for d in back] == [d.task for d in arm_demos[:4]]
-    np.testing.assert_array_equal(back[0].labels, arm_demos[0].labels)
-    np.testing.assert_array_equal(back[1].frames, arm_demos[1].frames)
-    save_demos(arm_demos[4:], tmp_path / "heldout")
+def test_persistence_and_cli(
+    tmp_path: Path, minijudge, arm_demonstrations: list[LabelledDemonstration]
+) -> None:
+    save_demonstrations(arm_demonstrations[:4], tmp_path / "demonstrations")
+    back = load_demonstrations(tmp_path / "demonstrations")
+    assert [d.task for d in back] == [d.task for d in arm_demonstrations[:4]]
+    np.testing.assert_array_equal(back[0].labels, arm_demonstrations[0].labels)
+    np.testing.assert_array_equal(back[1].frames, arm_demonstrations[1].frames)
+    save_demonstrations(arm_demonstrations[4:], tmp_path / "heldout")
 
     result = optimize_instruction(
         minijudge, back, config=Demo2RewardConfig(iterations=1, restarts=1, stride=4)
@@ -142,8 +151,8 @@ def test_persistence_and_cli(tmp_path: Path, minijudge, arm_demos: list[Labelled
         [
             "reward",
             "optimize",
-            "--demos",
-            str(tmp_path / "demos"),
+            "--demonstrations",
+            str(tmp_path / "demonstrations"),
             "--heldout",
             str(tmp_path / "heldout"),
             "--out",

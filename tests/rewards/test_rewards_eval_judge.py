@@ -23,23 +23,23 @@ def test_eval_reports_judge_agreement() -> None:
 
 
 def test_wrong_cube_episodes_are_failures_of_the_named_task() -> None:
-    (demo,) = record_episodes("mujoco:arm_reach", 1, 11000, kinds=("wrong",))
-    reached = demo.infos[-1]["target"]
-    assert reached not in demo.task  # the instruction names another cube
-    assert not demo.labels.any()  # ... so no frame is a success of it
-    assert demo.infos[arrival_steps(demo)[0]]["success"]  # though the arm reached a cube
-    assert np.ndim(demo.frames) == 4
+    (episode,) = record_episodes("mujoco:arm_reach", 1, 11000, kinds=("wrong",))
+    reached = episode.infos[-1]["target"]
+    assert reached not in episode.task  # the instruction names another cube
+    assert not episode.labels.any()  # ... so no frame is a success of it
+    assert episode.infos[arrival_steps(episode)[0]]["success"]  # though the arm reached a cube
+    assert np.ndim(episode.frames) == 4
 
 
 def test_swap_episodes_rotate_the_colours_over_one_layout() -> None:
     """Colour-swap groups: same cube positions and target position, the colours rotated, so
     only the colour under the gripper tells the four episodes apart."""
-    demos = record_episodes("mujoco:arm_reach", 2, 12000, kinds=("swap",))
-    a, b = (d.meta["cubes"] for d in demos)
-    assert [d.task for d in demos] == ["reach the red cube", "reach the green cube"]
-    assert all(d.success for d in demos)
+    episodes = record_episodes("mujoco:arm_reach", 2, 12000, kinds=("swap",))
+    a, b = (d.meta["cubes"] for d in episodes)
+    assert [d.task for d in episodes] == ["reach the red cube", "reach the green cube"]
+    assert all(d.success for d in episodes)
     np.testing.assert_allclose(a["red"], b["green"])  # the target position keeps its place
     np.testing.assert_allclose(a["green"], b["blue"])
     np.testing.assert_allclose(a["yellow"], b["red"])
-    ends = [d.infos[-1]["ee_pos"] for d in demos]
+    ends = [d.infos[-1]["ee_pos"] for d in episodes]
     np.testing.assert_allclose(ends[0], ends[1], atol=0.01)  # the same reach both times

@@ -11,18 +11,14 @@ import pytest
 import torch
 
 from embodied.apps.training.data_minijudge import first_env_success, record_episodes
-from embodied.apps.training.training_minijudge import (
-    build_parser,
-    history_train_seeds,
-    seed_overlaps,
-)
+from embodied.apps.training.training_minijudge import history_train_seeds, seed_overlaps
 from embodied.errors import CheckpointError, ConfigError
-from embodied.rewards.demo2reward import LabelledDemo
+from embodied.rewards.demo2reward import LabelledDemonstration
 from embodied.rewards.minijudge import SHIPPED, MiniJudge, MiniJudgeConfig, clips_to_pixels
 
 WRONG_CUBE_SEED0, WRONG_CUBE_EPISODES = 41000, 8
 TEST_SEEDS = {"mujoco:arm_reach": [[40000, 40004], [41000, 41000 + WRONG_CUBE_EPISODES - 1]]}
-"""Reset seeds of the episodes these tests record (conftest ``arm_demos`` and wrong cubes)."""
+"""Reset seeds of the episodes these tests record (conftest ``arm_demonstrations`` and wrong cubes)."""
 WRONG_CUBE_MAX_FPR = 65.0
 """Percent of wrong-cube frames (the arm reaches another cube than the instruction names) the
 shipped judge may call a success. It binds colours poorly: measured 47.5 on this test's
@@ -37,7 +33,7 @@ REPORT_FLOORS = {"mujoco:arm_reach": (80.0, 60.0), "mujoco:reach_around": (90.0,
 
 
 @pytest.fixture(scope="module")
-def wrong_cube_demos() -> list[LabelledDemo]:
+def wrong_cube_demonstrations() -> list[LabelledDemonstration]:
     """arm_reach episodes where the expert reaches a cube of another colour than named."""
     return record_episodes(
         "mujoco:arm_reach", WRONG_CUBE_EPISODES, WRONG_CUBE_SEED0, kinds=("wrong",)
@@ -72,7 +68,7 @@ def test_shipped_threshold_is_chosen_and_reported_on_disjoint_seeds() -> None:
     train, cal, report = (splits[k]["seeds"] for k in ("train", "calibration", "report"))
     assert train and cal and report
     # the recorded training seeds cover every stage of the checkpoint's history
-    assert train == history_train_seeds(calib["train"], build_parser())
+    assert train == history_train_seeds(calib["train"])
     named = {"train": train, "calibration": cal, "report": report, "tests": TEST_SEEDS}
     for a, b in combinations(named, 2):
         assert not seed_overlaps(named[a], named[b]), (a, b)
@@ -93,17 +89,19 @@ def test_shipped_threshold_is_chosen_and_reported_on_disjoint_seeds() -> None:
 
 
 def test_judge_agrees_with_oracle_on_unseen_episodes(
-    minijudge: MiniJudge, arm_demos: list[LabelledDemo], wrong_cube_demos: list[LabelledDemo]
+    minijudge: MiniJudge,
+    arm_demonstrations: list[LabelledDemonstration],
+    wrong_cube_demonstrations: list[LabelledDemonstration],
 ) -> None:
-    probs = np.concatenate([minijudge.score_batch(d.clips(4), d.task) for d in arm_demos])
-    labels = np.concatenate([d.labels for d in arm_demos])
+    probs = np.concatenate([minijudge.score_batch(d.clips(4), d.task) for d in arm_demonstrations])
+    labels = np.concatenate([d.labels for d in arm_demonstrations])
     assert probs[labels].mean() > probs[~labels].mean() + 0.3
     accuracy = ((probs >= minijudge.threshold) == labels).mean()
     assert accuracy > 0.8, accuracy  # seeds 40000+ were never trained on
     # wrong cube: every frame is a failure of the named task; the judge is known to fire
     # once the arm touches any cube, so this is a floor on how bad it may be, not a goal
     fired, approach = [], []
-    for d in wrong_cube_demos:
+    for d in wrong_cube_demonstrations:
         assert not d.labels.any()
         arrived = first_env_success(d)  # the step the arm reaches the other cube
         assert arrived > 0
@@ -115,9 +113,11 @@ def test_judge_agrees_with_oracle_on_unseen_episodes(
     assert approach_fpr <= WRONG_CUBE_APPROACH_MAX_FPR, approach_fpr
 
 
-def test_text_side_responds_to_wording(minijudge: MiniJudge, arm_demos: list[LabelledDemo]) -> None:
+def test_text_side_responds_to_wording(
+    minijudge: MiniJudge, arm_demonstrations: list[LabelledDemonstration]
+) -> None:
     task_p, far_p, template_p = [], [], []
-    for demo in (d for d in arm_demos if d.success):
+    for demo in (d for d in arm_demonstrations if d.success):
         clips = demo.clips(4, np.flatnonzero(demo.labels).tolist())
         task_p.append(minijudge.score_batch(clips, demo.task))
         far_p.append(minijudge.score_batch(clips, "move the blue ball to the green goal"))
@@ -139,11 +139,11 @@ def test_text_side_responds_to_wording(minijudge: MiniJudge, arm_demos: list[Lab
     "the reached cube (calibration.json colour_binding_percent); flips to a pass when fixed",
 )
 def test_colour_word_binds_to_the_reached_cube(
-    minijudge: MiniJudge, arm_demos: list[LabelledDemo]
+    minijudge: MiniJudge, arm_demonstrations: list[LabelledDemonstration]
 ) -> None:
     """On success frames the instruction naming the reached cube beats every other colour."""
     right, wrong = [], []
-    for demo in (d for d in arm_demos if d.success):
+    for demo in (d for d in arm_demonstrations if d.success):
         clips = demo.clips(4, np.flatnonzero(demo.labels).tolist())
         color = demo.task.split()[2]
         right.append(minijudge.score_batch(clips, demo.task))
@@ -191,15 +191,17 @@ def test_flatten_head_roundtrip_and_config_errors(tmp_path: Path, minijudge: Min
 
 
 def test_batched_equals_single_and_save_load_roundtrip(
-    tmp_path: Path, minijudge: MiniJudge, arm_demos: list[LabelledDemo]
+    tmp_path: Path, minijudge: MiniJudge, arm_demonstrations: list[LabelledDemonstration]
 ) -> None:
-    clips = list(arm_demos[0].clips(4, range(0, len(arm_demos[0]), 7)))
-    batched = minijudge.score_batch(clips, arm_demos[0].task)
-    single = np.array([minijudge.score(c, arm_demos[0].task) for c in clips])
+    clips = list(arm_demonstrations[0].clips(4, range(0, len(arm_demonstrations[0]), 7)))
+    batched = minijudge.score_batch(clips, arm_demonstrations[0].task)
+    single = np.array([minijudge.score(c, arm_demonstrations[0].task) for c in clips])
     np.testing.assert_allclose(batched, single, atol=1e-5)
     minijudge.save_pretrained(tmp_path / "ckpt")
     again = MiniJudge.from_pretrained(tmp_path / "ckpt", device="cpu", text_encoder=minijudge.text)
-    np.testing.assert_allclose(again.score_batch(clips, arm_demos[0].task), batched, atol=1e-6)
+    np.testing.assert_allclose(
+        again.score_batch(clips, arm_demonstrations[0].task), batched, atol=1e-6
+    )
     assert again.threshold == pytest.approx(minijudge.threshold)
 
 

@@ -1,5 +1,6 @@
-"""The judge's training script end to end on a few real rendered episodes: train, save,
-then fine-tune from the result with --steps 0 (recalibrate only)."""
+"""The judge's training (``embodied train minijudge``) end to end on a few real rendered
+episodes: train, save, then fine-tune from the result with steps=0 (recalibrate only); and the
+recorded command lines of a checkpoint's training history read back."""
 
 from __future__ import annotations
 
@@ -13,19 +14,27 @@ import pytest
 from safetensors.torch import load_file
 
 from embodied.apps.training.training_minijudge import (
+    MiniJudgeTrainConfig,
     _cached,
-    build_parser,
+    command_line,
     evaluate,
     history_train_seeds,
-    main,
+    parse_command,
     seed_overlaps,
+    train_minijudge,
+    train_seeds,
 )
 from embodied.errors import CheckpointError, ConfigError
 from embodied.rewards.calibration import best_threshold, rates
 from embodied.rewards.minijudge import MiniJudge
 
-SMALL = ["--n-arm", "2", "--n-ball", "2", "--n-val", "2", "--n-wrong-val", "1"]
-SMALL += ["--extra-arm-experts", "0", "--image-size", "64", "--batch", "16"]
+SMALL: dict[str, Any] = {"n_arm": 2, "n_ball": 2, "n_val": 2, "n_wrong_val": 1}
+SMALL |= {"extra_arm_experts": 0, "image_size": 64, "batch": 16}
+
+
+def main(out: Path, **options: Any) -> dict[str, Any]:
+    """Train a small judge into ``out``: ``SMALL`` and ``options`` over the defaults."""
+    return train_minijudge(MiniJudgeTrainConfig(out=str(out), **{**SMALL, **options}))
 
 
 def _split(cache: Path, name: str) -> list[Any]:
@@ -40,15 +49,18 @@ def _split(cache: Path, name: str) -> list[Any]:
 
 def test_train_then_recalibrate_from_init(tmp_path: Path) -> None:
     first, cache = tmp_path / "first", tmp_path / "cache"
-    calib = main(
-        ["--out", str(first), "--steps", "3", "--swap-arm", "2", "--cache", str(cache), *SMALL]
-    )
+    calib = main(first, steps=3, swap_arm=2, cache=str(cache))
     saved = json.loads((first / "calibration.json").read_text())
     assert saved["threshold"] == calib["threshold"]
     assert {"mujoco:arm_reach", "mujoco:reach_around"} <= set(saved["oracle_agreement_per_kind"])
     assert "wrong" in saved["oracle_agreement_per_kind"]["mujoco:arm_reach"]
     assert saved["train"]["episodes"] == 2 + 2 + 2  # arm, ball and the swap pair
+    # the command line that made it, which reads back to the recorded config
+    assert saved["train"]["command"].startswith("embodied train minijudge --out ")
     assert "--swap-arm 2" in saved["train"]["command"]
+    config = MiniJudgeTrainConfig(**saved["train"]["config"])
+    assert (config.steps, config.swap_arm, config.n_arm) == (3, 2, 2)
+    assert parse_command(saved["train"]["command"]) == config
     judge = MiniJudge.from_pretrained(first, device="cpu")
     assert judge.config.image_size == 64
 
@@ -74,7 +86,7 @@ def test_train_then_recalibrate_from_init(tmp_path: Path) -> None:
     assert saved["oracle_agreement"]["n_neg"] == sum(int((~d.labels).sum()) for d in report)
 
     again = tmp_path / "again"
-    main(["--out", str(again), "--init", str(first), "--steps", "0", *SMALL])
+    main(again, init=str(first), steps=0)
     before, after = (
         load_file(str(first / "model.safetensors")),
         load_file(str(again / "model.safetensors")),
@@ -94,18 +106,42 @@ def test_train_then_recalibrate_from_init(tmp_path: Path) -> None:
 def test_overlapping_splits_and_unreadable_history_are_refused(tmp_path: Path) -> None:
     # 5001 arm_reach training episodes would run into the calibration seeds (5000...)
     with pytest.raises(ConfigError, match=r"train and calibration episodes share reset seeds"):
-        main(["--out", str(tmp_path / "x"), *SMALL, "--n-arm", "5001"])
+        main(tmp_path / "x", n_arm=5001)
     assert not (tmp_path / "x").exists()
     with pytest.raises(ConfigError, match=r"calibration and report.*\[5000, 6099\]"):
-        main(["--out", str(tmp_path / "x"), *SMALL, "--n-val", "1100", "--steps", "0"])
-    parser = build_parser()
+        main(tmp_path / "x", n_val=1100, steps=0)
     history = {
         "steps": 0,  # a recalibration records no seeds of its own
         "from": {"steps": 9, "command": "python -m x.train_minijudge --out D --n-arm 3"},
     }
-    assert history_train_seeds(history, parser) == {
+    assert history_train_seeds(history) == {
         "mujoco:arm_reach": [[0, 2], [9000, 9031]],
         "mujoco:reach_around": [[0, 31]],
     }
     with pytest.raises(CheckpointError, match="records neither its seeds"):
-        history_train_seeds({"steps": 5, "command": "my_own_trainer --epochs 3"}, parser)
+        history_train_seeds({"steps": 5, "command": "my_own_trainer --epochs 3"})
+    with pytest.raises(CheckpointError, match="does not read.*--n-arm"):
+        history_train_seeds({"steps": 5, "command": "python -m x.train_minijudge --n-arm"})
+    with pytest.raises(CheckpointError, match="does not read"):  # no --out
+        history_train_seeds({"steps": 5, "command": "embodied train minijudge --n-arm 3"})
+
+
+def test_recorded_command_line_reads_back() -> None:
+    """The recorded ``embodied train minijudge ...`` line gives back its config and seeds."""
+    config = MiniJudgeTrainConfig(
+        out="runs/j k", n_arm=3, lr=1e-3, seed=7, swap_arm=4, init="CELLS", film_layer=0
+    )
+    command = command_line(config)
+    assert command.startswith("embodied train minijudge --out 'runs/j k' --n-arm 3 ")
+    assert "--cache" not in command  # None: not on the command line
+    assert parse_command(command) == config
+    assert parse_command(".venv/bin/" + command) == config
+    assert parse_command(command.replace("embodied train", "python -m embodied train")) == config
+    assert history_train_seeds({"steps": 5, "command": command}) == train_seeds(config)
+    assert train_seeds(config)["mujoco:arm_reach"] == [[7, 9], [9007, 9038], [12007, 12010]]
+    # the old module form, --flag=value and options of earlier versions
+    old = "python -m a.train_minijudge --out D --n-arm=3 --gone 1 --lr 1e-3 --seed 7 --init CELLS"
+    assert parse_command(old) == MiniJudgeTrainConfig(
+        out="D", n_arm=3, lr=1e-3, seed=7, init="CELLS"
+    )
+    assert parse_command("embodied train pdp --out D") is None

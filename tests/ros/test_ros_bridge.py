@@ -23,7 +23,7 @@ import time
 import numpy as np
 import pytest
 
-from embodied.apps.deploy import DeployResult, deploy
+from embodied.apps.deploy import DeployConfig, DeployResult, deploy
 from embodied.errors import ActionError, SafetyFault
 from hardware import DEFAULT_CONFIG, RobotEnv
 from hardware.configuration_robot import RobotConfig
@@ -90,11 +90,9 @@ def run_deploy_in_thread(graph, robot, out, seconds, stop_event=None):
         try:
             result["r"] = deploy(
                 graph.robot_config(),
-                "sine",
+                DeployConfig("sine", max_seconds=seconds, policy_kwargs={"amplitude_rad": 0.3}),
                 out,
                 robot=robot,
-                max_seconds=seconds,
-                policy_kwargs={"amplitude_rad": 0.3},
                 stop_event=stop_event,
             )
         except BaseException as exc:

@@ -41,7 +41,7 @@ def _collect(runner: CliRunner, *args: str) -> object:
 
 def test_collect_cli_writes_resumes_and_records_expert_choices(tmp_path: Path) -> None:
     runner = CliRunner()
-    out = tmp_path / "demos"
+    out = tmp_path / "demonstrations"
     res = _collect(
         runner,
         "--env",

@@ -37,7 +37,7 @@ def test_reach_around_expert_succeeds_with_three_route_classes() -> None:
         speeds.append(expert.current_speed)
     assert np.mean(results) >= 0.95, results
     assert set(routes) == set(ROUTES) and min(routes.values()) >= 4, routes
-    assert max(speeds) - min(speeds) > 0.1  # demos at varied speeds (m/s)
+    assert max(speeds) - min(speeds) > 0.1  # demonstrations at varied speeds (m/s)
 
 
 @pytest.mark.parametrize("route", ROUTES)

@@ -12,8 +12,9 @@ field's default, with the field's doc as help:
 
 The decorated function keeps its hand-written options (paths, ``--json``, ...) and receives the
 generated ones in its keyword ``config``: dotted field path -> value (``"manifold.steps"``).
-Mapping to typer: bool -> ``--x/--no-x``; tuples and sequences -> one comma-separated option
-(``many="comma"``) or a repeatable one (``many="repeat"``); ``X | None`` -> ``X``.
+Mapping to typer: bool -> ``--x/--no-x`` (or a plain ``--x`` switch: ``negatable=False``);
+tuples and sequences -> one comma-separated option (``many="comma"``) or a repeatable one
+(``many="repeat"``); ``X | None`` -> ``X``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ class Opt:
         type: The element type, when the annotation does not name one scalar type.
         default: The command's default where it must differ from the field's (or the field
             has none); the help shows it.
+        aliases: More names of the option, e.g. ``("-n",)``.
+        negatable: For bool fields: ``--x/--no-x``; False: a plain ``--x`` switch (the
+            field's default must be False).
     """
 
     field: str
@@ -64,6 +68,8 @@ class Opt:
     given_only: bool = False
     type: type | None = None
     default: Any = _FIELD_DEFAULT
+    aliases: tuple[str, ...] = ()
+    negatable: bool = True
 
     @property
     def option(self) -> str:
@@ -180,8 +186,11 @@ def _parameter(cls: type, spec: Opt) -> tuple[inspect.Parameter, Callable[[Any],
                     fix=f"e.g. {spec.option} {_example(scalar)}",
                 ) from None
 
-    elif scalar is bool:
+    elif scalar is bool and spec.negatable:
         decls = [f"{spec.option}/--no-{spec.option.removeprefix('--')}"]
+    elif scalar is bool and default is not False:
+        raise TypeError(f"field {spec.field!r}: a plain switch needs the default False")
+    decls += spec.aliases
     if default is None:
         annotation = annotation | None
     info = typer.Option(default, *decls, help=doc)

@@ -13,11 +13,13 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from embodied.apps.cli._common import parse_kv
-from embodied.apps.deploy import deploy
+from embodied.apps.cli._config_options import Opt, config_options
+from embodied.apps.deploy import DeployConfig, deploy
 from hardware.configuration_robot import resolve_robot
 
 
@@ -25,6 +27,17 @@ def register(app: typer.Typer) -> None:
     """Add the ``deploy`` command to ``app``."""
 
     @app.command("deploy", help=__doc__)
+    @config_options(
+        DeployConfig,
+        "policy",
+        "controller",
+        Opt("rate_hz", flag="--rate"),
+        Opt("dry_run", negatable=False),
+        "max_seconds",
+        "episodes",
+        "instruction",
+        Opt("clear_estop", negatable=False),
+    )
     def deploy_cmd(
         robot: str = typer.Option(
             ...,
@@ -32,34 +45,17 @@ def register(app: typer.Typer) -> None:
             help="Robot config YAML (see hardware/configs/sim_arm.yaml) or rosbridge://host:port "
             "(default config at that server).",
         ),
-        policy: str = typer.Option(
-            ..., "--policy", help="Policy name (hold, sine, expert, ...) or checkpoint folder."
-        ),
         out: str = typer.Option(..., "--out", help="Output folder (episodes/, summary.json)."),
-        controller: str = typer.Option(
-            None, "--controller", help="Controller YAML steering a policy knob (gains + meta)."
-        ),
-        rate: float = typer.Option(None, "--rate", help="Control rate in Hz (default: config)."),
-        dry_run: bool = typer.Option(
-            False, "--dry-run", help="Run the same loop against the simulated robot."
-        ),
-        max_seconds: float = typer.Option(
-            30.0, "--max-seconds", help="Time limit per episode (s)."
-        ),
-        episodes: int = typer.Option(1, "--episodes", help="Episodes to run."),
-        instruction: str = typer.Option("", "--instruction", help="Task instruction."),
         policy_arg: list[str] = typer.Option(
             [], "--policy-arg", help="Policy option key=value (repeatable), e.g. amplitude_rad=0.3."
         ),
-        clear_estop: bool = typer.Option(
-            False,
-            "--clear-estop",
-            help="Call the robot's enable service first (clears a latched robot e-stop).",
-        ),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every safety clip."),
+        *,
+        config: dict[str, Any],
     ) -> None:
         kwargs = parse_kv(policy_arg, "--policy-arg", "amplitude_rad=0.3")
-        config = resolve_robot(robot)
+        run = DeployConfig(**config, policy_kwargs=kwargs)
+        robot_config = resolve_robot(robot)
         out_dir = Path(out)
         out_dir.mkdir(parents=True, exist_ok=True)
         handler = logging.FileHandler(out_dir / "deploy.log")
@@ -87,26 +83,13 @@ def register(app: typer.Typer) -> None:
         old_int = signal.signal(signal.SIGINT, on_signal)
         old_term = signal.signal(signal.SIGTERM, on_signal)
         try:
-            what = "simulated robot (dry run)" if dry_run else config.ros.url
+            what = "simulated robot (dry run)" if run.dry_run else robot_config.ros.url
             print(
-                f"deploy {policy!r} on {config.name} via {what}, "
-                f"{rate or config.control_rate_hz:g} Hz, <= {max_seconds:g} s",
+                f"deploy {run.policy!r} on {robot_config.name} via {what}, "
+                f"{run.rate_hz or robot_config.control_rate_hz:g} Hz, <= {run.max_seconds:g} s",
                 flush=True,
             )
-            result = deploy(
-                config,
-                policy,
-                out_dir,
-                dry_run=dry_run,
-                rate_hz=rate,
-                max_seconds=max_seconds,
-                episodes=episodes,
-                controller=controller,
-                instruction=instruction,
-                policy_kwargs=kwargs,
-                stop_event=stop,
-                clear_estop=clear_estop,
-            )
+            result = deploy(robot_config, run, out_dir, stop_event=stop)
         finally:
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, old_term)

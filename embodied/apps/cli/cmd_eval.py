@@ -16,8 +16,8 @@ from rich.console import Console
 from embodied.apps.cli._common import episode_progress, parse_kv
 from embodied.apps.cli._config_options import Opt, config_options
 from embodied.apps.evaluation import EvalConfig, PolicyLoader, build_grid, evaluate
+from embodied.apps.evaluation.report import preflight_lines
 from embodied.errors import ConfigError
-from sim.libero import LiberoProtocol
 
 
 def register(app: typer.Typer) -> None:
@@ -34,6 +34,7 @@ def register(app: typer.Typer) -> None:
         "max_steps",
         "backend",
         "judge",
+        "max_episode_errors",
     )
     def eval_(
         policy: str = typer.Option(..., "--policy", help="Policy name or checkpoint folder."),
@@ -52,9 +53,6 @@ def register(app: typer.Typer) -> None:
             "--libero-assets",
             help=f"Local LIBERO assets folder (or ${'EMBODIED_LIBERO_ASSETS'}).",
         ),
-        protocol: str = typer.Option(
-            "libero", "--protocol", help="LIBERO protocol preset: libero or openvla."
-        ),
         cameras: str = typer.Option(
             "agentview", "--cameras", help="LIBERO cameras, comma-separated ('' for none)."
         ),
@@ -63,19 +61,14 @@ def register(app: typer.Typer) -> None:
         config: dict[str, Any],
     ) -> None:
         env, backend = config["envs"], config["backend"]
-        if protocol not in ("libero", "openvla"):
-            raise ConfigError(f"--protocol {protocol!r} unknown; options: libero, openvla")
         if libero_assets:
             os.environ["EMBODIED_LIBERO_ASSETS"] = os.path.abspath(libero_assets)
         common = parse_kv(env_arg, "--env-arg", "seed=3")
         env_kwargs: dict[str, dict[str, Any]] = {"mujoco": dict(common)}
         if any(e.startswith("libero:") for e in env):
-            proto = LiberoProtocol.openvla() if protocol == "openvla" else LiberoProtocol()
-            env_kwargs["libero"] = {
-                "protocol": proto,
-                "cameras": tuple(c for c in cameras.split(",") if c),
-                **common,
-            }
+            # LIBERO's protocol is OpenVLA's (raw frames, LIBERO-native actions); what a
+            # policy needs converted, its processor does (--policy-arg for its options).
+            env_kwargs["libero"] = {"cameras": tuple(c for c in cameras.split(",") if c), **common}
         if address:
             if backend != "ray":
                 raise ConfigError(
@@ -97,6 +90,10 @@ def register(app: typer.Typer) -> None:
                     progress.update(bar, advance=1, description=f"episodes ({wins} successes)")
                 elif kind == "failed":
                     progress.update(bar, advance=1)
+                    error = str(data.get("error") or "").strip()
+                    console.print(f"episode failed: {error.splitlines()[0] if error else '?'}")
+                elif kind == "preflight" and not as_json:
+                    console.print("\n".join(preflight_lines(data["preflight"])).strip())
                 elif kind == "worker_died":
                     console.print(f"worker {data['pid']} died; rerunning its episode")
 

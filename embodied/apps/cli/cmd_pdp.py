@@ -1,6 +1,6 @@
 """Parameterized Diffusion Policy: evaluate, adapt z, demo.
 
-`embodied pdp experiment` runs it all (collect demos, train PDP + DP,
+`embodied pdp experiment` runs it all (collect demonstrations, train PDP + DP,
 evaluate); training alone is `embodied train pdp`.
 """
 
@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import typer
 
+from embodied.apps.cli._config_options import Opt, config_options
 from embodied.apps.experiments.pdp import (
-    SHIFTED_SCENES,
+    PDPEvalConfig,
+    PDPExperimentConfig,
     aggregate,
     aggregate_markdown,
-    collect_demos,
+    collect_demonstrations,
     constraint_cost,
     evaluate,
     make_env,
@@ -29,12 +32,10 @@ from embodied.apps.experiments.pdp import (
 )
 from embodied.errors import ConfigError
 from embodied.io import write_json, write_text
-from policies.diffusion.adaptation import adapt_z_from_demo, search_z_cem
+from policies.diffusion.adaptation import adapt_z_from_demonstration, search_z_cem
 from policies.diffusion.policy_pdp import PDPPolicy
 
 pdp_app = typer.Typer(help=__doc__, no_args_is_help=True)
-
-_SCENES_HELP = "Shifted scenes (comma-separated): block_left, block_center, ..."
 
 
 def _threads(n: int) -> None:
@@ -42,28 +43,27 @@ def _threads(n: int) -> None:
 
 
 @pdp_app.command("experiment")
+@config_options(PDPEvalConfig, "n_eval", "n_shift_eval", "scenes", into="evaluation")
+@config_options(
+    PDPExperimentConfig,
+    Opt("n_demonstrations", flag="--demonstrations"),
+    "seeds",
+    "first_seed",
+    "steps",
+)
 def experiment_cmd(
-    out: Path = typer.Option(..., "--out", help="Output folder (demos, checkpoints, results)."),
-    demos: int = typer.Option(100, help="Expert demos to collect."),
-    seeds: int = typer.Option(1, help="Training seeds (PDP and DP trained per seed)."),
-    first_seed: int = typer.Option(0, help="First training seed (seeds first..first+n-1)."),
-    steps: int | None = typer.Option(None, help="Diffusion training steps [3000]."),
-    n_eval: int = typer.Option(30, help="Unshifted evaluation episodes per method."),
-    n_shift_eval: int = typer.Option(15, help="Episodes per shifted scene and method."),
-    scenes: str | None = typer.Option(None, help=_SCENES_HELP),
+    out: Path = typer.Option(
+        ..., "--out", help="Output folder (demonstrations, checkpoints, results)."
+    ),
     threads: int = typer.Option(1, help="torch CPU threads."),
+    *,
+    config: dict[str, Any],
+    evaluation: dict[str, Any],
 ) -> None:
     """Full evaluation on mujoco:reach_around; writes results.json/.md and PNG plots."""
     _threads(threads)
-    summary = run_experiment(
-        out,
-        n_demos=demos,
-        train_seeds=tuple(range(first_seed, first_seed + seeds)),
-        overrides={"steps": steps} if steps else None,
-        n_eval=n_eval,
-        n_shift_eval=n_shift_eval,
-        scenes=tuple(scenes.split(",")) if scenes else SHIFTED_SCENES,
-    )
+    cfg = PDPExperimentConfig(**config, evaluation=PDPEvalConfig(**evaluation))
+    summary = run_experiment(out, cfg)
     print(json.dumps(summary["aggregate"], indent=1))
     print(f"wrote {out / 'results.md'}")
 
@@ -88,34 +88,25 @@ def aggregate_cmd(
 
 
 @pdp_app.command("eval")
+@config_options(PDPEvalConfig, "n_eval", "n_shift_eval", "scenes", "seed")
 def eval_cmd(
     pdp: Path = typer.Option(..., "--pdp", help="PDP checkpoint folder (embodied train pdp)."),
     dp: Path = typer.Option(..., "--dp", help="Same policy trained with --z-dim 0."),
     out: Path = typer.Option(..., "--out", help="Folder for results.json/.md and PNGs."),
-    n_eval: int = typer.Option(30, help="Unshifted evaluation episodes per method."),
-    n_shift_eval: int = typer.Option(15, help="Episodes per shifted scene and method."),
-    scenes: str | None = typer.Option(None, help=_SCENES_HELP),
-    seed: int = typer.Option(1000, help="First evaluation seed."),
     threads: int = typer.Option(1, help="torch CPU threads."),
+    *,
+    config: dict[str, Any],
 ) -> None:
     """Evaluate PDP vs DP: success, mode coverage, shifted scenes, plots."""
     _threads(threads)
-    res = evaluate(
-        pdp,
-        dp,
-        out,
-        n_eval=n_eval,
-        n_shift_eval=n_shift_eval,
-        seed=seed,
-        scenes=tuple(scenes.split(",")) if scenes else SHIFTED_SCENES,
-    )
+    res = evaluate(pdp, dp, out, PDPEvalConfig(**config))
     print(results_markdown(res))
 
 
-ADAPT_DEMO_SEED0 = 40000
-"""``pdp adapt``: first seed of the adaptation demo. The demo, the CEM search rollouts and the
-evaluation episodes use disjoint seed blocks (and none of the experiment's), so the adapted z
-is never scored on an episode it was fitted to."""
+ADAPT_DEMONSTRATION_SEED0 = 40000
+"""``pdp adapt``: first seed of the adaptation demonstration. The demonstration, the CEM search
+rollouts and the evaluation episodes use disjoint seed blocks (and none of the experiment's),
+so the adapted z is never scored on an episode it was fitted to."""
 ADAPT_CEM_SEED0 = 45000
 """``pdp adapt``: first seed of the CEM search rollouts."""
 ADAPT_EVAL_SEED0 = 50000
@@ -126,10 +117,13 @@ ADAPT_EVAL_SEED0 = 50000
 def adapt_cmd(
     policy: Path = typer.Option(..., "--policy", help="PDP checkpoint folder."),
     scene: str = typer.Option("block_left", help="Shifted scene of mujoco:reach_around."),
-    method: str = typer.Option("demo", help="demo (one expert demo) or cem (constraint only)."),
-    steps: int = typer.Option(300, help="Adam steps (method=demo)."),
+    method: str = typer.Option(
+        "demonstration",
+        help="demonstration (one expert demonstration) or cem (constraint only).",
+    ),
+    steps: int = typer.Option(300, help="Adam steps (method=demonstration)."),
     n_eval: int = typer.Option(10, help="Evaluation episodes before/after."),
-    seed: int = typer.Option(0, help="Seed of the demo/search episodes."),
+    seed: int = typer.Option(0, help="Seed of the demonstration/search episodes."),
     threads: int = typer.Option(1, help="torch CPU threads."),
 ) -> None:
     """Adapt only z to a shifted scene and report success before/after (weights frozen)."""
@@ -138,16 +132,20 @@ def adapt_cmd(
     env = make_env()
     ev = list(range(ADAPT_EVAL_SEED0 + seed, ADAPT_EVAL_SEED0 + seed + n_eval))
     before = success_rate(run_episodes(env, pol, ev, scene, z=np.zeros(pol.config.z_dim)))
-    if method == "demo":
-        demo = collect_demos(1, seed=ADAPT_DEMO_SEED0 + seed, scene=scene)
-        z = adapt_z_from_demo(pol, demo.states[0], demo.actions[0], steps=steps, seed=seed).z
+    if method == "demonstration":
+        demonstration = collect_demonstrations(
+            1, seed=ADAPT_DEMONSTRATION_SEED0 + seed, scene=scene
+        )
+        z = adapt_z_from_demonstration(
+            pol, demonstration.states[0], demonstration.actions[0], steps=steps, seed=seed
+        ).z
     elif method == "cem":
         cost = constraint_cost(
             env, pol, scene, [ADAPT_CEM_SEED0 + seed, ADAPT_CEM_SEED0 + seed + 1]
         )
         z = search_z_cem(cost, pol.config.z_dim, bound=pol.config.z_bound, seed=seed).z
     else:
-        raise ConfigError(f"unknown adaptation method {method!r}", fix="use demo or cem")
+        raise ConfigError(f"unknown adaptation method {method!r}", fix="use demonstration or cem")
     after = success_rate(run_episodes(env, pol, ev, scene, z=z))
     print(
         json.dumps(

@@ -1,6 +1,6 @@
-"""Reward judges: record labelled demos, run Demo2Reward.
+"""Reward judges: record labelled demonstrations, run Demo2Reward.
 
-Demo2Reward optimises a judge's instruction on a few labelled demos.
+Demo2Reward optimises a judge's instruction on a few labelled demonstrations.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from embodied.rewards import load_judge
 from embodied.rewards.demo2reward import (
     PROPOSERS,
     Demo2RewardConfig,
-    DemoSet,
-    load_demos,
+    DemonstrationSet,
+    load_demonstrations,
     optimize_instruction,
-    save_demos,
+    save_demonstrations,
     save_result,
 )
 
@@ -37,12 +37,12 @@ def record(
     kinds: str = typer.Option("expert", "--kinds", help="Comma list: expert,near,blocked,random."),
     seed: int = typer.Option(20000, "--seed", help="First reset seed."),
 ) -> None:
-    """Record labelled demos (frames + per-frame success labels) for `reward optimize`."""
-    demos = record_episodes(env, n, seed, kinds=[k.strip() for k in kinds.split(",") if k])
-    save_demos(demos, out)
+    """Record labelled demonstrations (frames + per-frame success labels) for `reward optimize`."""
+    demonstrations = record_episodes(env, n, seed, kinds=[k.strip() for k in kinds.split(",") if k])
+    save_demonstrations(demonstrations, out)
     print(
-        f"wrote {len(demos)} demos to {out} "
-        f"({sum(int(d.labels.sum()) for d in demos)} positive frames)"
+        f"wrote {len(demonstrations)} demonstrations to {out} "
+        f"({sum(int(d.labels.sum()) for d in demonstrations)} positive frames)"
     )
 
 
@@ -51,15 +51,19 @@ def record(
     Demo2RewardConfig, "template", "iterations", "restarts", "stride", "min_tpr", "seed"
 )
 def optimize(
-    demos: Path = typer.Option(..., "--demos", help="Labelled demos folder (3 to 10 episodes)."),
+    demonstrations: Path = typer.Option(
+        ..., "--demonstrations", help="Labelled demonstrations folder (3 to 10 episodes)."
+    ),
     out: Path = typer.Option(..., "--out", help="Folder for instruction.json."),
     judge: str = typer.Option("minijudge", "--judge", help="Judge spec (see `embodied judge`)."),
-    heldout: Path = typer.Option(None, "--heldout", help="Held-out demos to report before/after."),
+    heldout: Path = typer.Option(
+        None, "--heldout", help="Held-out demonstrations to report before/after."
+    ),
     proposer: str = typer.Option("offline", "--proposer", help="offline or llm."),
     proposer_model: str = typer.Option(
         None, "--proposer-model", help="LLM/VLM for --proposer llm."
     ),
-    camera: str = typer.Option(None, "--camera", help="Camera key of the demos."),
+    camera: str = typer.Option(None, "--camera", help="Camera key of the demonstrations."),
     device: str = typer.Option("auto", "--device"),
     as_json: bool = typer.Option(False, "--json", help="Print the result JSON."),
     *,
@@ -68,7 +72,7 @@ def optimize(
     """Run Demo2Reward and save the frozen instruction with its calibration table."""
     cfg = Demo2RewardConfig(**config)
     j = load_judge(judge, device=device)
-    train = load_demos(demos, camera=camera)
+    train = load_demonstrations(demonstrations, camera=camera)
     prop = PROPOSERS.make(
         proposer, **({"model": proposer_model, "device": device} if proposer == "llm" else {})
     )
@@ -82,10 +86,12 @@ def optimize(
             )
 
     result = optimize_instruction(j, train, prop, cfg, progress=show)
-    table = DemoSet(train, cfg.n_context, cfg.stride, 3, 10).table(j, result.template)
+    table = DemonstrationSet(train, cfg.n_context, cfg.stride, 3, 10).table(j, result.template)
     held = None
     if heldout is not None:
-        hs = DemoSet(load_demos(heldout, camera=camera), cfg.n_context, cfg.stride)
+        hs = DemonstrationSet(
+            load_demonstrations(heldout, camera=camera), cfg.n_context, cfg.stride
+        )
         held = {
             "before": hs.evaluate(j, cfg.template).to_dict(),
             "after": hs.evaluate(j, result.template).to_dict(),
@@ -95,7 +101,8 @@ def optimize(
         print(json.dumps({**result.to_dict(), "heldout": held, "path": str(path)}))
         return
     print(
-        f"best: {result.template}\n  demos J {result.initial.j:.2f} -> {result.best.j:.2f}, "
+        f"best: {result.template}\n"
+        f"  demonstrations J {result.initial.j:.2f} -> {result.best.j:.2f}, "
         f"FPR {result.initial.rates.fpr:.1f}% -> {result.best.rates.fpr:.1f}%"
     )
     if held:
@@ -110,7 +117,7 @@ def optimize(
 def experiment(
     judge: str = typer.Option("minijudge", "--judge", help="Judge spec."),
     env: list[str] = typer.Option(None, "--env", help="Tasks (default: the built-in ones)."),
-    n_demos: int = typer.Option(6, "--n-demos"),
+    n_demonstrations: int = typer.Option(6, "--n-demonstrations"),
     n_heldout: int = typer.Option(16, "--n-heldout"),
     iterations: int = typer.Option(10, "--iterations"),
     restarts: int = typer.Option(3, "--restarts"),
@@ -118,16 +125,16 @@ def experiment(
     min_tpr: float = typer.Option(
         0.0,
         "--min-tpr",
-        help="Reject candidates below this demo TPR (percent); 0 = the paper rule.",
+        help="Reject candidates below this demonstration TPR (percent); 0 = the paper rule.",
     ),
     out: Path = typer.Option(None, "--out", help="Write the report JSON here (atomic)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Demo2Reward on the built-in tasks: held-out TPR/TNR/FPR/FNR before and after.
 
-    The threshold is calibrated on the expert demos with the starting instruction (as a user
-    would); held-out episodes include near misses, hovering just above the target, reaching
-    the wrong cube (arm_reach), blocked routes (reach_around) and random motion.
+    The threshold is calibrated on the expert demonstrations with the starting instruction (as
+    a user would); held-out episodes include near misses, hovering just above the target,
+    reaching the wrong cube (arm_reach), blocked routes (reach_around) and random motion.
     """
     cfg = Demo2RewardConfig(
         iterations=iterations, restarts=restarts, stride=stride, min_tpr=min_tpr
@@ -135,7 +142,7 @@ def experiment(
     report = heldout_experiment(
         load_judge(judge),
         env or BUILTIN_TASKS,
-        n_demos,
+        n_demonstrations,
         n_heldout,
         cfg,
         progress=None if as_json else print,

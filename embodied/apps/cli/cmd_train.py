@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -14,8 +15,10 @@ import typer
 
 from embodied.apps.cli._config_options import Opt, config_options
 from embodied.apps.cli._steer import log, steer_env
-from embodied.apps.experiments.steer import train_tiny_on_env
+from embodied.apps.experiments.steer import SteerExperimentConfig, train_tiny_on_env
+from embodied.apps.training.training_minijudge import MiniJudgeTrainConfig, train_minijudge
 from embodied.distributed import Distributed
+from embodied.errors import ConfigError
 from policies.diffusion.configuration_pdp import PDPConfig
 from policies.diffusion.training_pdp import train_pdp
 from policies.openvla.training_openvla import BCSettings
@@ -77,20 +80,29 @@ def train_pdp_cmd(
 
 
 @train_app.command("vla")
+@config_options(
+    BCSettings,
+    Opt("steps", default=500),
+    Opt("batch_size", default=16),
+    Opt("lr", default=2e-3),
+    into="bc",
+)
+@config_options(
+    SteerExperimentConfig,
+    Opt("env_id", flag="--env"),
+    "demonstration_episodes",
+    "layout",
+    "image_size",
+    "llm_layers",
+)
 def train_vla_cmd(
-    env_id: str = typer.Option(
-        "mujoco:arm_reach", "--env", help="Env with a camera and an expert."
-    ),
     out: Path = typer.Option(Path("runs/vla_tiny"), "--out", help="Checkpoint folder."),
-    demo_episodes: int = typer.Option(2, help="Demo episodes per (speed level, target)."),
-    steps: int = typer.Option(500, help="BC optimiser steps."),
-    batch_size: int = typer.Option(16, help="BC batch size."),
-    lr: float = typer.Option(2e-3, help="Peak learning rate."),
-    layout: str = typer.Option("fixed", help="arm_reach cube layout: fixed | random."),
-    image_size: int = typer.Option(64, help="Camera size in pixels (mujoco envs)."),
-    llm_layers: int = typer.Option(4, help="Llama decoder layers of the tiny model."),
+    *,
+    config: dict[str, Any],
+    bc: dict[str, Any],
 ) -> None:
-    """Behaviour-clone a tiny OpenVLA (same classes as openvla-7b) on speed-varied demos.
+    """Behaviour-clone a tiny OpenVLA (same classes as openvla-7b) on speed-varied
+    demonstrations.
 
     Runs data-parallel unchanged under ``torchrun --nproc-per-node N -m embodied train vla``
     or ``accelerate launch``: ``--batch-size`` is the global batch (split over the
@@ -99,16 +111,34 @@ def train_vla_cmd(
     torch.set_num_threads(1)
     dist = Distributed.from_env(find_unused_parameters=True)  # last vision layers are unused
     main_log = log if dist.is_main else (lambda msg: None)
-    bc = BCSettings(steps=steps, batch_size=batch_size, lr=lr, log_every=max(1, steps // 8))
-    dist.shard(batch_size)  # a batch that does not split over the processes fails now
-    env, reset, targets = steer_env(env_id, image_size, layout)
+    settings = BCSettings(**bc, log_every=max(1, bc["steps"] // 8))
+    cfg = SteerExperimentConfig(**config)
+    dist.shard(settings.batch_size)  # a batch that does not split over the processes fails now
+    env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout)
     *_, history = train_tiny_on_env(
-        env, out, demo_episodes, bc, reset, targets, seed=0, log=main_log, dist=dist,
-        text={"num_hidden_layers": llm_layers},
+        env, out, cfg.demonstration_episodes, settings, reset, targets, seed=0, log=main_log,
+        dist=dist, text={"num_hidden_layers": cfg.llm_layers},
     )  # fmt: skip
     if dist.is_main:
         print(json.dumps({"checkpoint": str(out), "final_loss": history[-1]["loss"]}))
     dist.close()
+
+
+@train_app.command("minijudge")
+@config_options(MiniJudgeTrainConfig, *(f.name for f in dataclasses.fields(MiniJudgeTrainConfig)))
+def train_minijudge_cmd(*, config: dict[str, Any]) -> None:
+    """Train and calibrate the small judge (minijudge) on rendered MuJoCo episodes.
+
+    With --init DIR --steps 0 it recalibrates DIR's weights unchanged. OUT/calibration.json
+    records this command line, the resolved options and the reset seeds of every split.
+    """
+    try:
+        judge_config = MiniJudgeTrainConfig(**config)
+    except ConfigError as exc:  # a bad option value is a usage error (exit 2)
+        raise typer.BadParameter(str(exc)) from exc
+    calibration = train_minijudge(judge_config)
+    summary = {"out": judge_config.out, "threshold": calibration["threshold"]}
+    print(json.dumps({**summary, "oracle_agreement": calibration["oracle_agreement"]}))
 
 
 def register(app: typer.Typer) -> None:

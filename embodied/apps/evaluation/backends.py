@@ -8,6 +8,13 @@ process). A Ray backend registers the same way (``--backend ray``).
 The ``local`` backend keeps one pipe per worker and knows which spec each worker holds, so
 when a worker process dies (OOM kill, segfault in the simulator, ``kill -9``) its episode is
 put back in the queue and rerun on a fresh worker; finished episodes are never lost.
+
+An episode that raises is recorded, not fatal: workers call
+:meth:`~embodied.apps.evaluation.worker.EpisodeRunner.attempt`, which turns the exception into
+a record with ``error`` set (a failure counted in n, as OpenVLA's LIBERO evaluation counts it)
+and reported with a ``failed`` event. Only errors that mean the evaluation is misconfigured
+(:func:`~embodied.apps.evaluation.worker.aborts_evaluation`: ``ConfigError``,
+``CompatibilityError``, ...) stop the run, re-raised here in the parent.
 """
 
 from __future__ import annotations
@@ -29,12 +36,14 @@ from embodied.registry import Registry
 from embodied.threads import single_thread
 
 EventCallback = Callable[[str, dict[str, Any]], None]
-"""``on_event(kind, data)``: kinds ``start`` (spec, pid), ``done`` (record), ``worker_died``
-(pid, spec or None, attempts), ``failed`` (spec)."""
+"""``on_event(kind, data)``: kinds ``start`` (spec, pid), ``done`` (record: the episode ran to
+its end), ``worker_died`` (pid, spec or None, attempts), ``failed`` (spec, record, error: the
+episode raised, or its worker died on every attempt; counted as a failure)."""
 
 
 class EvaluationError(EmbodiedError, RuntimeError):
-    """An episode raised inside a worker (the worker's traceback is in the message)."""
+    """The evaluation stopped: an unexpected failure in a worker (its traceback is in the
+    message), or more episodes failed than ``EvalConfig.max_episode_errors`` allows."""
 
 
 class Backend(Protocol):
@@ -60,6 +69,38 @@ def emit(on_event: EventCallback | None, kind: str, **data: Any) -> None:
     """Call ``on_event(kind, data)`` when a callback is given."""
     if on_event is not None:
         on_event(kind, data)
+
+
+def finished(on_event: EventCallback | None, record: EpisodeRecord) -> None:
+    """Report a recorded episode: ``failed`` when it has an error, else ``done``."""
+    if record.error is not None:
+        emit(on_event, "failed", spec=record.spec, record=record, error=record.error)
+    else:
+        emit(on_event, "done", record=record)
+
+
+def limit_errors(on_event: EventCallback | None, limit: int | None) -> EventCallback | None:
+    """``on_event`` that also stops the evaluation after more than ``limit`` failed episodes.
+
+    The :class:`EvaluationError` is raised from the callback, inside the backend's loop, so
+    the backend shuts its workers down as for any error. ``limit=None`` returns ``on_event``.
+    """
+    if limit is None:
+        return on_event
+    failed: list[str] = []
+
+    def guarded(kind: str, data: dict[str, Any]) -> None:
+        emit(on_event, kind, **data)
+        if kind == "failed":
+            failed.append(str(data.get("error")))
+            if len(failed) > limit:
+                raise EvaluationError(
+                    f"{len(failed)} episodes failed, more than max_episode_errors={limit}; "
+                    f"the last one: {failed[-1]}",
+                    fix="fix the cause, or raise max_episode_errors (None: never stop)",
+                )
+
+    return guarded
 
 
 def next_spec(pending: deque[EpisodeSpec], last_env: str) -> EpisodeSpec:
@@ -90,15 +131,20 @@ class InlineBackend:
         try:
             for spec in specs:
                 emit(on_event, "start", spec=spec, pid=os.getpid())
-                out[spec.index] = runner.run(spec)
-                emit(on_event, "done", record=out[spec.index])
+                out[spec.index] = runner.attempt(spec)
+                finished(on_event, out[spec.index])
         finally:
             runner.close()
         return out
 
 
 def _worker_main(conn: Connection, runner: EpisodeRunner) -> None:
-    """Worker loop: receive a spec, run it, send ``("ok", record)`` or ``("error", ...)``."""
+    """Worker loop: receive a spec, run it, send ``("ok", record)`` or ``("error", ...)``.
+
+    ``ok`` includes an episode that raised (its record carries the error); ``error`` is an
+    exception that stops the evaluation (:func:`~.worker.aborts_evaluation`), or a failure to
+    send the record.
+    """
     single_thread()
     try:
         while True:
@@ -106,7 +152,7 @@ def _worker_main(conn: Connection, runner: EpisodeRunner) -> None:
             if spec is None:
                 break
             try:
-                record = runner.run(spec)
+                record = runner.attempt(spec)
             except Exception as exc:
                 try:
                     conn.send(("error", spec.index, exc, traceback.format_exc()))
@@ -203,7 +249,7 @@ class LocalBackend:
             record.attempts = self._attempts.get(index, 1)
             results[index] = record
             w.current = None
-            emit(on_event, "done", record=record)
+            finished(on_event, record)
             return
         if isinstance(payload, EmbodiedError):
             raise payload  # e.g. CompatibilityError: same for every episode, stop now
@@ -237,7 +283,7 @@ class LocalBackend:
                     error=f"worker died {self._attempts[spec.index]} times "
                     f"(last exit code {w.proc.exitcode})",
                 )
-                emit(on_event, "failed", spec=spec)
+                finished(on_event, results[spec.index])
             else:
                 pending.appendleft(spec)
         return self._spawn(ctx, runner)

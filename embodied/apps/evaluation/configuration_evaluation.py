@@ -104,6 +104,9 @@ class EvalConfig:
             before starting workers.
         judge: Optional judge spec (``minijudge``, a checkpoint folder, ...) that scores each
             episode's final clip; results then report judge-vs-oracle agreement.
+        max_episode_errors: Stop the evaluation (``EvaluationError``) once more than this
+            many episodes failed to run to their end (raised, or their worker died); None:
+            never stop, every such episode counts in n as a failure.
 
     Derived:
         env_ids: ``envs`` as a tuple.
@@ -123,6 +126,7 @@ class EvalConfig:
     start_method: str = "forkserver"
     preflight: bool = True
     judge: str | None = None
+    max_episode_errors: int | None = None
     env_ids: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -150,6 +154,11 @@ class EvalConfig:
         object.__setattr__(self, "variants", variants)
         if self.max_retries < 0:
             raise ConfigError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.max_episode_errors is not None and self.max_episode_errors < 0:
+            raise ConfigError(
+                f"max_episode_errors must be >= 0 or None, got {self.max_episode_errors}",
+                fix="0 stops at the first failed episode; None never stops",
+            )
         if self.start_method not in ("forkserver", "spawn"):
             raise ConfigError(
                 f"start_method {self.start_method!r} not allowed; use 'forkserver' or 'spawn'",
@@ -179,6 +188,7 @@ class EvalConfig:
             "max_retries": self.max_retries,
             "start_method": self.start_method,
             "judge": self.judge,
+            "max_episode_errors": self.max_episode_errors,
         }
 
 

@@ -8,7 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from embodied.apps.evaluation.backends import BACKENDS, EventCallback, InlineBackend
+from embodied.apps.evaluation.backends import (
+    BACKENDS,
+    EventCallback,
+    InlineBackend,
+    limit_errors,
+)
 from embodied.apps.evaluation.configuration_evaluation import (
     EpisodeSpec,
     EvalConfig,
@@ -16,7 +21,12 @@ from embodied.apps.evaluation.configuration_evaluation import (
     PolicyLoader,
 )
 from embodied.apps.evaluation.grid import build_grid
-from embodied.apps.evaluation.report import EvalResult, library_versions, write_results
+from embodied.apps.evaluation.report import (
+    EvalResult,
+    library_versions,
+    write_preflight,
+    write_results,
+)
 from embodied.apps.evaluation.stats import GroupStats, TaskStats, group_stats, task_stats
 from embodied.apps.evaluation.worker import EpisodeRecord, EpisodeRunner
 
@@ -25,7 +35,8 @@ def preflight(runner: EpisodeRunner, specs: Sequence[EpisodeSpec]) -> dict[str, 
     """Build one env per group with ``runner`` and check every variant's policy against it.
 
     Returns:
-        Env id -> ``env.describe()`` of the envs checked.
+        Env id -> ``{"env": env.describe(), "policy": the policy's preflight record}`` (see
+        :meth:`EpisodeRunner.check`).
 
     Raises:
         CompatibilityError: before any worker starts or any step is taken.
@@ -39,7 +50,12 @@ def preflight(runner: EpisodeRunner, specs: Sequence[EpisodeSpec]) -> dict[str, 
 def summarize(
     records: Sequence[EpisodeRecord],
 ) -> tuple[list[TaskStats], list[GroupStats]]:
-    """Per (task, variant) and per (group, variant) statistics of ``records``."""
+    """Per (task, variant) and per (group, variant) statistics of ``records``.
+
+    An episode that raised or could not be run (``error`` set) counts in ``n`` as a
+    failure, as OpenVLA's LIBERO evaluation counts an episode that raised, and in
+    ``errors``; its steps are left out of ``mean_steps``.
+    """
     by_task: dict[tuple[str, str], list[EpisodeRecord]] = defaultdict(list)
     for r in records:
         by_task[(r.spec.env_id, r.spec.variant)].append(r)
@@ -52,7 +68,7 @@ def summarize(
                 recs[0].spec.group,
                 variant,
                 next((r.instruction for r in ok if r.instruction), ""),
-                [r.success for r in ok],
+                [r.success and r.error is None for r in recs],
                 [r.steps for r in ok],
                 errors=len(recs) - len(ok),
             )
@@ -86,7 +102,13 @@ def evaluate(
     Raises:
         UnknownNameError: unknown env, suite, task or backend (listing what exists).
         CompatibilityError: the policy does not fit an env (before the first step).
-        EvaluationError: an episode raised inside a worker.
+        EmbodiedError: another error that means the evaluation is misconfigured
+            (:func:`~embodied.apps.evaluation.worker.aborts_evaluation`), raised in an
+            episode. Any other exception in an episode only fails that episode: it is
+            recorded (``EpisodeRecord.error``) and counted in n as a failure and in
+            ``errors``.
+        EvaluationError: more than ``config.max_episode_errors`` episodes failed, or a
+            worker failed outside its episode.
     """
     factory: PolicyFactory = (
         PolicyLoader(policy_factory) if isinstance(policy_factory, str) else policy_factory
@@ -100,14 +122,22 @@ def evaluate(
         start_method=config.start_method,
     )
     envs: dict[str, dict[str, Any]] = {}
+    preflight_record: dict[str, Any] | None = None
     runner = EpisodeRunner.from_config(config, factory)
     try:
         if config.preflight:
-            envs.update(preflight(runner, specs))
+            checked = preflight(runner, specs)
+            envs.update({env_id: entry["env"] for env_id, entry in checked.items()})
+            preflight_record = {"envs": checked, "versions": library_versions()}
+            if config.out is not None:  # written before the first episode, kept on a crash
+                write_preflight(preflight_record, Path(config.out))
+            if on_event is not None:
+                on_event("preflight", {"preflight": preflight_record})
     finally:
         if not isinstance(backend, InlineBackend):
             runner.close()  # workers get the runner without envs (and build their own)
-    results = backend.run(specs, runner, on_event=on_event)
+    guarded = limit_errors(on_event, config.max_episode_errors)
+    results = backend.run(specs, runner, on_event=guarded)
     records = [results[s.index] for s in specs]
     for r in records:
         if r.env_description is not None:
@@ -123,6 +153,7 @@ def evaluate(
         tasks=tasks,
         groups=groups,
         wall_s=time.perf_counter() - t0,
+        preflight=preflight_record,
     )
     if config.out is not None:
         write_results(result, Path(config.out))

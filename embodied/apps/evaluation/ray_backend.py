@@ -11,7 +11,9 @@ held raises :class:`ray.exceptions.RayActorError`; that episode goes back to the
 queue and a fresh actor replaces the dead one. Records are keyed by grid index and written
 once, so an episode is never counted twice or lost; after ``max_retries`` reruns it is
 recorded as failed (``EpisodeRecord.error``). Episodes are deterministic given their spec
-(seed, init state), so the merged results equal a serial run's.
+(seed, init state), so the merged results equal a serial run's. An episode that raises is
+not rerun: the actor returns it as a failed record
+(:meth:`~embodied.apps.evaluation.worker.EpisodeRunner.attempt`), as the other backends do.
 
 Ray is imported lazily: the default ``local`` backend never needs it. Without an address a
 private local Ray instance is started and shut down afterwards (no dashboard, node IP
@@ -46,6 +48,7 @@ from embodied.apps.evaluation.backends import (
     EvaluationError,
     EventCallback,
     emit,
+    finished,
     next_spec,
 )
 from embodied.apps.evaluation.configuration_evaluation import EpisodeSpec
@@ -154,8 +157,8 @@ class EpisodeActor:
         return os.getpid()
 
     def run(self, spec: EpisodeSpec) -> EpisodeRecord:
-        """Run one grid episode."""
-        return self.runner.run(spec)
+        """Run one grid episode (an exception in it comes back as the record's ``error``)."""
+        return self.runner.attempt(spec)
 
     def close(self) -> None:
         """Close the cached env."""
@@ -333,7 +336,7 @@ class RayBackend:
                     spec = held
                     try:
                         record: EpisodeRecord = ray.get(ref)
-                    except RayTaskError as exc:  # the episode itself raised
+                    except RayTaskError as exc:  # an error that stops the evaluation
                         cause = getattr(exc, "cause", None)
                         if isinstance(cause, EmbodiedError):
                             raise cause from None  # same for every episode: stop now
@@ -351,7 +354,7 @@ class RayBackend:
                         continue
                     record.attempts = attempts[spec.index]
                     results[spec.index] = record
-                    emit(on_event, "done", record=record)
+                    finished(on_event, record)
         finally:
             self._shutdown(ray, slots)
         return results
@@ -376,7 +379,7 @@ class RayBackend:
             results[spec.index] = EpisodeRecord(
                 spec=spec, attempts=n, error=f"Ray actor died {n} times (last: {first})"
             )
-            emit(on_event, "failed", spec=spec)
+            finished(on_event, results[spec.index])
         else:
             pending.appendleft(spec)
 

@@ -27,6 +27,9 @@ VERSIONED_PACKAGES = (
     "libero",
     "bddl",
     "imageio-ffmpeg",
+    "transformers",
+    "pillow",
+    "simplejpeg",
 )
 """Packages whose versions every result file records (None when not installed)."""
 
@@ -59,6 +62,9 @@ class EvalResult:
         groups: Per (group, variant) averages (e.g. per LIBERO suite).
         wall_s: Wall time of the evaluation (s).
         files: Written files by kind (``json``, ``markdown``, ``videos``), relative to ``out``.
+        preflight: What was checked before the first episode (``{"envs": env id -> {"env":
+            description, "policy": the policy's preflight record}, "versions": ...}``), also
+            written to ``preflight.json``; None without a preflight.
     """
 
     config: dict[str, Any]
@@ -70,6 +76,7 @@ class EvalResult:
     groups: list[GroupStats]
     wall_s: float
     files: dict[str, Any] = field(default_factory=dict)
+    preflight: dict[str, Any] | None = None
 
     def task(self, env_id: str, variant: str = "default") -> TaskStats:
         """Statistics of one task and variant."""
@@ -92,6 +99,8 @@ class EvalResult:
             "wall_s": self.wall_s,
             "files": self.files,
         }
+        if self.preflight is not None:
+            d["preflight"] = self.preflight
         if self.judge_agreement() is not None:
             d["judge_agreement"] = self.judge_agreement()
         return _finite(d)  # type: ignore[no-any-return]
@@ -148,6 +157,9 @@ def to_markdown(result: EvalResult) -> str:
             f"({_pct(t.success_rate)}) | [{_pct(t.ci_low)}, {_pct(t.ci_high)}] | {t.n} | "
             f"{t.mean_steps:.1f} | {t.errors} |"
         )
+    if any(t.errors for t in result.tasks):
+        lines += ["", "Episodes that could not be run (errors) count in n as failures."]
+    lines += error_lines(result.episodes)
     agr = result.judge_agreement()
     if agr is not None:
         lines += [
@@ -167,9 +179,60 @@ def to_markdown(result: EvalResult) -> str:
         lines += ["", "## Protocol", ""]
         for p in sorted(protocols):
             lines += ["```json", json.dumps(json.loads(p), indent=2), "```"]
+    lines += preflight_lines(result.preflight)
     lines += ["", "## Versions", ""]
     lines += [f"- {k}: {v}" for k, v in result.versions.items()]
     return "\n".join(lines) + "\n"
+
+
+def preflight_lines(record: Mapping[str, Any] | None) -> list[str]:
+    """Markdown ``## Preflight`` section: each env's policy record, one ``key: value`` line
+    per setting (empty without a record or without policy records)."""
+    if not record:
+        return []
+    lines: list[str] = []
+    for env_id, entry in record.get("envs", {}).items():
+        policy = entry.get("policy")
+        if not policy:
+            continue
+        lines += ["", f"### {env_id}", ""]
+        lines += [f"- {k}: `{json.dumps(v)}`" for k, v in policy.items() if k != "versions"]
+    return ["", "## Preflight", *lines] if lines else []
+
+
+MAX_LISTED_ERRORS = 20
+"""Failed episodes listed in ``results.md`` (all of them are in ``results.json``)."""
+
+
+def error_lines(episodes: Sequence[EpisodeRecord], limit: int = MAX_LISTED_ERRORS) -> list[str]:
+    """Markdown ``## Errors`` section: one line per failed episode (first line of its error).
+
+    Returns ``[]`` when no episode has an error.
+    """
+    failed = [e for e in episodes if e.error is not None]
+    if not failed:
+        return []
+    lines = ["", "## Errors", ""]
+    for e in failed[:limit]:
+        s = e.spec
+        where = f"seed {s.seed}" + ("" if s.init_state is None else f", init state {s.init_state}")
+        text = str(e.error).strip().replace("`", "'")
+        first = text.splitlines()[0] if text else "?"
+        lines.append(f"- {s.env_id} / {s.variant} / episode {s.episode} ({where}): `{first}`")
+    if len(failed) > limit:
+        lines.append(f"- ... and {len(failed) - limit} more (see `results.json`)")
+    return lines
+
+
+PREFLIGHT_FILE = "preflight.json"
+"""The preflight record's file name beside ``results.json``."""
+
+
+def write_preflight(record: dict[str, Any], out: Path) -> Path:
+    """Atomically write the preflight record to ``out/preflight.json``."""
+    path = out / PREFLIGHT_FILE
+    write_json(path, _finite(record))
+    return path
 
 
 def write_results(result: EvalResult, out: Path) -> dict[str, Any]:
@@ -179,6 +242,8 @@ def write_results(result: EvalResult, out: Path) -> dict[str, Any]:
         "markdown": "results.md",
         "videos": sorted(e.video for e in result.episodes if e.video),
     }
+    if result.preflight is not None:
+        files["preflight"] = PREFLIGHT_FILE
     result.files = files
     write_json(out / "results.json", result.to_dict())
     write_text(out / "results.md", result.markdown())

@@ -47,13 +47,14 @@ class TaskStats:
         group: Its averaging group (suite).
         variant: Variant name.
         instruction: Task instruction.
-        n: Completed episodes (failed-to-run episodes excluded).
+        n: Episodes, including those that could not be run (counted as failures).
         successes: Successful episodes.
         success_rate: successes / n.
         ci_low: Wilson 95% lower bound.
         ci_high: Wilson 95% upper bound.
-        mean_steps: Mean episode length in control steps.
-        errors: Episodes that could not be run (worker died ``max_retries + 1`` times).
+        mean_steps: Mean episode length in control steps (episodes that ran).
+        errors: Episodes that raised or could not be run (worker died ``max_retries + 1``
+            times); included in ``n`` as failures.
     """
 
     env_id: str
@@ -113,7 +114,13 @@ def task_stats(
     steps: Sequence[int],
     errors: int = 0,
 ) -> TaskStats:
-    """Summarise one (task, variant) from its episodes' success flags and lengths."""
+    """Summarise one (task, variant) from its episodes' success flags and lengths.
+
+    Args:
+        successes: One flag per episode, False for an episode that could not be run.
+        steps: Lengths of the episodes that ran.
+        errors: How many of the episodes could not be run.
+    """
     n, k = len(successes), int(sum(bool(s) for s in successes))
     lo, hi = wilson_interval(k, n)
     return TaskStats(

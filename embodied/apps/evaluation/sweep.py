@@ -380,21 +380,26 @@ def _nanmean(values: Sequence[float]) -> float:
 
 
 def summarize_sweep(config: SweepConfig, records: Sequence[SweepRecord]) -> list[dict[str, Any]]:
-    """One row per grid point (in grid order)."""
+    """One row per grid point (in grid order).
+
+    An episode that could not be run counts in ``n`` as a failure (and in ``errors``), as in
+    :func:`~embodied.apps.evaluation.harness.summarize`; the other means cover the episodes
+    that ran.
+    """
     rows = []
     for point in config.points:
         name = config.variant(point).name
         recs = [r for r in records if r.spec.variant == name]
         ok = [r for r in recs if r.error is None]
         wins = sum(r.success for r in ok)
-        lo, hi = wilson_interval(wins, len(ok))
+        lo, hi = wilson_interval(wins, len(recs))
         rows.append(
             {
                 "point": dict(point),
                 "variant": name,
-                "n": len(ok),
+                "n": len(recs),
                 "successes": wins,
-                "success_rate": wins / len(ok) if ok else math.nan,
+                "success_rate": wins / len(recs) if recs else math.nan,
                 "ci_low": lo,
                 "ci_high": hi,
                 "tracking_rmse": _nanmean([r.tracking_rmse for r in ok]),

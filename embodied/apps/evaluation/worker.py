@@ -2,6 +2,13 @@
 
 Every episode goes through :func:`embodied.loop.rollout` (the one loop); the runner only
 builds and caches envs/policies, passes seeds and reset options, and records video.
+
+An episode that raises is a failed episode, as in OpenVLA's LIBERO evaluation
+(``experiments/robot/libero/run_libero_eval.py`` catches the exception, logs it and counts
+the episode in n without a success): :meth:`EpisodeRunner.attempt` turns the exception into
+an :class:`EpisodeRecord` with ``error`` set, which every backend records and reports like
+any other episode. Errors that say the evaluation itself is set up wrong still stop it (see
+:func:`aborts_evaluation`).
 """
 
 from __future__ import annotations
@@ -9,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import time
+import traceback
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +33,7 @@ from embodied.apps.evaluation.configuration_evaluation import (
     PolicyLoader,
 )
 from embodied.contracts import Env, Policy
+from embodied.errors import ActionError, EmbodiedError, SafetyFault
 from embodied.loop import Episode, Steering, StepRecord, rollout
 from embodied.rewards import load_judge
 from embodied.rewards.clips import context_indices
@@ -50,7 +59,8 @@ class EpisodeRecord:
         attempts: Times the episode was started (> 1 after a worker died).
         worker: Worker id (pid) that finished it.
         video: Video path relative to the output folder, or None.
-        error: Why the episode could not be run, or None.
+        error: Why the episode failed to run to its end (the exception it raised, or the
+            worker deaths), or None; such an episode counts as a failure.
         env_description: ``env.describe()`` (first episode of each env per worker only).
         judge_prob: The judge's success probability of the final clip (with a judge), or None.
         judge_success: ``judge_prob >= judge.threshold`` (with a judge), or None.
@@ -80,6 +90,45 @@ class EpisodeRecord:
         d.pop("env_description")
         d["spec"] = self.spec.to_dict()
         return d
+
+
+EPISODE_OUTCOME_ERRORS: tuple[type[EmbodiedError], ...] = (ActionError, SafetyFault)
+"""The project's errors that describe what happened in one episode (a non-finite action, a
+safety rule that stopped the loop) rather than how the evaluation is set up: they fail that
+episode like any other exception (``deploy`` likewise ends the episode on them)."""
+
+
+def aborts_evaluation(exc: BaseException) -> bool:
+    """Whether ``exc``, raised while running an episode, stops the whole evaluation.
+
+    Every :class:`~embodied.errors.EmbodiedError` except :data:`EPISODE_OUTCOME_ERRORS` does:
+    ``CompatibilityError``, ``ConfigError``, ``UnknownNameError``, ``CheckpointError``,
+    ``DatasetError``, ``RenderError`` say the configuration, the policy/env pairing or the
+    files are wrong, would repeat in every episode, and name the fix the user must apply.
+    Anything else (a simulator or policy exception, :data:`EPISODE_OUTCOME_ERRORS`) fails
+    only its episode. ``KeyboardInterrupt`` and other non-``Exception`` errors always stop.
+    """
+    if not isinstance(exc, Exception):
+        return True
+    return isinstance(exc, EmbodiedError) and not isinstance(exc, EPISODE_OUTCOME_ERRORS)
+
+
+def describe_exception(exc: BaseException, frames: int = 3, limit: int = 500) -> str:
+    """``"Type: message"`` plus the innermost ``frames`` traceback frames, one per line.
+
+    Args:
+        exc: The exception (with its ``__traceback__``).
+        frames: Traceback frames kept (the innermost, where it was raised).
+        limit: Characters kept of the message.
+    """
+    message = str(exc).strip()
+    if len(message) > limit:
+        message = message[: limit - 3] + "..."
+    lines = [f"{type(exc).__name__}: {message}" if message else type(exc).__name__]
+    for fr in traceback.extract_tb(exc.__traceback__)[-frames:] if frames > 0 else []:
+        where = "/".join(Path(fr.filename).parts[-2:])
+        lines.append(f"  at {where}:{fr.lineno} in {fr.name}")
+    return "\n".join(lines)
 
 
 def video_name(spec: EpisodeSpec) -> str:
@@ -178,13 +227,27 @@ class EpisodeRunner:
     def check(self, env_id: str) -> dict[str, Any]:
         """Build the env and every variant's policy and check compatibility (no step taken).
 
+        Returns:
+            ``{"env": env.describe(), "policy": ...}``: the policy's ``preflight(env)`` record
+            (what a reproduction needs, e.g. OpenVLA's image pipeline and statistics key) for a
+            policy that has one, else None; with several variants a dict by variant name.
+
         Raises:
-            CompatibilityError: action dim / cameras / image size mismatch, naming it.
+            CompatibilityError: action dim / cameras / image size / convention mismatch, or a
+                combination the policy's preflight refuses, naming it.
         """
         env = self.env(env_id)
-        for variant in self.variants.values():
-            self.policy(env, variant).check_compatible(env)
-        return env.describe()
+        records: dict[str, Any] = {}
+        for name, variant in self.variants.items():
+            policy = self.policy(env, variant)
+            check = getattr(policy, "preflight", None)
+            if callable(check):
+                records[name] = check(env)
+            else:
+                policy.check_compatible(env)
+                records[name] = None
+        policy_record = next(iter(records.values())) if len(records) == 1 else records
+        return {"env": env.describe(), "policy": policy_record}
 
     def rollout_spec(
         self, spec: EpisodeSpec, env: Env, **kwargs: Any
@@ -215,8 +278,34 @@ class EpisodeRunner:
         )
         return ep, steering
 
+    def attempt(self, spec: EpisodeSpec) -> EpisodeRecord:
+        """Run ``spec`` with :meth:`run`; an exception in the episode becomes its record.
+
+        Backends call this. An exception raised anywhere in the episode (building the env,
+        reset, policy, step, video, judge) gives ``EpisodeRecord(spec, success=False,
+        error="Type: message" + the innermost frames)``; the episode then counts in ``n`` as
+        a failure and in ``errors``. The env and policies stay cached (the next episode
+        resets the env, as OpenVLA's evaluation does).
+
+        Raises:
+            EmbodiedError: one for which :func:`aborts_evaluation` holds (a configuration,
+                compatibility, name or checkpoint error): the evaluation stops.
+        """
+        t0 = time.perf_counter()
+        try:
+            return self.run(spec)
+        except Exception as exc:
+            if aborts_evaluation(exc):
+                raise
+            return EpisodeRecord(
+                spec=spec,
+                error=describe_exception(exc),
+                duration_s=time.perf_counter() - t0,
+                worker=os.getpid(),
+            )
+
     def run(self, spec: EpisodeSpec) -> EpisodeRecord:
-        """Run one grid episode through :func:`embodied.loop.rollout`."""
+        """Run one grid episode through :func:`embodied.loop.rollout` (exceptions propagate)."""
         t0 = time.perf_counter()
         env = self.env(spec.env_id)
         frames: list[np.ndarray] = []

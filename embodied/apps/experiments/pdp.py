@@ -1,13 +1,14 @@
 """The PDP evaluation on ``mujoco:reach_around`` (multimodal reach around obstacles).
 
-Pipeline (``embodied pdp experiment``): collect expert demos (random route and speed) ->
-train PDP and the same diffusion policy without z (``z_dim=0``) -> evaluate:
+Pipeline (``embodied pdp experiment``, :func:`run_experiment`): collect expert demonstrations
+(random route and speed) -> train PDP and the same diffusion policy without z (``z_dim=0``) ->
+evaluate (:func:`evaluate`):
 
 * success on unshifted scenes (PDP with z from the prior, PDP at z=0, plain DP);
 * mode coverage: route classes produced with z ~ N(0, I), and route control (z = the
-  mean latent of each route's demos -> fraction of rollouts taking that route);
-* shifted scenes (passages closed by walls): plain DP vs PDP + one-demo adaptation vs
-  PDP + constraint search (CEM over z with sim rollouts);
+  mean latent of each route's demonstrations -> fraction of rollouts taking that route);
+* shifted scenes (passages closed by walls): plain DP vs PDP + one-demonstration adaptation
+  vs PDP + constraint search (CEM over z with sim rollouts);
 * plots: latent space coloured by route class, latent route map, trajectories along a
   linear interpolation in z.
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,13 @@ from embodied.apps.experiments.pdp_plots import obstacle_boxes, plot_interpolati
 from embodied.datasets import DatasetWriter
 from embodied.io import write_json, write_text
 from embodied.loop import rollout
-from policies.diffusion.adaptation import adapt_z_from_demo, encode_demo, search_z_cem
+from policies.diffusion.adaptation import (
+    adapt_z_from_demonstration,
+    encode_demonstration,
+    search_z_cem,
+)
 from policies.diffusion.policy_pdp import PDPPolicy
-from policies.diffusion.processor_pdp import Demos
+from policies.diffusion.processor_pdp import Demonstrations
 from policies.diffusion.training_pdp import _read_train_state, load_train_latents, train_pdp
 from sim.mujoco import classify_route
 
@@ -43,9 +48,9 @@ shortcut) and the absolute goal (redundant with position + goal offset)."""
 SHIFT_METHODS: dict[str, str] = {
     "dp": "DP",
     "pdp_z0": "PDP z=0",
-    "pdp_adapt_demo": "PDP + one-demo adaptation (paper: z from 0)",
-    "pdp_encoder_demo": "PDP + encoder z of the demo",
-    "pdp_adapt_demo_enc": "PDP + one-demo adaptation from encoder z",
+    "pdp_adapt_demonstration": "PDP + one-demonstration adaptation (paper: z from 0)",
+    "pdp_encoder_demonstration": "PDP + encoder z of the demonstration",
+    "pdp_adapt_demonstration_enc": "PDP + one-demonstration adaptation from encoder z",
     "pdp_constraint_cem": "PDP + constraint search (CEM)",
 }
 """Shifted-scene methods (result key -> table header)."""
@@ -64,12 +69,13 @@ class SeedOffsets:
     """Offsets from :func:`evaluate`'s first seed of each group of rollouts (env + noise seeds).
 
     They keep the groups' seeds disjoint, so no two groups replay the same episodes and none
-    replays a training demo (demos use seeds < 1000, the first evaluation seed is 1000): the
-    unshifted evaluation uses ``[seed, seed + n_eval)``; each shifted scene ``i`` owns the
-    block ``seed + shifted + i * scene_stride``, whose evaluation episodes start at the block,
-    whose one adaptation demo starts at ``+ shifted_demo`` and whose CEM search rollouts start
-    at ``+ cem_search``, so neither adaptation sees an episode it is scored on. The groups
-    stay disjoint with at most 500 episodes per group and 9 shifted scenes.
+    replays a training demonstration (demonstrations use seeds < 1000, the first evaluation
+    seed is 1000): the unshifted evaluation uses ``[seed, seed + n_eval)``; each shifted scene
+    ``i`` owns the block ``seed + shifted + i * scene_stride``, whose evaluation episodes start
+    at the block, whose one adaptation demonstration starts at ``+ shifted_demonstration`` and
+    whose CEM search rollouts start at ``+ cem_search``, so neither adaptation sees an episode
+    it is scored on. The groups stay disjoint with at most 500 episodes per group and 9
+    shifted scenes.
     """
 
     coverage: int = 5000
@@ -80,8 +86,8 @@ class SeedOffsets:
     """First shifted scene's block."""
     scene_stride: int = 1000
     """Distance between two shifted scenes' blocks."""
-    shifted_demo: int = 500
-    """Within a scene's block: the expert demo of one-demo adaptation."""
+    shifted_demonstration: int = 500
+    """Within a scene's block: the expert demonstration of one-demonstration adaptation."""
     cem_search: int = 600
     """Within a scene's block: the CEM search rollouts."""
     latent_plot: int = 20000
@@ -99,6 +105,68 @@ LATENT_GRID_LIM = 2.5
 """The latent route-map plot rolls out z on a grid over ``[-lim, lim]^2`` (knob space)."""
 
 
+@dataclass(frozen=True)
+class PDPEvalConfig:
+    """What :func:`evaluate` runs: episode counts, shifted scenes, search budgets, first seed.
+
+    Args:
+        n_eval: Unshifted evaluation episodes per method.
+        n_shift_eval: Episodes per shifted scene and method.
+        scenes: Shifted scenes of mujoco:reach_around (passages closed by walls).
+        seed: First evaluation seed (training demonstrations use seeds < 1000 by default).
+        n_coverage: Episodes with z ~ N(0, I) for mode coverage.
+        n_control: Episodes per route for route control (z = the route's mean latent).
+        adapt_steps: Adam steps of one-demonstration adaptation.
+        cem_iterations: CEM iterations of the constraint search.
+        cem_population: CEM candidates per iteration.
+        cem_rollouts: Search rollouts per candidate (seeds disjoint from evaluation).
+        plot_grid: Latent grid size (per axis) of the route-map plot.
+        plots: Write PNG plots.
+    """
+
+    n_eval: int = 30
+    n_shift_eval: int = 15
+    scenes: tuple[str, ...] = SHIFTED_SCENES
+    seed: int = 1000
+    n_coverage: int = 45
+    n_control: int = 15
+    adapt_steps: int = 300
+    cem_iterations: int = 3
+    cem_population: int = 8
+    cem_rollouts: int = 2
+    plot_grid: int = 7
+    plots: bool = True
+
+
+@dataclass(frozen=True)
+class PDPExperimentConfig:
+    """What :func:`run_experiment` runs.
+
+    Args:
+        n_demonstrations: Expert demonstrations to collect.
+        seeds: Training seeds (PDP and DP trained per seed).
+        first_seed: First training seed (seeds first..first+n-1).
+        steps: Diffusion training steps (None: PDPConfig's, 3000).
+        overrides: Further PDPConfig overrides of both policies, e.g. ``{"manifold.steps": 300}``.
+        evaluation: The evaluation of each training seed ``k``, whose first evaluation seed
+            is ``evaluation.seed + 100000 * k``.
+        progress: Show training progress bars.
+    """
+
+    n_demonstrations: int = 100
+    seeds: int = 1
+    first_seed: int = 0
+    steps: int | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    evaluation: PDPEvalConfig = field(default_factory=PDPEvalConfig)
+    progress: bool = True
+
+    @property
+    def train_seeds(self) -> tuple[int, ...]:
+        """The training seeds ``first_seed .. first_seed + seeds - 1``."""
+        return tuple(range(self.first_seed, self.first_seed + self.seeds))
+
+
 def make_env(terminate_on_block: bool = True) -> Any:
     """The reach_around env (episodes end when a closed passage's wall is hit)."""
     return sim.make(ENV_ID, terminate_on_block=terminate_on_block)
@@ -109,17 +177,17 @@ def route_of(states: np.ndarray) -> str:
     return str(classify_route(np.asarray(states)[:, :2]))
 
 
-def collect_demos(
+def collect_demonstrations(
     n: int,
     seed: int = 0,
     out_dir: str | Path | None = None,
     scene: str = "default",
     route: str | None = None,
-) -> Demos:
-    """Roll out the scripted expert (random route/speed) for ``n`` successful demos.
+) -> Demonstrations:
+    """Roll out the scripted expert (random route/speed) for ``n`` successful demonstrations.
 
     Args:
-        n: Successful demos wanted.
+        n: Successful demonstrations wanted.
         seed: First env seed (seeds ``seed, seed + 1, ...``).
         out_dir: Also write them as a dataset folder (robomimic shards) when given.
         scene: Scene of every episode.
@@ -144,7 +212,7 @@ def collect_demos(
         states.append(ep.observations["state"].astype(np.float64))
         actions.append(ep.actions)
         labels.append(expert.current_route)
-    return Demos(states, actions, labels, env.describe())
+    return Demonstrations(states, actions, labels, env.describe())
 
 
 def run_episodes(
@@ -185,7 +253,7 @@ def success_rate(rows: Sequence[dict[str, Any]]) -> float:
 def constraint_cost(
     env: Any, policy: Any, scene: str, seeds: Sequence[int]
 ) -> Callable[[np.ndarray], np.ndarray]:
-    """The constraint-only CEM cost of a shifted scene (no demo, only sim rollouts).
+    """The constraint-only CEM cost of a shifted scene (no demonstration, only sim rollouts).
 
     ``cost(Z)[k]`` is the mean over ``seeds`` of ``failure + CEM_STEP_COST * steps`` of
     ``policy`` run at ``Z[k]`` in ``scene`` (failure: a closed passage's wall hit or timeout).
@@ -239,7 +307,7 @@ def write_interpolation_plot(
 
 
 def route_centroids(latents: np.ndarray, labels: Sequence[str]) -> dict[str, np.ndarray]:
-    """Mean knob-space latent of each route's demos."""
+    """Mean knob-space latent of each route's demonstrations."""
     out = {}
     for r in sorted(set(labels)):
         mask = np.asarray(labels) == r
@@ -251,19 +319,7 @@ def evaluate(
     pdp_dir: str | Path,
     dp_dir: str | Path,
     out_dir: str | Path,
-    *,
-    n_eval: int = 30,
-    n_coverage: int = 45,
-    scenes: Sequence[str] = SHIFTED_SCENES,
-    n_shift_eval: int = 15,
-    cem_iterations: int = 3,
-    cem_population: int = 8,
-    cem_rollouts: int = 2,
-    adapt_steps: int = 300,
-    n_control: int = 15,
-    plot_grid: int = 7,
-    seed: int = 1000,
-    plots: bool = True,
+    config: PDPEvalConfig | None = None,
 ) -> dict[str, Any]:
     """Evaluate a trained PDP against the plain DP and write results + plots.
 
@@ -271,19 +327,9 @@ def evaluate(
         pdp_dir: PDP checkpoint (``embodied train pdp``; its train state holds the latents).
         dp_dir: The same policy trained with ``--z-dim 0``.
         out_dir: Where ``results.json``, ``results.md`` and PNGs go.
-        n_eval: Unshifted evaluation episodes per method.
-        n_coverage: Episodes with z ~ N(0, I) for mode coverage.
-        scenes: Shifted scenes evaluated.
-        n_shift_eval: Evaluation episodes per shifted scene and method.
-        n_control: Episodes per route for route control (z = the route's mean latent).
-        plot_grid: Latent grid size (per axis) of the route-map plot.
-        cem_iterations: CEM iterations of the constraint search.
-        cem_population: CEM candidates per iteration.
-        cem_rollouts: Search rollouts per candidate (seeds disjoint from evaluation).
-        adapt_steps: Adam steps of one-demo adaptation.
-        seed: First evaluation seed (training demos use seeds < 1000 by default).
-        plots: Write PNG plots.
+        config: Episode counts, scenes, search budgets and the first seed.
     """
+    cfg = config or PDPEvalConfig()
     t0 = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -292,8 +338,8 @@ def evaluate(
     dp = PDPPolicy.from_pretrained(dp_dir)
     latents, labels = load_train_latents(pdp_dir)
     centroids = route_centroids(latents, labels)
-    rng = np.random.default_rng(seed)
-    eval_seeds = list(range(seed, seed + n_eval))
+    rng = np.random.default_rng(cfg.seed)
+    eval_seeds = list(range(cfg.seed, cfg.seed + cfg.n_eval))
     res: dict[str, Any] = {"env_id": ENV_ID, "pdp": str(pdp_dir), "dp": str(dp_dir)}
 
     # ---- unshifted success -----------------------------------------------------------------
@@ -310,7 +356,7 @@ def evaluate(
 
     # ---- mode coverage and route control --------------------------------------------------
     off = SEED_OFFSETS
-    cov_seeds = list(range(seed + off.coverage, seed + off.coverage + n_coverage))
+    cov_seeds = list(range(cfg.seed + off.coverage, cfg.seed + off.coverage + cfg.n_coverage))
     cov_z = [rng.standard_normal(pdp.config.z_dim) for _ in cov_seeds]
     cov_pdp = run_episodes(env, pdp, cov_seeds, z=cov_z)
     cov_dp = run_episodes(env, dp, cov_seeds)
@@ -330,10 +376,11 @@ def evaluate(
             "n": len(rr),
             "success": success_rate(rr),
         }
-    demo_counts = Counter(labels)
-    res["coverage"]["demos"] = {"route_counts": dict(demo_counts)}
+    res["coverage"]["demonstrations"] = {"route_counts": dict(Counter(labels))}
     control = {}
-    control_seeds = list(range(seed + off.route_control, seed + off.route_control + n_control))
+    control_seeds = list(
+        range(cfg.seed + off.route_control, cfg.seed + off.route_control + cfg.n_control)
+    )
     for route, zc in centroids.items():
         rr = run_episodes(env, pdp, control_seeds, z=zc)
         control[route] = {
@@ -343,53 +390,66 @@ def evaluate(
         }
     res["route_control"] = control
 
-    # ---- shifted scenes --------------------------------------------------------------------
+    # ---- shifted scenes -------------------------------------------------------------------------
     shifted: dict[str, Any] = {}
-    for si, scene in enumerate(scenes):
-        base = seed + off.shifted + off.scene_stride * si
-        ev = list(range(base, base + n_shift_eval))
+    for si, scene in enumerate(cfg.scenes):
+        base = cfg.seed + off.shifted + off.scene_stride * si
+        ev = list(range(base, base + cfg.n_shift_eval))
         entry: dict[str, Any] = {}
         entry["dp"] = success_rate(run_episodes(env, dp, ev, scene))
         entry["pdp_z0"] = success_rate(run_episodes(env, pdp, ev, scene, z=np.zeros(2)))
-        # one demo of the shifted scene (expert through an open passage), adapt z only
-        demo = collect_demos(1, seed=base + off.shifted_demo, scene=scene)
-        t_a = time.perf_counter()
-        ad = adapt_z_from_demo(pdp, demo.states[0], demo.actions[0], steps=adapt_steps, seed=si)
-        entry["adapt_seconds"] = time.perf_counter() - t_a
-        entry["pdp_adapt_demo"] = success_rate(run_episodes(env, pdp, ev, scene, z=ad.z))
-        entry["adapt_z"] = ad.z.tolist()
-        entry["adapt_demo_route"] = demo.labels[0]
-        # beyond the paper: the encoder's guess for the demo, alone and refined
-        z_enc = encode_demo(pdp, demo.states[0], demo.actions[0])
-        entry["pdp_encoder_demo"] = success_rate(run_episodes(env, pdp, ev, scene, z=z_enc))
-        ad_enc = adapt_z_from_demo(
-            pdp, demo.states[0], demo.actions[0], steps=adapt_steps, seed=si, z_init=z_enc
+        # one demonstration of the shifted scene (expert through an open passage), adapt z only
+        demonstration = collect_demonstrations(
+            1, seed=base + off.shifted_demonstration, scene=scene
         )
-        entry["pdp_adapt_demo_enc"] = success_rate(run_episodes(env, pdp, ev, scene, z=ad_enc.z))
+        t_a = time.perf_counter()
+        ad = adapt_z_from_demonstration(
+            pdp, demonstration.states[0], demonstration.actions[0], steps=cfg.adapt_steps, seed=si
+        )
+        entry["adapt_seconds"] = time.perf_counter() - t_a
+        entry["pdp_adapt_demonstration"] = success_rate(run_episodes(env, pdp, ev, scene, z=ad.z))
+        entry["adapt_z"] = ad.z.tolist()
+        entry["adapt_demonstration_route"] = demonstration.labels[0]
+        # beyond the paper: the encoder's guess for the demonstration, alone and refined
+        z_enc = encode_demonstration(pdp, demonstration.states[0], demonstration.actions[0])
+        entry["pdp_encoder_demonstration"] = success_rate(
+            run_episodes(env, pdp, ev, scene, z=z_enc)
+        )
+        ad_enc = adapt_z_from_demonstration(
+            pdp,
+            demonstration.states[0],
+            demonstration.actions[0],
+            steps=cfg.adapt_steps,
+            seed=si,
+            z_init=z_enc,
+        )
+        entry["pdp_adapt_demonstration_enc"] = success_rate(
+            run_episodes(env, pdp, ev, scene, z=ad_enc.z)
+        )
         entry["encoder_z"] = z_enc.tolist()
         entry["adapt_enc_z"] = ad_enc.z.tolist()
         # constraint only: CEM over z, cost = failure (wall hit / timeout) of search rollouts
-        search_seeds = list(range(base + off.cem_search, base + off.cem_search + cem_rollouts))
+        search_seeds = list(range(base + off.cem_search, base + off.cem_search + cfg.cem_rollouts))
         t_c = time.perf_counter()
         cem = search_z_cem(
             constraint_cost(env, pdp, scene, search_seeds),
             pdp.config.z_dim,
             bound=pdp.config.z_bound,
-            iterations=cem_iterations,
-            population=cem_population,
-            elites=max(1, cem_population // 4),
+            iterations=cfg.cem_iterations,
+            population=cfg.cem_population,
+            elites=max(1, cfg.cem_population // 4),
             seed=si,
         )
         entry["cem_seconds"] = time.perf_counter() - t_c
-        entry["cem_rollouts"] = cem.evaluations * cem_rollouts
+        entry["cem_rollouts"] = cem.evaluations * cfg.cem_rollouts
         entry["pdp_constraint_cem"] = success_rate(run_episodes(env, pdp, ev, scene, z=cem.z))
         entry["cem_z"] = cem.z.tolist()
         shifted[scene] = entry
     res["shifted"] = shifted
     res["seconds"] = time.perf_counter() - t0
-    if plots:
-        grid_seed = seed + off.latent_plot
-        grid_z, grid_rows = latent_grid_rollouts(env, pdp, grid_seed, grid=plot_grid)
+    if cfg.plots:
+        grid_seed = cfg.seed + off.latent_plot
+        grid_z, grid_rows = latent_grid_rollouts(env, pdp, grid_seed, grid=cfg.plot_grid)
         res["plots"] = {
             "latents": str(
                 plot_latents(
@@ -398,7 +458,11 @@ def evaluate(
             ),
             "interpolation": str(
                 write_interpolation_plot(
-                    out / "interpolation.png", env, pdp, centroids, seed + off.interpolation_plot
+                    out / "interpolation.png",
+                    env,
+                    pdp,
+                    centroids,
+                    cfg.seed + off.interpolation_plot,
                 )
             ),
         }
@@ -437,9 +501,9 @@ def results_markdown(res: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        f"Demos: {c['demos']['route_counts']}",
+        f"Demonstrations: {c['demonstrations']['route_counts']}",
         "",
-        "## Route control (z = mean latent of a route's demos)",
+        "## Route control (z = mean latent of a route's demonstrations)",
         "",
         "| route | rollouts taking it | success |",
         "|---|---|---|",
@@ -530,49 +594,47 @@ def aggregate_markdown(agg: dict[str, Any], n_seeds: int) -> str:
 
 
 def run_experiment(
-    out_dir: str | Path,
-    *,
-    n_demos: int = 100,
-    train_seeds: Sequence[int] = (0,),
-    overrides: dict[str, Any] | None = None,
-    progress: bool = True,
-    **eval_kw: Any,
+    out_dir: str | Path, config: PDPExperimentConfig | None = None
 ) -> dict[str, Any]:
-    """Collect demos, train PDP and DP per training seed, evaluate, aggregate.
+    """Collect demonstrations, train PDP and DP per training seed, evaluate, aggregate.
 
-    Writes ``OUT/demos`` (dataset), ``OUT/seed<k>/{pdp,dp,eval}`` and ``OUT/results.json`` +
-    ``OUT/results.md`` (mean ± std over seeds). Existing checkpoints are reused.
+    Writes ``OUT/demonstrations`` (dataset), ``OUT/seed<k>/{pdp,dp,eval}`` and
+    ``OUT/results.json`` + ``OUT/results.md`` (mean ± std over seeds). Existing checkpoints
+    are reused.
     """
+    cfg = config or PDPExperimentConfig()
     out = Path(out_dir)
-    demo_dir = out / "demos"
-    if not (demo_dir / "meta.json").exists():
-        collect_demos(n_demos, seed=0, out_dir=demo_dir)
+    data_dir = out / "demonstrations"
+    if not (data_dir / "meta.json").exists():
+        collect_demonstrations(cfg.n_demonstrations, seed=0, out_dir=data_dir)
+    overrides = {**cfg.overrides, **({"steps": cfg.steps} if cfg.steps else {})}
     per_seed = []
-    for s in train_seeds:
+    for s in cfg.train_seeds:
         root = out / f"seed{s}"
         for name, z_dim in (("pdp", 2), ("dp", 0)):
             if not (root / name / "config.json").exists() or _unfinished(root / name):
                 resume = (root / name / "train_state.json").exists()
                 train_pdp(
-                    demo_dir,
+                    data_dir,
                     root / name,
                     None,
                     overrides={
                         "obs_exclude": list(OBS_EXCLUDE),
-                        **(overrides or {}),
+                        **overrides,
                         "z_dim": z_dim,
                         "seed": s,
                     },
                     resume=resume,
-                    progress=progress,
+                    progress=cfg.progress,
                 )
-        res = evaluate(root / "pdp", root / "dp", root / "eval", seed=1000 + 100000 * s, **eval_kw)
+        evaluation = replace(cfg.evaluation, seed=cfg.evaluation.seed + 100000 * s)
+        res = evaluate(root / "pdp", root / "dp", root / "eval", evaluation)
         per_seed.append(res)
     summary: dict[str, Any] = {
         "per_seed": per_seed,
         "aggregate": aggregate(per_seed),
-        "train_seeds": list(train_seeds),
-        "n_demos": n_demos,
+        "train_seeds": list(cfg.train_seeds),
+        "n_demonstrations": cfg.n_demonstrations,
     }
     write_json(out / "results.json", summary)
     write_text(
@@ -593,12 +655,12 @@ def _unfinished(ckpt: Path) -> bool:
 
 
 def quick_demo(
-    out_dir: str | Path, budget_s: float = 90.0, n_demos: int = 60, seed: int = 0
+    out_dir: str | Path, budget_s: float = 90.0, n_demonstrations: int = 60, seed: int = 0
 ) -> dict[str, Any]:
     """Train a small PDP within ``budget_s`` and roll it out once per route latent.
 
-    For ``embodied demo``: collects expert demos, trains (time-boxed), then runs the policy
-    with z set to each route's mean latent and writes ``interpolation.png``.
+    For ``embodied demo``: collects expert demonstrations, trains (time-boxed), then runs the
+    policy with z set to each route's mean latent and writes ``interpolation.png``.
 
     Returns:
         Metrics: checkpoint path, training steps/seconds/loss, per-route rollout outcome,
@@ -606,10 +668,12 @@ def quick_demo(
     """
     t0 = time.perf_counter()
     out = Path(out_dir)
-    demos = collect_demos(n_demos, seed=seed, out_dir=out / "demos")
+    demonstrations = collect_demonstrations(
+        n_demonstrations, seed=seed, out_dir=out / "demonstrations"
+    )
     train_budget = max(10.0, 0.75 * budget_s - (time.perf_counter() - t0))
     result = train_pdp(
-        demos,
+        demonstrations,
         out / "pdp",
         None,
         overrides={"steps": 3000, "seed": seed, "obs_exclude": list(OBS_EXCLUDE)},
@@ -618,7 +682,7 @@ def quick_demo(
         checkpoint_every=250,
     )
     policy = PDPPolicy.from_pretrained(out / "pdp")
-    centroids = route_centroids(result.demo_latents, result.labels)
+    centroids = route_centroids(result.demonstration_latents, result.labels)
     env = make_env()
     routes = {}
     for route, z in centroids.items():

@@ -1,9 +1,9 @@
 """PNG plots of the PDP evaluation (matplotlib, Agg backend).
 
-The plots only draw what they are given: demo latents and labels, rollout rows (as returned by
-:func:`embodied.apps.experiments.pdp.run_episodes`: ``route``, ``success``, ``path``) and
-obstacle boxes read from the task's MuJoCo model (:func:`obstacle_boxes`). Every rollout
-happens in the experiment (:mod:`embodied.apps.experiments.pdp`).
+The plots only draw what they are given: demonstration latents and labels, rollout rows (as
+returned by :func:`embodied.apps.experiments.pdp.run_episodes`: ``route``, ``success``,
+``path``) and obstacle boxes read from the task's MuJoCo model (:func:`obstacle_boxes`). Every
+rollout happens in the experiment (:mod:`embodied.apps.experiments.pdp`).
 """
 
 from __future__ import annotations
@@ -91,12 +91,13 @@ def plot_latents(
     grid_rows: Sequence[Mapping[str, Any]],
     seed: int = 0,
 ) -> Path:
-    """Left: demo latents coloured by route. Right: route taken by the rollout at each grid z.
+    """Left: demonstration latents coloured by route. Right: route taken by the rollout at each
+    grid z.
 
     Args:
         path: PNG written.
-        latents: (N, 2) demo latents (knob space).
-        labels: Route of each demo.
+        latents: (N, 2) demonstration latents (knob space).
+        labels: Route of each demonstration.
         grid_z: The z of each grid rollout.
         grid_rows: Rollout rows (``route``, ``success``), one per ``grid_z``.
         seed: Episode seed of the grid rollouts (for the title).
@@ -112,7 +113,7 @@ def plot_latents(
             c=ROUTE_COLORS.get(route, "k"),
             label=f"{route} ({int(m.sum())})",
         )
-    ax.set_title("demo latents (encoder mean, whitened)", fontsize=10)
+    ax.set_title("demonstration latents (encoder mean, whitened)", fontsize=10)
     ax.set_xlabel("z[0]")
     ax.set_ylabel("z[1]")
     ax.legend(fontsize=8)

@@ -1,14 +1,14 @@
 """Held-out evaluation of Demo2Reward on the built-in tasks (before/after table per task).
 
-Per task: record a few expert demos (success partway, seeds from 20000), optimise the
-instruction on them, then compare the starting and the frozen instruction on held-out
+Per task: record a few expert demonstrations (success partway, seeds from 20000), optimise
+the instruction on them, then compare the starting and the frozen instruction on held-out
 episodes of every kind (expert, near misses, blocked, random; seeds from 30000) that the
 optimiser never saw. The held-out set holds the realistic false-positive sources: near
 misses, the arm hovering just above the target, the arm reaching the WRONG cube (arm_reach),
 blocked routes (reach_around) and random motion.
 
-The judge's decision threshold is calibrated as a user would: on the demos, with the starting
-instruction (balanced accuracy), then kept fixed for both instructions.
+The judge's decision threshold is calibrated as a user would: on the demonstrations, with the
+starting instruction (balanced accuracy), then kept fixed for both instructions.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from typing import Any
 from embodied.apps.training.data_minijudge import record_episodes
 from embodied.contracts import Judge
 from embodied.rewards.calibration import best_threshold
-from embodied.rewards.demo2reward.objective import DemoSet
+from embodied.rewards.demo2reward.objective import DemonstrationSet
 from embodied.rewards.demo2reward.optimization import Demo2RewardConfig, optimize_instruction
 from embodied.rewards.demo2reward.proposers import OfflineProposer, Proposer
 
 BUILTIN_TASKS = ("mujoco:arm_reach", "mujoco:reach_around")
-DEMO_SEED0 = 20000
+DEMONSTRATION_SEED0 = 20000
 HELDOUT_SEED0 = 30000
 HELDOUT_KINDS: dict[str, tuple[str, ...]] = {
     "mujoco:arm_reach": ("expert", "wrong", "near", "hover", "random"),
@@ -36,7 +36,7 @@ HELDOUT_KINDS: dict[str, tuple[str, ...]] = {
 def heldout_experiment(
     judge: Judge,
     env_ids: Sequence[str] = BUILTIN_TASKS,
-    n_demos: int = 6,
+    n_demonstrations: int = 6,
     n_heldout: int = 16,
     config: Demo2RewardConfig | None = None,
     proposer: Proposer | None = None,
@@ -48,17 +48,17 @@ def heldout_experiment(
     Args:
         judge: The judge (its threshold is restored afterwards).
         env_ids: Built-in tasks.
-        n_demos: Expert demos per task (the optimiser's only data).
+        n_demonstrations: Expert demonstrations per task (the optimiser's only data).
         n_heldout: Held-out episodes per task (kinds from :data:`HELDOUT_KINDS`).
         config: Demo2Reward settings.
         proposer: Instruction proposer (default: the offline one).
         progress: Called with progress lines.
-        calibrate: Calibrate the threshold on the demos with the starting instruction
+        calibrate: Calibrate the threshold on the demonstrations with the starting instruction
             (else keep the judge's shipped threshold).
 
     Returns:
-        ``{"tasks": {env_id: {"template", "threshold", "demos": {before, after}, "heldout": {before,
-        after}, "history"}}, "config": ...}`` with rates in percent.
+        ``{"tasks": {env_id: {"template", "threshold", "demonstrations": {before, after}, "heldout":
+        {before, after}, "history"}}, "config": ...}`` with rates in percent.
     """
     cfg = config or Demo2RewardConfig(stride=2)
     out: dict[str, Any] = {
@@ -68,27 +68,31 @@ def heldout_experiment(
             "restarts": cfg.restarts,
             "stride": cfg.stride,
             "min_tpr": cfg.min_tpr,
-            "n_demos": n_demos,
+            "n_demonstrations": n_demonstrations,
             "n_heldout": n_heldout,
-            "demo_seeds_from": DEMO_SEED0,
+            "demonstration_seeds_from": DEMONSTRATION_SEED0,
             "heldout_seeds_from": HELDOUT_SEED0,
         },
     }
     for env_id in env_ids:
         say = progress or (lambda _msg: None)
-        say(f"{env_id}: recording {n_demos} demos + {n_heldout} held-out episodes")
-        demos = record_episodes(env_id, n_demos, DEMO_SEED0, kinds=("expert",))
+        say(
+            f"{env_id}: recording {n_demonstrations} demonstrations + {n_heldout} held-out episodes"
+        )
+        demonstrations = record_episodes(
+            env_id, n_demonstrations, DEMONSTRATION_SEED0, kinds=("expert",)
+        )
         heldout = record_episodes(env_id, n_heldout, HELDOUT_SEED0, kinds=HELDOUT_KINDS.get(env_id))
         shipped = float(getattr(judge, "threshold", 0.5))
         threshold = shipped
         if calibrate:
-            ds = DemoSet(demos, cfg.n_context, cfg.stride)
+            ds = DemonstrationSet(demonstrations, cfg.n_context, cfg.stride)
             threshold = best_threshold(ds.score(judge, cfg.template), ds.labels)
         say(f"{env_id}: optimising the instruction (threshold {threshold:.3f})")
         try:
             judge.threshold = threshold  # type: ignore[attr-defined]
-            result = optimize_instruction(judge, demos, proposer or OfflineProposer(), cfg)
-            hs = DemoSet(heldout, cfg.n_context, cfg.stride)
+            result = optimize_instruction(judge, demonstrations, proposer or OfflineProposer(), cfg)
+            hs = DemonstrationSet(heldout, cfg.n_context, cfg.stride)
             before = hs.evaluate(judge, cfg.template)
             after = hs.evaluate(judge, result.template)
         finally:
@@ -97,7 +101,10 @@ def heldout_experiment(
             "template": result.template,
             "threshold": threshold,
             "heldout_kinds": list(HELDOUT_KINDS.get(env_id, ())),
-            "demos": {"before": result.initial.to_dict(), "after": result.best.to_dict()},
+            "demonstrations": {
+                "before": result.initial.to_dict(),
+                "after": result.best.to_dict(),
+            },
             "heldout": {
                 "before": before.to_dict(),
                 "after": after.to_dict(),

@@ -1,13 +1,13 @@
 """The CTRL-STEER experiment: open-loop vs closed-loop activation steering of a VLA.
 
-Pipeline (``embodied steer experiment``):
+Pipeline (``embodied steer experiment``, :func:`steer_experiment`):
 
-1. Demos: the scripted expert at three commanded speeds (slow / normal / fast), with the
-   speed adverb in the instruction ("reach the red cube quickly"), recorded through
+1. Demonstrations: the scripted expert at three commanded speeds (slow / normal / fast), with
+   the speed adverb in the instruction ("reach the red cube quickly"), recorded through
    :func:`embodied.loop.rollout` (camera frames + instruction + action).
-2. Behaviour cloning of a tiny OpenVLA (same classes as the 7B model) on those demos.
+2. Behaviour cloning of a tiny OpenVLA (same classes as the 7B model) on those demonstrations.
 3. A speed direction: difference of means of residual-stream activations (middle layer,
-   action-generating positions) between fast-demo and slow-demo steps.
+   action-generating positions) between steps of fast and of slow demonstrations.
 4. Evaluation with the plain instruction over many episodes for each controller setting:
    no steering, fixed alpha (weak, strong), PID and PPO (RL) on the measured end-effector
    speed. Figures per controller: tracking RMSE to the target speed, overshoot, settling
@@ -19,9 +19,11 @@ direction from a LIBERO dataset; only the tiny-model training is specific to the
 
 from __future__ import annotations
 
+import json
 import math
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ import torch
 
 import controllers
 import policies
+import sim
 from controllers.analysis import step_response, tracking_rmse
 from controllers.rl import RLControllerConfig, SteeringEnv
 from controllers.rl.training_rl import PPOSettings, train_rl_controller
@@ -39,25 +42,34 @@ from embodied.contracts import Controller, Env, Policy
 from embodied.datasets import Dataset
 from embodied.distributed import Distributed
 from embodied.errors import ConfigError
+from embodied.io import write_json
 from embodied.loop import Steering, rollout
-from policies.openvla.loading_openvla import save_pretrained
+from policies.openvla.loading_openvla import load_pretrained, save_pretrained
 from policies.openvla.modeling_openvla import OpenVLAModel
+from policies.openvla.policy_openvla import PRESETS, OpenVLAPolicy, env_preset, libero_unnorm_key
 from policies.openvla.processor_openvla import OpenVLAProcessor, action_stats, normalize
 from policies.openvla.steering import (
     NeuronCluster,
     SteeringDirection,
     collect_activations,
+    load_intervention,
     mean_difference,
     select_neurons,
 )
-from policies.openvla.training_openvla import Demos, build_tiny_vla, train_bc
+from policies.openvla.training_openvla import (
+    BCSettings,
+    DemonstrationSteps,
+    build_tiny_vla,
+    train_bc,
+)
+from sim.mujoco.arm_reach import COLORS
 
 SPEED_LEVELS: dict[str, tuple[tuple[float, float], str]] = {
     "slow": ((0.04, 0.08), "slowly"),
     "normal": ((0.09, 0.15), ""),
     "fast": ((0.16, 0.25), "quickly"),
 }
-"""Demo level -> (range of the expert's per-episode cruise speed in m/s, adverb appended to
+"""Demonstration level -> (range of the expert's per-episode cruise speed in m/s, adverb appended to
 the instruction). Speeds vary within a level, so the model's action-token distribution for
 one instruction spreads over a range of speeds (what makes steering graded)."""
 
@@ -66,6 +78,55 @@ Log = Callable[[str], None]
 
 def _quiet(_: str) -> None:
     pass
+
+
+@dataclass(frozen=True)
+class SteerExperimentConfig:
+    """What :func:`steer_experiment` steers and how it finds the direction (the evaluation is
+    :class:`ExperimentSettings`); ``embodied steer extract`` shares the direction fields.
+
+    Args:
+        env_id: Env id (mujoco:* records fresh expert demonstrations; libero:... on a GPU).
+        model: OpenVLA checkpoint folder or hub id (None: train the tiny VLA on the env).
+        direction: Saved direction or neuron cluster (None: extract one).
+        dataset: Recorded demonstrations to extract the direction from (LIBERO: required).
+        image_key: Camera key in the dataset.
+        kind: Intervention kind: direction | neurons.
+        layer: Decoder layer (None: the middle one, (n-1)//2).
+        positions: Contrast positions: last | action | text.
+        neurons: Neurons in a neuron cluster (kind neurons).
+        unnorm_key: Dataset statistics key of the model.
+        extraction_episodes: Fresh demonstration episodes per (level, target) to extract the
+            direction from.
+        layout: arm_reach cube layout: fixed | random.
+        image_size: Camera size in pixels (mujoco envs).
+        llm_layers: Tiny model: Llama decoder layers.
+        demonstration_episodes: Tiny model: demonstration episodes per (level, target).
+        train_steps: Tiny model: BC steps.
+        retrain: Retrain the tiny model even if OUT/vla exists.
+        pid_kp: PID kp (None: both gains from the fixed-alpha sweep).
+        pid_ki: PID ki (1/s).
+    """
+
+    env_id: str = "mujoco:arm_reach"
+    model: str | None = None
+    direction: Path | None = None
+    dataset: Path | None = None
+    image_key: str = "image.front"
+    kind: str = "direction"
+    layer: int | None = None
+    positions: str = "last"
+    neurons: int = 64
+    unnorm_key: str | None = None
+    extraction_episodes: int = 1
+    layout: str = "fixed"
+    image_size: int = 64
+    llm_layers: int = 4
+    demonstration_episodes: int = 2
+    train_steps: int = 500
+    retrain: bool = False
+    pid_kp: float | None = None
+    pid_ki: float | None = None
 
 
 @dataclass
@@ -80,7 +141,7 @@ class ExperimentSettings:
         alpha_strong: Fixed-alpha strong setting.
         alpha_limit: Knob bounds and controller output limits (+/-).
         sweep_alphas: Fixed alphas of the dose-response sweep (empty = skip).
-        sweep_episodes: Episodes per sweep point.
+        sweep_episodes: Episodes per fixed-alpha sweep point (0 = skip the sweep).
         pid: PID gains/limits (``controllers.make("pid", **pid)``); empty = derive from the sweep.
         rl_timesteps: PPO timesteps for the RL controller (0 = skip the RL row).
         concept_tau_s: EMA time constant of the speed measurement (s).
@@ -95,7 +156,7 @@ class ExperimentSettings:
     alpha_strong: float = -4.0
     alpha_limit: float = 4.0
     sweep_alphas: tuple[float, ...] = (-4.0, -2.0, -1.0, -0.5, -0.25, 0.0)
-    sweep_episodes: int = 4
+    sweep_episodes: int = 3
     pid: dict[str, Any] = field(default_factory=dict)
     rl_timesteps: int = 2048
     concept_tau_s: float = 0.1
@@ -116,11 +177,11 @@ class ExperimentSettings:
 
 
 # ---------------------------------------------------------------------------------------------
-# demos
+# demonstrations
 # ---------------------------------------------------------------------------------------------
 
 
-def collect_speed_demos(
+def collect_speed_demonstrations(
     env: Env,
     episodes_per_level: int,
     seed: int = 0,
@@ -128,8 +189,8 @@ def collect_speed_demos(
     reset_options: dict[str, Any] | None = None,
     targets: Sequence[str] = (),
     log: Log = _quiet,
-) -> Demos:
-    """Expert demos at each speed level, instruction suffixed with the level's adverb.
+) -> DemonstrationSteps:
+    """Expert demonstrations at each speed level, instruction suffixed with the level's adverb.
 
     Args:
         env: The env (``mujoco:arm_reach``) with a camera.
@@ -160,8 +221,8 @@ def collect_speed_demos(
                 episode += [e] * len(ep)
                 concept += [speed] * len(ep)
                 e += 1
-        log(f"demos: level {name} ({speed_range} m/s) done, {len(instr)} steps so far")
-    return Demos(
+        log(f"demonstrations: level {name} ({speed_range} m/s) done, {len(instr)} steps so far")
+    return DemonstrationSteps(
         np.concatenate(images),
         instr,
         np.concatenate(actions),
@@ -171,10 +232,11 @@ def collect_speed_demos(
     )
 
 
-def demos_from_dataset(
+def demonstrations_from_dataset(
     path: str, image_key: str, obs_key_map: dict[str, str] | None = None
-) -> Demos:
-    """Demos from a recorded dataset (``embodied collect`` shards or a robomimic/LIBERO file).
+) -> DemonstrationSteps:
+    """Demonstration steps from a recorded dataset (``embodied collect`` shards or a
+    robomimic/LIBERO file).
 
     The per-step concept is the commanded translational speed ``|action[:3]|``.
     """
@@ -191,7 +253,7 @@ def demos_from_dataset(
         instr += [ep.instruction] * len(ep)
         episode += [e] * len(ep)
     acts = np.concatenate(actions)
-    return Demos(
+    return DemonstrationSteps(
         np.concatenate(images),
         instr,
         acts,
@@ -210,6 +272,34 @@ FIXED_LAYOUT: dict[str, tuple[float, float]] = {
 """Cube (x, y) in m of the CPU experiment's fixed layout (``--layout fixed``)."""
 
 
+def steer_env(
+    env_id: str, image_size: int | None, layout: str
+) -> tuple[Env, dict[str, Any], list[str]]:
+    """The env, its reset options and the speed-demonstration targets (arm_reach: the cubes).
+
+    Args:
+        env_id: Env id, e.g. ``mujoco:arm_reach`` or ``libero:...``.
+        image_size: Camera size in pixels (mujoco envs; falsy = the env's default).
+        layout: arm_reach cube layout, ``fixed`` or ``random``.
+
+    Raises:
+        ConfigError: An unknown ``layout`` (arm_reach).
+    """
+    kwargs: dict[str, Any] = {}
+    if env_id.startswith("mujoco:") and image_size:
+        kwargs["image_size"] = image_size
+    env = sim.make(env_id, **kwargs)
+    reset: dict[str, Any] = {}
+    targets: list[str] = []
+    if env_id == "mujoco:arm_reach":
+        targets = list(COLORS)
+        if layout == "fixed":
+            reset["cubes"] = {k: list(v) for k, v in FIXED_LAYOUT.items()}
+        elif layout != "random":
+            raise ConfigError(f"unknown --layout {layout!r}", fix="use 'fixed' or 'random'")
+    return env, reset, targets
+
+
 def train_tiny_on_env(
     env: Env,
     out: Path,
@@ -221,34 +311,37 @@ def train_tiny_on_env(
     log: Log = _quiet,
     dist: Distributed | None = None,
     **config_overrides: Any,
-) -> tuple[OpenVLAModel, OpenVLAProcessor, Demos, list[dict[str, float]]]:
-    """Collect speed demos, behaviour-clone a tiny OpenVLA, save it to ``out``.
+) -> tuple[OpenVLAModel, OpenVLAProcessor, DemonstrationSteps, list[dict[str, float]]]:
+    """Collect speed demonstrations, behaviour-clone a tiny OpenVLA, save it to ``out``.
 
-    Under ``torchrun`` pass ``dist``: every rank collects the same (deterministic) demos and
-    trains on its share of each global batch; only the main process saves.
+    Under ``torchrun`` pass ``dist``: every rank collects the same (deterministic)
+    demonstrations and trains on its share of each global batch; only the main process saves.
 
     Returns:
-        Model, processor, demos and the training history (one dict per logged step).
+        Model, processor, demonstrations and the training history (one dict per logged step).
     """
-    demos = collect_speed_demos(env, episodes_per_level, seed, None, reset_options, targets, log)
+    demonstrations = collect_speed_demonstrations(
+        env, episodes_per_level, seed, None, reset_options, targets, log
+    )
     names = env.action_spec.names
     mask = [n not in ("gripper",) for n in names]
     key = env.env_id.replace(":", "_")
-    image = env.observation_spec.cameras[demos.meta["camera"].removeprefix("image.")]
+    image = env.observation_spec.cameras[demonstrations.meta["camera"].removeprefix("image.")]
     model, proc = build_tiny_vla(
-        demos.instructions,
-        demos.actions,
+        demonstrations.instructions,
+        demonstrations.actions,
         key,
         mask,
         seed,
         image_size=min(64, image.height),
         **config_overrides,
     )
-    log(f"tiny OpenVLA: {model.num_parameters() / 1e6:.2f} M parameters, {len(demos)} demo steps")
+    n_params = model.num_parameters() / 1e6
+    log(f"tiny OpenVLA: {n_params:.2f} M parameters, {len(demonstrations)} demonstration steps")
     hist = train_bc(
         model,
         proc,
-        demos,
+        demonstrations,
         bc,
         progress=lambda s, r: log(
             f"bc step {s}: loss {r['loss']:.4f} token acc {r['token_acc']:.2f} ({r['seconds']:.0f} s)"
@@ -264,15 +357,15 @@ def train_tiny_on_env(
                 "training": {
                     "history": hist,
                     "settings": asdict(bc),
-                    "demo_steps": len(demos),
+                    "demonstration_steps": len(demonstrations),
                     "env_id": env.env_id,
                     "reset_options": reset_options or {},
-                    "levels": demos.meta["levels"],
+                    "levels": demonstrations.meta["levels"],
                     "world_size": 1 if dist is None else dist.world_size,
                 }
             },
         )
-    return model, proc, demos, hist
+    return model, proc, demonstrations, hist
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,7 +376,7 @@ def train_tiny_on_env(
 def contrast_masks(concept: np.ndarray, quantile: float = 1 / 3) -> tuple[np.ndarray, np.ndarray]:
     """Steps in the top / bottom ``quantile`` of the concept (positive, negative).
 
-    With a few discrete levels (demos at set speeds) the extreme levels are used.
+    With a few discrete levels (demonstrations at set speeds) the extreme levels are used.
     """
     levels = np.unique(concept)
     if len(levels) <= 5:
@@ -292,14 +385,16 @@ def contrast_masks(concept: np.ndarray, quantile: float = 1 / 3) -> tuple[np.nda
         hi, lo = np.quantile(concept, 1 - quantile), np.quantile(concept, quantile)
         pos, neg = concept >= hi, concept <= lo
     if not pos.any() or not neg.any() or (pos & neg).all():
-        raise ConfigError("the demos do not vary in the concept; need both fast and slow steps")
+        raise ConfigError(
+            "the demonstrations do not vary in the concept; need both fast and slow steps"
+        )
     return pos, neg
 
 
 def extract_intervention(
     model: OpenVLAModel,
     processor: OpenVLAProcessor,
-    demos: Demos,
+    demonstrations: DemonstrationSteps,
     layer: int | None = None,
     kind: str = "direction",
     concept: str = "ee_speed",
@@ -309,17 +404,17 @@ def extract_intervention(
     seed: int = 0,
     positions: str = "last",
 ) -> SteeringDirection | NeuronCluster:
-    """Difference-of-means direction (or neuron cluster) between fast and slow demo steps.
+    """Difference-of-means direction (or neuron cluster) between fast and slow demonstration steps.
 
     Activations are averaged over ``positions``: ``"last"`` = the last prompt token (which
     generates the first action token; its input differs between the sets only through what
     it attends to); ``"action"`` = the positions generating all action tokens (teacher-forced
-    demo action tokens as inputs); ``"text"`` = every prompt token after the image patches.
+    demonstration action tokens as inputs); ``"text"`` = every prompt token after the image patches.
     """
     if positions not in ("last", "text", "action"):
         raise ConfigError(f"unknown positions {positions!r}; use 'last', 'text' or 'action'")
     layer = (len(model.decoder_layers) - 1) // 2 if layer is None else int(layer)
-    pos, neg = contrast_masks(demos.concept)
+    pos, neg = contrast_masks(demonstrations.concept)
     rng = np.random.default_rng(seed)
     stats = action_stats(model.config, unnorm_key)
     acts = {}
@@ -329,22 +424,22 @@ def extract_intervention(
     for name, mask in (("positive", pos), ("negative", neg)):
         idx = np.flatnonzero(mask)
         idx = rng.choice(idx, size=min(max_per_set, len(idx)), replace=False)
-        tokens = processor.actions.encode(normalize(demos.actions[idx], stats))
+        tokens = processor.actions.encode(normalize(demonstrations.actions[idx], stats))
         d = tokens.shape[1]
         suffix = tokens[:, :-1].tolist() if positions == "action" else None
-        ids, am = processor.encode_prompts([demos.instructions[i] for i in idx], suffix)
-        pv = processor.images(demos.images[idx]).to(model.dtype)
+        ids, am = processor.encode_prompts([demonstrations.instructions[i] for i in idx], suffix)
+        pv = processor.images(demonstrations.images[idx]).to(model.dtype)
         # with left padding, the shortest row bounds the common text suffix length
         n_text = {"text": int(am.sum(1).min()) - 1, "action": d, "last": 1}[positions]
         acts[name] = collect_activations(model, pv, ids, am, layer, n_last=n_text, site=site)
     meta = {
-        "contrast": "fast vs slow demo steps (extreme levels or top/bottom third)",
-        "concept_positive_mean": float(demos.concept[pos].mean()),
-        "concept_negative_mean": float(demos.concept[neg].mean()),
+        "contrast": "fast vs slow demonstration steps (extreme levels or top/bottom third)",
+        "concept_positive_mean": float(demonstrations.concept[pos].mean()),
+        "concept_negative_mean": float(demonstrations.concept[neg].mean()),
         "model": model.config.name,
         "site": site,
         "positions": positions,
-        **{k: v for k, v in demos.meta.items() if isinstance(v, (str, int, float))},
+        **{k: v for k, v in demonstrations.meta.items() if isinstance(v, (str, int, float))},
     }
     if kind == "direction":
         return mean_difference(acts["positive"], acts["negative"], layer, concept, meta)
@@ -504,7 +599,7 @@ def run_experiment(
     """Sweep, then every controller row; writes results.json, results.md and the plot."""
     torch.set_grad_enabled(False)
     sweep = []
-    for a in settings.sweep_alphas:
+    for a in settings.sweep_alphas if settings.sweep_episodes > 0 else ():
         r = run_episodes(
             env,
             policy,
@@ -545,4 +640,122 @@ def run_experiment(
         **(extra or {}),
     }
     write_report(report, out, env.control_rate_hz)
+    return report
+
+
+def steer_experiment(
+    out: Path,
+    config: SteerExperimentConfig | None = None,
+    settings: ExperimentSettings | None = None,
+    log: Log = _quiet,
+) -> dict[str, Any]:
+    """The whole experiment: the VLA, its speed direction, then :func:`run_experiment`.
+
+    Without ``config.model`` the tiny VLA is trained into ``out/vla`` (reused unless
+    ``config.retrain``). The direction is loaded from ``config.direction`` or extracted from
+    ``config.dataset``, the tiny model's demonstrations or fresh ones (mujoco envs), and saved
+    as ``out/speed_<kind>``. ``settings.reset_options`` gain the env's cube layout; the PID
+    gains come from ``config.pid_kp``/``pid_ki`` when either is given.
+
+    Returns:
+        The report, also written to ``out/results.json`` (with results.md and the plot).
+    """
+    cfg = config or SteerExperimentConfig()
+    settings = settings or ExperimentSettings()
+    t0 = time.perf_counter()
+    env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout)
+    demonstrations = None
+    if cfg.model is None:
+        vla_dir = out / "vla"
+        if (vla_dir / "config.json").exists() and not cfg.retrain:
+            log(f"reusing {vla_dir} (pass --retrain to train again)")
+            model, proc = load_pretrained(vla_dir, device="cpu")
+        else:
+            steps = cfg.train_steps
+            bc = BCSettings(steps=steps, batch_size=16, lr=2e-3, log_every=max(1, steps // 8))
+            model, proc, demonstrations, _ = train_tiny_on_env(
+                env,
+                vla_dir,
+                cfg.demonstration_episodes,
+                bc,
+                reset,
+                targets,
+                log=log,
+                text={"num_hidden_layers": cfg.llm_layers},
+            )
+        model_name = str(vla_dir)
+        preset = "as_trained"  # the tiny VLA learnt the env's own frames and actions
+        proc = OpenVLAProcessor(proc.config, proc.tokenizer, "as_trained")
+    else:
+        preset = env_preset(env)  # on LIBERO: OpenVLA's LIBERO evaluation conventions
+        model, proc = load_pretrained(
+            cfg.model,
+            center_crop=PRESETS[preset].get("center_crop"),
+            image_pipeline=PRESETS[preset].get("image_pipeline"),
+            action_convention=PRESETS[preset]["action_convention"],
+        )
+        model_name = cfg.model
+    if cfg.direction is not None:
+        inter = load_intervention(cfg.direction)
+    else:
+        if cfg.dataset is not None:
+            demonstrations = demonstrations_from_dataset(str(cfg.dataset), cfg.image_key)
+        elif demonstrations is None:
+            if not cfg.env_id.startswith("mujoco:"):
+                raise ConfigError(
+                    f"no demonstrations to extract a direction for {cfg.env_id!r}",
+                    fix="pass --direction or --dataset (e.g. a LIBERO hdf5)",
+                )
+            demonstrations = collect_speed_demonstrations(
+                env, cfg.extraction_episodes, 0, None, reset, targets, log
+            )
+        inter = extract_intervention(
+            model,
+            proc,
+            demonstrations,
+            cfg.layer,
+            cfg.kind,
+            neurons=cfg.neurons,
+            unnorm_key=cfg.unnorm_key,
+            positions=cfg.positions,
+        )
+        inter.save(out / f"speed_{cfg.kind}")
+        log(f"{cfg.kind} at layer {inter.layer}: {json.dumps(inter.meta)[:300]}")
+    unnorm_key = cfg.unnorm_key
+    if unnorm_key is None and preset == "libero":
+        suite = str(env.describe().get("suite", ""))
+        unnorm_key = libero_unnorm_key(list(model.config.norm_stats), suite)
+    policy = OpenVLAPolicy(
+        model,
+        proc,
+        unnorm_key=unnorm_key,
+        intervention=inter,
+        alpha_limit=settings.alpha_limit,
+        preset=preset,
+        source=model_name,
+    )
+    pid = dict(settings.pid)
+    if cfg.pid_kp is not None or cfg.pid_ki is not None:
+        pid = {
+            "kp": cfg.pid_kp or 0.0,
+            "ki": cfg.pid_ki or 0.0,
+            "output_min": -settings.alpha_limit,
+            "output_max": settings.alpha_limit,
+            "anti_windup": "back_calculation",
+        }
+    settings = replace(settings, pid=pid, reset_options={**reset, **settings.reset_options})
+    report = run_experiment(
+        env,
+        policy,
+        settings,
+        out,
+        log,
+        extra={
+            "model": model_name,
+            "env_id": cfg.env_id,
+            "intervention": {"kind": cfg.kind, "layer": inter.layer, "meta": inter.meta},
+        },
+    )
+    report["wall_seconds"] = round(time.perf_counter() - t0, 1)
+    write_json(out / "results.json", report)
     return report

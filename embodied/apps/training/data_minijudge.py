@@ -21,7 +21,7 @@ import policies
 import sim
 from embodied.contracts import Policy
 from embodied.errors import UnknownNameError
-from embodied.rewards.demo2reward.demonstrations import LabelledDemo, record_demo
+from embodied.rewards.demo2reward.demonstrations import LabelledDemonstration, record_demonstration
 from embodied.specs import Observation
 from sim.mujoco.arm_reach import sample_cube_layout
 from sim.mujoco.reach_around import ROUTES
@@ -66,9 +66,9 @@ class StopShort(Policy):
 
 @dataclass
 class Sample:
-    """One training clip: which demo, which step, captions with labels."""
+    """One training clip: which episode, which step, captions with labels."""
 
-    demo: int
+    episode: int
     step: int
     captions: list[tuple[str, bool]]
 
@@ -125,12 +125,14 @@ def _ball_captions(
     return out
 
 
-def captions_for(demo: LabelledDemo, step: int, rng: np.random.Generator) -> list[tuple[str, bool]]:
-    """Captions with truth labels for frame ``step`` of a live-recorded demo."""
-    info = demo.infos[step]
-    if demo.env_id == "mujoco:arm_reach":
-        return _arm_captions(info, demo.meta["cubes"], demo.task, rng)
-    return _ball_captions(info, demo.task, rng)
+def captions_for(
+    episode: LabelledDemonstration, step: int, rng: np.random.Generator
+) -> list[tuple[str, bool]]:
+    """Captions with truth labels for frame ``step`` of a live-recorded episode."""
+    info = episode.infos[step]
+    if episode.env_id == "mujoco:arm_reach":
+        return _arm_captions(info, episode.meta["cubes"], episode.task, rng)
+    return _ball_captions(info, episode.task, rng)
 
 
 ARM_KINDS = ("expert", "near", "near", "random")
@@ -139,7 +141,7 @@ BALL_KINDS = ("expert", "near", "blocked", "random")
 
 def _arm_episodes(
     n: int, seed0: int, image_size: int | None, kinds: tuple[str, ...] = ARM_KINDS
-) -> Iterator[LabelledDemo]:
+) -> Iterator[LabelledDemonstration]:
     env = sim.make(
         "mujoco:arm_reach",
         terminate_on_success=False,
@@ -173,7 +175,7 @@ def _arm_episodes(
         elif kind == "wrong":  # the expert reaches cube B while the instruction names cube A
             reached, named = (str(c) for c in rng.choice(ARM_COLORS, 2, replace=False))
             options = {"target": reached}
-        demo = record_demo(
+        episode = record_demonstration(
             env,
             policy,
             seed,
@@ -186,10 +188,10 @@ def _arm_episodes(
             task=f"reach the {named} cube" if named else None,
         )
         if named:  # the named cube is never reached: every frame is a failure of the task
-            demo.labels[:] = False
-        demo.meta["cubes"] = {c: task.cube_pos[j].copy() for j, c in enumerate(ARM_COLORS)}
-        demo.meta["kind"] = kind
-        yield demo
+            episode.labels[:] = False
+        episode.meta["cubes"] = {c: task.cube_pos[j].copy() for j, c in enumerate(ARM_COLORS)}
+        episode.meta["kind"] = kind
+        yield episode
     env.close()
 
 
@@ -205,7 +207,7 @@ def _arm_target_dist(task: Any) -> float:
 
 def _ball_episodes(
     n: int, seed0: int, image_size: int | None, kinds: tuple[str, ...] = BALL_KINDS
-) -> Iterator[LabelledDemo]:
+) -> Iterator[LabelledDemonstration]:
     env = sim.make(
         "mujoco:reach_around",
         camera=True,
@@ -229,7 +231,7 @@ def _ball_episodes(
             options = {"scene": f"block_{route}"}
         elif kind == "random":
             policy = policies.load("random", env=env, seed=seed)
-        demo = record_demo(
+        episode = record_demonstration(
             env,
             policy,
             seed,
@@ -237,8 +239,8 @@ def _ball_episodes(
             reset_options=options,
             steps_after_success=int(rng.integers(5, 61)),
         )
-        demo.meta["kind"] = kind
-        yield demo
+        episode.meta["kind"] = kind
+        yield episode
     env.close()
 
 
@@ -252,7 +254,7 @@ def record_episodes(
     seed0: int,
     kinds: Sequence[str] | None = None,
     image_size: int | None = None,
-) -> list[LabelledDemo]:
+) -> list[LabelledDemonstration]:
     """Record ``n`` labelled episodes of ``env_id`` cycling through ``kinds``.
 
     Kinds: ``expert`` (succeeds, holds a few steps), ``near`` (stops 3.5-10 cm short),
@@ -276,9 +278,9 @@ def record_episodes(
     return list(fn(n, seed0, image_size, tuple(kinds)))
 
 
-def make_demos(
+def make_demonstrations(
     n_arm: int, n_ball: int, seed0: int = 0, image_size: int | None = None
-) -> list[LabelledDemo]:
+) -> list[LabelledDemonstration]:
     """Record ``n_arm`` arm_reach and ``n_ball`` reach_around episodes (mixed kinds).
 
     Args:
@@ -290,27 +292,29 @@ def make_demos(
     return [*_arm_episodes(n_arm, seed0, image_size), *_ball_episodes(n_ball, seed0, image_size)]
 
 
-def make_samples(demos: list[LabelledDemo], stride: int, rng: np.random.Generator) -> list[Sample]:
-    """Samples every ``stride`` frames of every demo, with their captions."""
+def make_samples(
+    episodes: list[LabelledDemonstration], stride: int, rng: np.random.Generator
+) -> list[Sample]:
+    """Samples every ``stride`` frames of every episode, with their captions."""
     out = []
-    for i, demo in enumerate(demos):
-        for t in range(0, len(demo), stride):
-            out.append(Sample(i, t, captions_for(demo, t, rng)))
+    for i, episode in enumerate(episodes):
+        for t in range(0, len(episode), stride):
+            out.append(Sample(i, t, captions_for(episode, t, rng)))
     return out
 
 
-def first_env_success(demo: LabelledDemo) -> int:
+def first_env_success(episode: LabelledDemonstration) -> int:
     """First frame where the env reported success (for ``wrong`` episodes: the other cube),
     or -1."""
-    hits = [t for t, info in enumerate(demo.infos) if info.get("success")]
+    hits = [t for t, info in enumerate(episode.infos) if info.get("success")]
     return hits[0] if hits else -1
 
 
-def arrival_steps(demo: LabelledDemo, before: int = 0, after: int = 2) -> list[int]:
+def arrival_steps(episode: LabelledDemonstration, before: int = 0, after: int = 2) -> list[int]:
     """Frames around the moment the env first reports success: ``before`` frames before it
     and ``after`` frames from it on. A rollout that stops at success ends on such a frame,
     so the judge must get exactly these right, not only the frames of a long hold."""
-    first = first_env_success(demo)
+    first = first_env_success(episode)
     if first < 0:
         return []
-    return [t for t in range(first - before, first + after) if 0 <= t < len(demo)]
+    return [t for t in range(first - before, first + after) if 0 <= t < len(episode)]

@@ -1,4 +1,7 @@
-"""Train the shipped judge: ``python -m embodied.apps.training.training_minijudge --out DIR``.
+"""Train the shipped judge: ``embodied train minijudge --out DIR``.
+
+In Python: ``train_minijudge(MiniJudgeTrainConfig(out=DIR))``; the command's options are the
+fields of :class:`MiniJudgeTrainConfig`.
 
 1. Record MuJoCo episodes (expert, near-miss, blocked, random) and caption every frame from
    sim state (:mod:`~embodied.apps.training.data_minijudge`).
@@ -11,19 +14,23 @@
    records the reset seeds of training, calibration and report (disjoint, checked).
 
 ``--init DIR --steps 0`` recalibrates a checkpoint without touching its weights; its training
-seeds are read from the history in ``DIR/calibration.json``.
+seeds are read from the history in ``DIR/calibration.json`` (a stage's recorded ``seeds``, or
+else the options of its recorded command line: :func:`parse_command`).
 
 Runs in a few minutes on one CPU thread with the defaults.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
+import math
+import os
 import shlex
-import sys
 import time
+import typing
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -34,7 +41,7 @@ from torch.nn import functional as F
 
 from embodied.apps.training.data_minijudge import (
     ARM_COLORS,
-    make_demos,
+    make_demonstrations,
     make_samples,
     record_episodes,
 )
@@ -42,9 +49,155 @@ from embodied.errors import CheckpointError, ConfigError
 from embodied.io import atomic_path, write_json
 from embodied.rewards.calibration import best_threshold, calibration_table, rates
 from embodied.rewards.clips import context_indices
-from embodied.rewards.demo2reward.demonstrations import LabelledDemo
+from embodied.rewards.demo2reward.demonstrations import LabelledDemonstration
 from embodied.rewards.minijudge.configuration_minijudge import MiniJudgeConfig
 from embodied.rewards.minijudge.modeling_minijudge import MiniJudge, resize_frames
+
+
+@dataclass(frozen=True)
+class MiniJudgeTrainConfig:
+    """One run of :func:`train_minijudge` (the options of ``embodied train minijudge``).
+
+    Folders (``out``, ``init``, ``cache``) may be given as paths; they are stored as str.
+
+    Args:
+        out: Checkpoint folder to write.
+        n_arm: arm_reach training episodes.
+        n_ball: reach_around training episodes.
+        n_val: Episodes per task in each of the calibration and report splits.
+        n_wrong_val: Wrong-cube arm_reach episodes in each of the calibration and report splits.
+        steps: Optimizer steps (0 with ``init``: recalibrate its weights unchanged).
+        batch: Pairs per step.
+        lr: Peak learning rate (one-cycle schedule).
+        stride: Frames between training clips.
+        seed: Random seed; also offsets the first reset seed of every split.
+        extra_arm_experts: Additional arm_reach expert episodes (positives are rare).
+        wrong_arm: arm_reach episodes where the expert reaches another cube than named.
+        swap_arm: arm_reach expert episodes in groups of 4 over one layout, colours rotated.
+        init: Checkpoint folder to start from (fine-tune or recalibrate).
+        image_size: Judge input side in pixels (ignored with ``init``).
+        head: Image head: cells or flatten (ignored with ``init``).
+        film_layer: FiLM conv index (-1: off).
+        threads: torch CPU threads for training.
+        cache: Folder to cache recorded episodes in (npz).
+    """
+
+    out: str
+    n_arm: int = 48
+    n_ball: int = 32
+    n_val: int = 24
+    n_wrong_val: int = 12
+    steps: int = 1500
+    batch: int = 128
+    lr: float = 2e-3
+    stride: int = 2
+    seed: int = 0
+    extra_arm_experts: int = 32
+    wrong_arm: int = 0
+    swap_arm: int = 0
+    init: str | None = None
+    image_size: int = 128
+    head: str = "cells"
+    film_layer: int = -1
+    threads: int = 1
+    cache: str | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("out", "init", "cache"):  # folders given as paths are stored as str
+            if getattr(self, key) is not None:
+                object.__setattr__(self, key, os.fspath(getattr(self, key)))
+        if not self.out:
+            raise ConfigError("out '' must name a checkpoint folder", fix="e.g. out='runs/judge'")
+        at_least = dict.fromkeys(["n_val", "batch", "stride", "threads"], 1)
+        at_least |= dict.fromkeys(["n_arm", "n_ball", "n_wrong_val", "steps", "seed"], 0)
+        at_least |= {source[0]: 0 for source in EXTRA_ARM_SOURCES}
+        for key, least in at_least.items():
+            if getattr(self, key) < least:
+                raise ConfigError(
+                    f"{key} {getattr(self, key)!r} must be >= {least}",
+                    fix=f"set {key} to {least} or more",
+                )
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"lr {self.lr!r} must be a positive number", fix="e.g. lr=2e-3")
+        extra = sum(getattr(self, s[0]) for s in EXTRA_ARM_SOURCES)
+        if self.steps > 0 and self.n_arm + self.n_ball + extra == 0:
+            raise ConfigError(
+                f"steps {self.steps} with no training episodes (n_arm, n_ball and the extra "
+                "arm_reach episodes are all 0)",
+                fix="record some, e.g. n_arm=48, or recalibrate with steps=0 and init",
+            )
+        # the judge architecture's own checks (head, image_size, film_layer name their key)
+        MiniJudgeConfig(
+            device="cpu", head=self.head, image_size=self.image_size, film_layer=self.film_layer
+        )
+
+
+COMMAND = "embodied train minijudge"
+"""The command that runs :func:`train_minijudge`, as recorded in ``calibration.json``."""
+_OLD_COMMANDS = ("train_minijudge", "training_minijudge")
+"""Ends of the module names earlier stages ran as ``python -m ...`` (e.g.
+``embodied.rewards.minijudge.train_minijudge``)."""
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def command_line(config: MiniJudgeTrainConfig) -> str:
+    """The ``embodied train minijudge`` command line that runs ``config``: every field that is
+    set, so it reads back (:func:`parse_command`) to ``config`` whatever the defaults."""
+    words = COMMAND.split()
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if value is not None:
+            words += [_flag(f.name), str(value)]
+    return shlex.join(words)
+
+
+def parse_command(command: str) -> MiniJudgeTrainConfig | None:
+    """The config a recorded training command line ran with (None: not a minijudge training
+    command).
+
+    Reads ``[...]embodied train minijudge --flag value ...`` and the earlier
+    ``python -m <module>.train_minijudge ...`` / ``training_minijudge`` forms; each
+    ``--flag value`` (or ``--flag=value``) sets the field of that name
+    (``--n-arm`` -> ``n_arm``). Options no field has are skipped with their value, as
+    earlier stages may have had options this version dropped; unset fields take their default.
+
+    Raises:
+        CheckpointError: a minijudge command whose options do not read (a value missing or
+            of the wrong type, no ``--out``, or a value the config refuses).
+    """
+    words = shlex.split(command)
+    at = next((i + 1 for i, w in enumerate(words) if w.endswith(_OLD_COMMANDS)), None)
+    if at is None:  # the embodied command (also .venv/bin/embodied or python -m embodied)
+        found = (i + 3 for i in range(len(words) - 2) if words[i].endswith("embodied"))
+        at = next((i for i in found if words[i - 2 : i] == ["train", "minijudge"]), None)
+    if at is None:
+        return None
+    hints = typing.get_type_hints(MiniJudgeTrainConfig)
+    fields = {_flag(f.name): f.name for f in dataclasses.fields(MiniJudgeTrainConfig)}
+    values: dict[str, Any] = {}
+    rest = words[at:]
+    try:
+        while rest:
+            word, *rest = rest
+            flag, eq, inline = word.partition("=")
+            value = inline if eq else (rest.pop(0) if rest and rest[0][:2] != "--" else None)
+            if flag not in fields:
+                continue  # an option of an earlier version (or a stray word)
+            if value is None:
+                raise ValueError(f"{flag} has no value")
+            name = fields[flag]
+            parse = hints[name] if hints[name] in (int, float) else str
+            values[name] = parse(value)
+        return MiniJudgeTrainConfig(**values)
+    except (ValueError, TypeError) as exc:  # ConfigError is a ValueError
+        raise CheckpointError(
+            f"training history command {command!r} does not read: {exc}",
+            fix="record the stage's 'seeds' in calibration.json, or retrain",
+        ) from exc
+
 
 OTHER, TASK, WRONG_OBJECT = 0, 1, 2
 
@@ -73,28 +226,30 @@ another object on success frames (binds the object word), and the other captions
 
 
 class PairSet:
-    """(clip, caption, label) pairs over resized demo frames, sampled in balanced batches."""
+    """(clip, caption, label) pairs over resized episode frames, sampled in balanced batches."""
 
-    def __init__(self, demos: Sequence[LabelledDemo], size: int, stride: int, seed: int) -> None:
+    def __init__(
+        self, episodes: Sequence[LabelledDemonstration], size: int, stride: int, seed: int
+    ) -> None:
         rng = np.random.default_rng(seed)
-        self.frames = [resize_frames(d.frames, size) for d in demos]
-        samples = make_samples(list(demos), stride, rng)
+        self.frames = [resize_frames(d.frames, size) for d in episodes]
+        samples = make_samples(list(episodes), stride, rng)
         texts: dict[str, int] = {}
         rows = []
         for s in samples:
-            task = demos[s.demo].task
-            success = bool(demos[s.demo].labels[s.step])
+            task = episodes[s.episode].task
+            success = bool(episodes[s.episode].labels[s.step])
             for text, label in s.captions:
                 idx = texts.setdefault(text, len(texts))
-                rows.append((s.demo, s.step, idx, bool(label), _kind(text, task, success)))
+                rows.append((s.episode, s.step, idx, bool(label), _kind(text, task, success)))
             if task not in {t for t, _ in s.captions}:  # the episode's own task instruction
                 idx = texts.setdefault(task, len(texts))
-                rows.append((s.demo, s.step, idx, success, TASK))
+                rows.append((s.episode, s.step, idx, success, TASK))
         self.texts = list(texts)
         arr = np.array(rows, dtype=np.int64)
-        self.demo, self.step, self.text = arr[:, 0], arr[:, 1], arr[:, 2]
+        self.episode, self.step, self.text = arr[:, 0], arr[:, 1], arr[:, 2]
         self.label, self.kind = arr[:, 3].astype(bool), arr[:, 4]
-        env_of = np.array([d.env_id for d in demos])[self.demo]
+        env_of = np.array([d.env_id for d in episodes])[self.episode]
         pools = [
             (np.flatnonzero((env_of == env) & (self.kind == kind) & (self.label == lab)), w)
             for env in sorted(set(env_of.tolist()))
@@ -105,11 +260,11 @@ class PairSet:
         self.weights = weights / weights.sum()
         self.n_context = 4
 
-    def clips(self, demo: np.ndarray, step: np.ndarray) -> torch.Tensor:
-        """Float clips (B, F, 3, S, S) in [-0.5, 0.5] for (demo, step) pairs."""
+    def clips(self, episode: np.ndarray, step: np.ndarray) -> torch.Tensor:
+        """Float clips (B, F, 3, S, S) in [-0.5, 0.5] for (episode, step) pairs."""
         out = [
             self.frames[d][context_indices(int(t), self.n_context)]
-            for d, t in zip(demo, step, strict=False)
+            for d, t in zip(episode, step, strict=False)
         ]
         return torch.stack(out).float().div_(255.0).sub_(0.5)
 
@@ -119,8 +274,8 @@ class PairSet:
         return np.concatenate([rng.choice(p, c) for p, c in zip(self.pools, counts, strict=True)])
 
 
-def _cached(folder: str | None, name: str, make: Any) -> list[LabelledDemo]:
-    """Record demos with ``make()``, or reload them from ``folder/name.npz`` + ``.json``."""
+def _cached(folder: str | None, name: str, make: Any) -> list[LabelledDemonstration]:
+    """Record episodes with ``make()``, or reload them from ``folder/name.npz`` + ``.json``."""
     if folder is None:
         return list(make())
     frames_path, meta_path = Path(folder) / f"{name}.npz", Path(folder) / f"{name}.json"
@@ -128,7 +283,7 @@ def _cached(folder: str | None, name: str, make: Any) -> list[LabelledDemo]:
         meta = json.loads(meta_path.read_text())
         with np.load(frames_path) as z:
             return [
-                LabelledDemo(
+                LabelledDemonstration(
                     z[f"frames_{i}"],
                     z[f"labels_{i}"],
                     m["task"],
@@ -141,17 +296,17 @@ def _cached(folder: str | None, name: str, make: Any) -> list[LabelledDemo]:
                 )
                 for i, m in enumerate(meta)
             ]
-    demos = list(make())
+    episodes = list(make())
     Path(folder).mkdir(parents=True, exist_ok=True)
-    arrays = {f"frames_{i}": d.frames for i, d in enumerate(demos)}
-    arrays.update({f"labels_{i}": d.labels for i, d in enumerate(demos)})
+    arrays = {f"frames_{i}": d.frames for i, d in enumerate(episodes)}
+    arrays.update({f"labels_{i}": d.labels for i, d in enumerate(episodes)})
     with atomic_path(frames_path) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
     write_json(
         meta_path,
-        [{"task": d.task, "env_id": d.env_id, "infos": d.infos, "meta": d.meta} for d in demos],
+        [{"task": d.task, "env_id": d.env_id, "infos": d.infos, "meta": d.meta} for d in episodes],
     )
-    return demos
+    return episodes
 
 
 def _augment(x: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
@@ -166,10 +321,12 @@ def _augment(x: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
     return ((x + 0.5) * gain - 0.5).clamp_(-0.5, 0.5)
 
 
-def evaluate(judge: MiniJudge, demos: Sequence[LabelledDemo], stride: int = 1) -> dict[str, Any]:
-    """Per-frame oracle agreement of ``judge`` with each demo's task instruction."""
+def evaluate(
+    judge: MiniJudge, episodes: Sequence[LabelledDemonstration], stride: int = 1
+) -> dict[str, Any]:
+    """Per-frame oracle agreement of ``judge`` with each episode's task instruction."""
     probs, labels, groups = [], [], []
-    for d in demos:
+    for d in episodes:
         steps = list(range(0, len(d), stride))
         probs.append(judge.score_batch(d.clips(judge.config.n_context, steps), d.task))
         labels.append(d.labels[steps])
@@ -190,11 +347,11 @@ def agreement_by_kind(ev: dict[str, Any], threshold: float) -> dict[str, dict[st
     return out
 
 
-def colour_binding(judge: MiniJudge, demos: Sequence[LabelledDemo]) -> float | None:
+def colour_binding(judge: MiniJudge, episodes: Sequence[LabelledDemonstration]) -> float | None:
     """Share (percent) of arm_reach success frames on which the instruction naming the reached
     cube scores above the same instruction with each other colour (None: no such frames)."""
     wins: list[np.ndarray] = []
-    for d in demos:
+    for d in episodes:
         color = next((c for c in ARM_COLORS if f" {c} " in f" {d.task} "), None)
         if d.env_id != "mujoco:arm_reach" or color is None or not d.labels.any():
             continue
@@ -212,7 +369,7 @@ CALIBRATION_SEED0 = 5000
 """First reset seed of the calibration split (plus ``--seed``): the threshold is chosen here."""
 REPORT_SEED0 = 6000
 """First reset seed of the report split (plus ``--seed``): agreement is reported only here."""
-EXTRA_ARM_SOURCES = (  # (--option dest, cache name, first reset seed, kinds) of extra arm data
+EXTRA_ARM_SOURCES = (  # (config field, cache name, first reset seed, kinds) of extra arm data
     ("extra_arm_experts", "extra_arm", 9000, ("expert",)),
     ("wrong_arm", "wrong", 11000, ("wrong",)),
     ("swap_arm", "swap_arm", 12000, ("swap",)),
@@ -227,15 +384,15 @@ def _add_range(out: SeedRanges, env_id: str, first: int, n: int) -> None:
         out.setdefault(env_id, []).append([first, first + n - 1])
 
 
-def train_seeds(args: argparse.Namespace) -> SeedRanges:
+def train_seeds(config: MiniJudgeTrainConfig) -> SeedRanges:
     """Reset seeds of the episodes one training run records (none without optimizer steps)."""
     out: SeedRanges = {}
-    if args.steps <= 0:
+    if config.steps <= 0:
         return out
-    _add_range(out, ARM, args.seed, args.n_arm)
-    _add_range(out, BALL, args.seed, args.n_ball)
-    for dest, _, seed0, _ in EXTRA_ARM_SOURCES:
-        _add_range(out, ARM, seed0 + args.seed, getattr(args, dest))
+    _add_range(out, ARM, config.seed, config.n_arm)
+    _add_range(out, BALL, config.seed, config.n_ball)
+    for field, _, seed0, _ in EXTRA_ARM_SOURCES:
+        _add_range(out, ARM, seed0 + config.seed, getattr(config, field))
     return out
 
 
@@ -291,16 +448,16 @@ def check_disjoint(splits: dict[str, SeedRanges]) -> None:
                 )
 
 
-def history_train_seeds(train: dict[str, Any], parser: argparse.ArgumentParser) -> SeedRanges:
+def history_train_seeds(train: dict[str, Any]) -> SeedRanges:
     """Reset seeds every stage of a checkpoint's training history was trained on.
 
-    A stage records ``seeds`` (this script since the split of calibration and report) or
-    only its ``command``, whose options are parsed with this script's parser; ``from`` holds
+    A stage records ``seeds`` (this module since the split of calibration and report) or
+    only its ``command``, whose options give the seeds (:func:`parse_command`); ``from`` holds
     the stage it started from.
 
     Raises:
         CheckpointError: a stage that trained records neither (its seeds are unknown, so
-            disjointness cannot be shown).
+            disjointness cannot be shown), or its command does not read.
     """
     out: SeedRanges = {}
     stage: dict[str, Any] | None = train
@@ -308,22 +465,14 @@ def history_train_seeds(train: dict[str, Any], parser: argparse.ArgumentParser) 
         if "seeds" in stage:
             out = merge_seeds(out, stage["seeds"])
         elif int(stage.get("steps", 0)) > 0:
-            words = shlex.split(str(stage.get("command", "")))
-            at = next((i for i, w in enumerate(words) if w.endswith("train_minijudge")), None)
-            if at is None:
+            config = parse_command(str(stage.get("command", "")))
+            if config is None:
                 raise CheckpointError(
                     f"training history stage {stage.get('command', stage)!r} records neither "
-                    "its seeds nor a train_minijudge command",
-                    fix="recalibrate a checkpoint trained by this script, or retrain it",
+                    f"its seeds nor a train_minijudge command ({COMMAND} ...)",
+                    fix="recalibrate a checkpoint trained by this module, or retrain it",
                 )
-            try:
-                known, _ = parser.parse_known_args(words[at + 1 :])
-            except SystemExit as exc:  # argparse exits on a command it cannot read
-                raise CheckpointError(
-                    f"training history command {stage['command']!r} does not parse",
-                    fix="record the stage's 'seeds' in calibration.json, or retrain",
-                ) from exc
-            out = merge_seeds(out, train_seeds(known))
+            out = merge_seeds(out, train_seeds(config))
         stage = stage.get("from")
     return out
 
@@ -331,18 +480,18 @@ def history_train_seeds(train: dict[str, Any], parser: argparse.ArgumentParser) 
 def _record_split(cache: str | None, name: str, seed0: int, n_val: int, n_wrong: int) -> Any:
     """Episodes of one calibration or report split (see :func:`split_seeds`)."""
 
-    def make() -> list[LabelledDemo]:
-        demos = make_demos(n_val, n_val, seed0)
+    def make() -> list[LabelledDemonstration]:
+        episodes = make_demonstrations(n_val, n_val, seed0)
         if n_wrong:
-            demos += record_episodes(ARM, n_wrong, seed0 + n_val, ("wrong",))
-        return demos
+            episodes += record_episodes(ARM, n_wrong, seed0 + n_val, ("wrong",))
+        return episodes
 
     return _cached(cache, f"{name}_{seed0}_{n_val}_{n_wrong}", make)
 
 
-def _kind_counts(demos: Sequence[LabelledDemo]) -> dict[str, dict[str, int]]:
+def _kind_counts(episodes: Sequence[LabelledDemonstration]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
-    for d in demos:
+    for d in episodes:
         kinds = out.setdefault(d.env_id, {})
         kind = str(d.meta.get("kind", "?"))
         kinds[kind] = kinds.get(kind, 0) + 1
@@ -357,121 +506,87 @@ def _per_env(ev: dict[str, Any], threshold: float) -> dict[str, dict[str, float]
     }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command line of this script (also parses the commands in a checkpoint's
-    training history)."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="checkpoint folder to write")
-    ap.add_argument("--n-arm", type=int, default=48, help="arm_reach training episodes")
-    ap.add_argument("--n-ball", type=int, default=32, help="reach_around training episodes")
-    ap.add_argument(
-        "--n-val",
-        type=int,
-        default=24,
-        help="episodes per task in each of the calibration and report splits",
-    )
-    ap.add_argument(
-        "--n-wrong-val",
-        type=int,
-        default=12,
-        help="wrong-cube arm_reach episodes in each of the calibration and report splits",
-    )
-    ap.add_argument("--steps", type=int, default=1500, help="optimizer steps")
-    ap.add_argument("--batch", type=int, default=128, help="pairs per step")
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--stride", type=int, default=2, help="frames between training clips")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument(
-        "--extra-arm-experts",
-        type=int,
-        default=32,
-        help="additional arm_reach expert episodes (positives are rare)",
-    )
-    ap.add_argument(
-        "--wrong-arm",
-        type=int,
-        default=0,
-        help="arm_reach episodes where the expert reaches another cube than the instruction names",
-    )
-    ap.add_argument(
-        "--swap-arm",
-        type=int,
-        default=0,
-        help="arm_reach expert episodes in groups of 4 over one layout with the cube colours "
-        "rotated (teaches which colour is under the gripper)",
-    )
-    ap.add_argument("--init", default=None, help="checkpoint folder to start from (fine-tune)")
-    ap.add_argument("--image-size", type=int, default=128, help="judge input side (px)")
-    ap.add_argument("--head", default="cells", help="image head: cells or flatten")
-    ap.add_argument("--film-layer", type=int, default=-1, help="FiLM conv index (-1: off)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads for training")
-    ap.add_argument("--cache", default=None, help="folder to cache recorded episodes (npz)")
-    return ap
+def train_minijudge(config: MiniJudgeTrainConfig) -> dict[str, Any]:
+    """Record data, train, calibrate and save to ``config.out``; returns ``calibration.json``.
 
-
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Record data, train, calibrate and save; returns the metrics."""
-    ap = build_parser()
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    rng = np.random.default_rng(args.seed)
+    Raises:
+        ConfigError: the training, calibration and report splits would share reset seeds.
+        CheckpointError: ``config.init`` does not load, or its training history does not
+            tell which seeds it was trained on.
+    """
+    torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
     t0 = time.perf_counter()
 
-    config = MiniJudgeConfig(
-        device="cpu", head=args.head, image_size=args.image_size, film_layer=args.film_layer
+    judge_config = MiniJudgeConfig(
+        device="cpu", head=config.head, image_size=config.image_size, film_layer=config.film_layer
     )
     init_train: dict[str, Any] = {}  # how the starting checkpoint was trained
-    if args.init:  # fine-tune; a FiLM layer new to the checkpoint starts as the identity
-        config = MiniJudgeConfig.load(args.init, device="cpu", film_layer=args.film_layer)
-    judge = MiniJudge(config)
-    if args.init:
+    if config.init:  # fine-tune; a FiLM layer new to the checkpoint starts as the identity
+        judge_config = MiniJudgeConfig.load(config.init, device="cpu", film_layer=config.film_layer)
+    judge = MiniJudge(judge_config)
+    if config.init:
         from safetensors.torch import load_file
 
-        calib = Path(args.init) / "calibration.json"
+        calib = Path(config.init) / "calibration.json"
         if calib.exists():
             init_train = json.loads(calib.read_text()).get("train", {})
-        state = load_file(str(Path(args.init) / "model.safetensors"))
+        state = load_file(str(Path(config.init) / "model.safetensors"))
         missing, unexpected = judge.model.load_state_dict(state, strict=False)
         if unexpected or any(not k.startswith("film.") for k in missing):
-            raise SystemExit(f"--init {args.init}: missing {missing}, unexpected {unexpected}")
+            raise CheckpointError(
+                f"init {config.init!r}: model.safetensors misses {missing}, has unexpected "
+                f"{unexpected}",
+                fix="start from a minijudge checkpoint (config.json + model.safetensors)",
+            )
     # every episode has one role: trained on, chooses the threshold, or is reported on
-    stage_seeds = train_seeds(args)
+    stage_seeds = train_seeds(config)
     seeds = {
-        "train": merge_seeds(stage_seeds, history_train_seeds(init_train, ap)),
-        "calibration": split_seeds(CALIBRATION_SEED0 + args.seed, args.n_val, args.n_wrong_val),
-        "report": split_seeds(REPORT_SEED0 + args.seed, args.n_val, args.n_wrong_val),
+        "train": merge_seeds(stage_seeds, history_train_seeds(init_train)),
+        "calibration": split_seeds(
+            CALIBRATION_SEED0 + config.seed, config.n_val, config.n_wrong_val
+        ),
+        "report": split_seeds(REPORT_SEED0 + config.seed, config.n_val, config.n_wrong_val),
     }
     check_disjoint(seeds)
-    train: list[LabelledDemo] = []
-    if args.steps > 0:  # recalibration alone records no training episodes
-        train = _cached(args.cache, "train", lambda: make_demos(args.n_arm, args.n_ball, args.seed))
-        for dest, name, seed0, kinds in EXTRA_ARM_SOURCES:
-            n = getattr(args, dest)
+    train: list[LabelledDemonstration] = []
+    if config.steps > 0:  # recalibration alone records no training episodes
+        train = _cached(
+            config.cache,
+            "train",
+            lambda: make_demonstrations(config.n_arm, config.n_ball, config.seed),
+        )
+        for field, name, seed0, kinds in EXTRA_ARM_SOURCES:
+            n = getattr(config, field)
             if n:
-                record = partial(record_episodes, ARM, n, seed0 + args.seed, kinds)
-                train += _cached(args.cache, f"{name}_{n}", record)
-    calib_demos = _record_split(
-        args.cache, "calibration", CALIBRATION_SEED0 + args.seed, args.n_val, args.n_wrong_val
+                record = partial(record_episodes, ARM, n, seed0 + config.seed, kinds)
+                train += _cached(config.cache, f"{name}_{n}", record)
+    calib_episodes = _record_split(
+        config.cache,
+        "calibration",
+        CALIBRATION_SEED0 + config.seed,
+        config.n_val,
+        config.n_wrong_val,
     )
-    report_demos = _record_split(
-        args.cache, "report", REPORT_SEED0 + args.seed, args.n_val, args.n_wrong_val
+    report_episodes = _record_split(
+        config.cache, "report", REPORT_SEED0 + config.seed, config.n_val, config.n_wrong_val
     )
     t_data = time.perf_counter() - t0
     print(
-        f"data: {len(train)} train / {len(calib_demos)} calibration / {len(report_demos)} "
+        f"data: {len(train)} train / {len(calib_episodes)} calibration / {len(report_episodes)} "
         f"report episodes ({t_data:.0f} s)",
         flush=True,
     )
 
-    if args.steps > 0:
-        _train(judge, train, calib_demos, args, rng, t0)
+    if config.steps > 0:
+        _train(judge, train, calib_episodes, config, rng, t0)
     judge.model.eval()
     judge.clear_cache()
 
-    ev = evaluate(judge, calib_demos)
+    ev = evaluate(judge, calib_episodes)
     judge.threshold = float(np.clip(best_threshold(ev["probs"], ev["labels"]), 0.05, 0.95))
-    rep = evaluate(judge, report_demos)
+    rep = evaluate(judge, report_episodes)
     per_env = _per_env(rep, judge.threshold)
     judge.calibration = {
         "threshold": judge.threshold,
@@ -484,40 +599,40 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "share none (checked by train_minijudge)",
             "train": {"seeds": seeds["train"]},
             "calibration": {
-                "episodes": len(calib_demos),
-                "kinds": _kind_counts(calib_demos),
+                "episodes": len(calib_episodes),
+                "kinds": _kind_counts(calib_episodes),
                 "seeds": seeds["calibration"],
             },
             "report": {
-                "episodes": len(report_demos),
-                "kinds": _kind_counts(report_demos),
+                "episodes": len(report_episodes),
+                "kinds": _kind_counts(report_episodes),
                 "seeds": seeds["report"],
             },
         },
         "oracle_agreement": rates(rep["probs"] >= judge.threshold, rep["labels"]).to_dict(),
         "oracle_agreement_per_env": per_env,
         "oracle_agreement_per_kind": agreement_by_kind(rep, judge.threshold),
-        "colour_binding_percent": colour_binding(judge, report_demos),
+        "colour_binding_percent": colour_binding(judge, report_episodes),
         "calibration_agreement": rates(ev["probs"] >= judge.threshold, ev["labels"]).to_dict(),
         "table": calibration_table(ev["probs"], ev["labels"]),
         "table_split": "calibration",
         "train": {
             "episodes": len(train),
-            "steps": args.steps,
+            "steps": config.steps,
             "seeds": stage_seeds,
             "seconds": round(time.perf_counter() - t0, 1),
-            "command": "python -m embodied.apps.training.training_minijudge "
-            + shlex.join(argv if argv is not None else sys.argv[1:]),
+            "command": command_line(config),
+            "config": dataclasses.asdict(config),
         },
     }
-    if args.init:  # keep the history of how the starting checkpoint was trained
+    if config.init:  # keep the history of how the starting checkpoint was trained
         judge.calibration["train"]["from"] = init_train
-    if args.init and args.steps == 0:
-        _save_recalibrated(judge, Path(args.init), Path(args.out))
+    if config.init and config.steps == 0:
+        _save_recalibrated(judge, Path(config.init), Path(config.out))
     else:
-        judge.save_pretrained(args.out)
+        judge.save_pretrained(config.out)
     print(
-        f"saved {args.out}: threshold {judge.threshold:.3f} (calibration split), report split "
+        f"saved {config.out}: threshold {judge.threshold:.3f} (calibration split), report split "
         f"agreement {judge.calibration['oracle_agreement']}",
         flush=True,
     )
@@ -545,25 +660,25 @@ def _save_recalibrated(judge: MiniJudge, init: Path, out: Path) -> None:
 
 def _train(
     judge: MiniJudge,
-    train: list[LabelledDemo],
-    calib: list[LabelledDemo],
-    args: argparse.Namespace,
+    train: list[LabelledDemonstration],
+    calib: list[LabelledDemonstration],
+    config: MiniJudgeTrainConfig,
     rng: np.random.Generator,
     t0: float,
 ) -> None:
     """Optimise the image tower, text head, scale and bias on ``train`` (progress on the
     calibration split, which only ever chooses the threshold)."""
-    pairs = PairSet(train, judge.config.image_size, args.stride, args.seed)
+    pairs = PairSet(train, judge.config.image_size, config.stride, config.seed)
     text_emb = judge.text.encode(pairs.texts)  # frozen MiniLM, each caption once
     print(f"train: {len(pairs.label)} pairs, {len(pairs.texts)} captions", flush=True)
     model = judge.model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(
-        opt, max_lr=args.lr, total_steps=args.steps, pct_start=0.1
+        opt, max_lr=config.lr, total_steps=config.steps, pct_start=0.1
     )
-    for step in range(args.steps):
-        idx = pairs.batch(args.batch, rng)
-        x = _augment(pairs.clips(pairs.demo[idx], pairs.step[idx]), rng)
+    for step in range(config.steps):
+        idx = pairs.batch(config.batch, rng)
+        x = _augment(pairs.clips(pairs.episode[idx], pairs.step[idx]), rng)
         y = torch.from_numpy(pairs.label[idx].astype(np.float32))
         logits = model(x, text_emb[pairs.text[idx]])
         loss = F.binary_cross_entropy_with_logits(logits, y)
@@ -578,20 +693,10 @@ def _train(
             r = rates(ev["probs"] >= 0.5, ev["labels"])
             print(f"  calibration split (p>=0.5): TPR {r.tpr:.1f} TNR {r.tnr:.1f}", flush=True)
             model.train()
-        if step % 100 == 0 or step == args.steps - 1:
+        if step % 100 == 0 or step == config.steps - 1:
             acc = ((logits > 0) == (y > 0.5)).float().mean().item()
             print(
                 f"step {step:5d} loss {loss.item():.3f} acc {acc:.3f} "
                 f"({time.perf_counter() - t0:.0f} s)",
                 flush=True,
             )
-
-
-if __name__ == "__main__":
-    from embodied.errors import EmbodiedError
-
-    try:
-        main()
-    except EmbodiedError as exc:  # as the embodied CLI: one clean line, exit code 2
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)

@@ -1,23 +1,29 @@
-"""Demo2Reward: tune a judge's instruction on a few labelled demos to cut false positives.
+"""Demo2Reward: tune a judge's instruction on a few labelled demonstrations to cut false
+positives.
 
 from embodied.rewards import load_judge
-from embodied.rewards.demo2reward import load_demos, optimize_instruction
+from embodied.rewards.demo2reward import load_demonstrations, optimize_instruction
 
 judge = load_judge("minijudge")
-result = optimize_instruction(judge, load_demos("demos/"))
+result = optimize_instruction(judge, load_demonstrations("demonstrations/"))
 print(result.template, result.best.rates)
 """
 
 from embodied.rewards.demo2reward.demonstrations import (
     FALLBACK_TASKS,
-    LabelledDemo,
-    load_demos,
-    record_demo,
-    save_demos,
-    split_demos,
+    LabelledDemonstration,
+    load_demonstrations,
+    record_demonstration,
+    save_demonstrations,
+    split_demonstrations,
     task_text,
 )
-from embodied.rewards.demo2reward.objective import DemoSet, Evaluation, Misclassified, objective
+from embodied.rewards.demo2reward.objective import (
+    DemonstrationSet,
+    Evaluation,
+    Misclassified,
+    objective,
+)
 from embodied.rewards.demo2reward.optimization import (
     Demo2RewardConfig,
     OptimizationResult,
@@ -39,22 +45,22 @@ __all__ = [
     "FALLBACK_TASKS",
     "PROPOSERS",
     "Demo2RewardConfig",
-    "DemoSet",
+    "DemonstrationSet",
     "Evaluation",
     "LLMProposer",
-    "LabelledDemo",
+    "LabelledDemonstration",
     "Misclassified",
     "OfflineProposer",
     "OptimizationResult",
     "ProposalContext",
     "Proposer",
-    "load_demos",
+    "load_demonstrations",
     "load_instruction",
     "objective",
     "optimize_instruction",
-    "record_demo",
-    "save_demos",
+    "record_demonstration",
+    "save_demonstrations",
     "save_result",
-    "split_demos",
+    "split_demonstrations",
     "task_text",
 ]

@@ -1,6 +1,6 @@
 """Labelled demonstrations: frames with per-frame success labels, recorded or read from disk.
 
-Frame ``i`` of a demo is the camera image *after* ``i`` control steps (frame 0 follows the
+Frame ``i`` of a demonstration is the camera image *after* ``i`` control steps (frame 0 follows the
 reset); label ``i`` says whether the task has been accomplished by then. Once success is
 reached every later frame is positive (Demo2Reward's labelling).
 """
@@ -42,14 +42,14 @@ def task_text(instruction: str, env_id: str = "") -> str:
 
 
 @dataclass
-class LabelledDemo:
+class LabelledDemonstration:
     """One demonstration: frames, per-frame success labels and the task.
 
     Attributes:
         frames: (T, H, W, 3) uint8 camera frames.
         labels: (T,) bool success labels (monotone: all True after the first True).
         task: The task in words (fills ``{task}`` of a judge instruction template).
-        env_id: Env the demo comes from.
+        env_id: Env the demonstration comes from.
         infos: Per-frame env info (sim state for captions), if recorded live.
         meta: Seed, policy, source.
     """
@@ -62,11 +62,11 @@ class LabelledDemo:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.frames = validate_frames(self.frames, what="demo frames")
+        self.frames = validate_frames(self.frames, what="demonstration frames")
         self.labels = np.asarray(self.labels, dtype=bool).reshape(-1)
         if len(self.labels) != len(self.frames):
             raise ConfigError(
-                f"demo has {len(self.frames)} frames but {len(self.labels)} labels",
+                f"demonstration has {len(self.frames)} frames but {len(self.labels)} labels",
                 fix="label every frame",
             )
         first = int(np.argmax(self.labels)) if self.labels.any() else len(self.labels)
@@ -77,7 +77,7 @@ class LabelledDemo:
 
     @property
     def success(self) -> bool:
-        """Whether the demo ever succeeds."""
+        """Whether the demonstration ever succeeds."""
         return bool(self.labels.any())
 
     def clips(self, n_context: int = 4, steps: Sequence[int] | None = None) -> np.ndarray:
@@ -85,7 +85,7 @@ class LabelledDemo:
         return episode_clips(self.frames, n_context, steps)
 
 
-def record_demo(
+def record_demonstration(
     env: Env,
     policy: Policy,
     seed: int,
@@ -95,11 +95,11 @@ def record_demo(
     reset_options: Mapping[str, Any] | None = None,
     camera: str | None = None,
     task: str | None = None,
-) -> LabelledDemo:
+) -> LabelledDemonstration:
     """Run ``policy`` with the closed loop and keep post-step frames with oracle labels.
 
-    The episode continues ``steps_after_success`` steps past the first success (so demos
-    hold positives), or runs to ``max_steps``.
+    The episode continues ``steps_after_success`` steps past the first success (so
+    demonstrations hold positives), or runs to ``max_steps``.
 
     Args:
         env: An env with a camera (``env.render(camera)`` gives the frame).
@@ -145,7 +145,7 @@ def record_demo(
     labels = np.zeros(len(all_frames), dtype=bool)
     if first_success[0] >= 0:
         labels[first_success[0] + 1 :] = True
-    return LabelledDemo(
+    return LabelledDemonstration(
         frames=all_frames,
         labels=labels,
         task=task or task_text(env.instruction, env.env_id),
@@ -160,10 +160,11 @@ def record_demo(
     )
 
 
-def load_demos(
+def load_demonstrations(
     path: str | os.PathLike[str], camera: str | None = None, task: str | None = None
-) -> list[LabelledDemo]:
-    """Labelled demos from a dataset folder written by `embodied collect` (or save_demos).
+) -> list[LabelledDemonstration]:
+    """Labelled demonstrations from a dataset folder written by `embodied collect` (or
+    :func:`save_demonstrations`).
 
     Labels come from a per-frame ``labels`` array when the shard has one, else from the
     episode's ``success_step`` (see :func:`embodied.rewards.oracle.frame_labels`).
@@ -187,7 +188,7 @@ def load_demos(
         meta = ep.attrs.get("meta", {})
         env_id = meta.get("env_id", "") if isinstance(meta, dict) else ""
         out.append(
-            LabelledDemo(
+            LabelledDemonstration(
                 frames,
                 labels,
                 task or task_text(ep.instruction, env_id),
@@ -198,10 +199,14 @@ def load_demos(
     return out
 
 
-def save_demos(demos: Sequence[LabelledDemo], path: str | os.PathLike[str]) -> Path:
-    """Write demos as a dataset folder (one atomic shard each) readable by :func:`load_demos`."""
-    writer = DatasetWriter(path, env_args={"env_id": demos[0].env_id if demos else ""})
-    for d in demos:
+def save_demonstrations(
+    demonstrations: Sequence[LabelledDemonstration], path: str | os.PathLike[str]
+) -> Path:
+    """Write demonstrations as a dataset folder (one atomic shard each) readable by
+    :func:`load_demonstrations`."""
+    env_id = demonstrations[0].env_id if demonstrations else ""
+    writer = DatasetWriter(path, env_args={"env_id": env_id})
+    for d in demonstrations:
         n = len(d)
         first = int(np.argmax(d.labels)) if d.success else -1
         meta: dict[str, Any] = {"env_id": d.env_id}
@@ -225,11 +230,14 @@ def save_demos(demos: Sequence[LabelledDemo], path: str | os.PathLike[str]) -> P
     return Path(path)
 
 
-def split_demos(
-    demos: Sequence[LabelledDemo], n_train: int, key: Callable[[LabelledDemo], Any] | None = None
-) -> tuple[list[LabelledDemo], list[LabelledDemo]]:
-    """First ``n_train`` demos (by order or ``key``) for optimisation, the rest held out."""
-    items = sorted(demos, key=key) if key else list(demos)
+def split_demonstrations(
+    demonstrations: Sequence[LabelledDemonstration],
+    n_train: int,
+    key: Callable[[LabelledDemonstration], Any] | None = None,
+) -> tuple[list[LabelledDemonstration], list[LabelledDemonstration]]:
+    """First ``n_train`` demonstrations (by order or ``key``) for optimisation, the rest held
+    out."""
+    items = sorted(demonstrations, key=key) if key else list(demonstrations)
     if not 0 < n_train < len(items):
-        raise ConfigError(f"cannot split {len(items)} demos into {n_train} + rest")
+        raise ConfigError(f"cannot split {len(items)} demonstrations into {n_train} + rest")
     return items[:n_train], items[n_train:]

@@ -1,7 +1,8 @@
-"""Demo2Reward's objective: J(I) = 0.01 * TPR + TNR (percent) of a judge on labelled demos.
+"""Demo2Reward's objective: J(I) = 0.01 * TPR + TNR (percent) of a judge on labelled
+demonstrations.
 
-Every frame of every demo is a sample (4 earlier frames evenly spaced + the current one); the
-judge decides success at its calibrated threshold; false positives dominate J.
+Every frame of every demonstration is a sample (4 earlier frames evenly spaced + the current
+one); the judge decides success at its calibrated threshold; false positives dominate J.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from embodied.contracts import Judge
 from embodied.errors import ConfigError
 from embodied.rewards.calibration import Rates, calibration_table, rates
 from embodied.rewards.clips import format_instruction
-from embodied.rewards.demo2reward.demonstrations import LabelledDemo
+from embodied.rewards.demo2reward.demonstrations import LabelledDemonstration
 
 TPR_WEIGHT = 0.01
 """Weight of the TPR in J; the TNR has weight 1."""
@@ -31,7 +32,7 @@ def objective(r: Rates) -> float:
 class Misclassified:
     """A sample the judge got wrong (for the proposer)."""
 
-    demo: int
+    demonstration: int
     step: int
     label: bool
     prob: float
@@ -42,14 +43,14 @@ class Misclassified:
         """One line for a text prompt."""
         kind = "false positive" if not self.label else "false negative"
         return (
-            f"demo {self.demo} frame {self.step} ({self.task}): {kind}, judge said "
-            f"p={self.prob:.2f}, truth: {'success' if self.label else 'not yet success'}"
+            f"demonstration {self.demonstration} frame {self.step} ({self.task}): {kind}, "
+            f"judge said p={self.prob:.2f}, truth: {'success' if self.label else 'not yet success'}"
         )
 
 
 @dataclass
 class Evaluation:
-    """A template's results on a demo set."""
+    """A template's results on a demonstration set."""
 
     template: str
     rates: Rates
@@ -63,51 +64,53 @@ class Evaluation:
         return {"template": self.template, "J": self.j, **self.rates.to_dict()}
 
 
-class DemoSet:
-    """Labelled demos scored sample by sample.
+class DemonstrationSet:
+    """Labelled demonstrations scored sample by sample.
 
     Args:
-        demos: The demos (3 to 10 for optimisation; any number for evaluation).
+        demonstrations: The demonstrations (3 to 10 for optimisation; any number for
+            evaluation).
         n_context: Earlier frames per sample.
         stride: Use every ``stride``-th frame as a sample (1 = every frame).
-        min_demos: Fewest demos accepted.
-        max_demos: Most demos accepted (None: no limit).
+        min_demonstrations: Fewest demonstrations accepted.
+        max_demonstrations: Most demonstrations accepted (None: no limit).
     """
 
     def __init__(
         self,
-        demos: Sequence[LabelledDemo],
+        demonstrations: Sequence[LabelledDemonstration],
         n_context: int = 4,
         stride: int = 1,
-        min_demos: int = 1,
-        max_demos: int | None = None,
+        min_demonstrations: int = 1,
+        max_demonstrations: int | None = None,
     ) -> None:
-        if len(demos) < min_demos or (max_demos is not None and len(demos) > max_demos):
+        n, low, high = len(demonstrations), min_demonstrations, max_demonstrations
+        if n < low or (high is not None and n > high):
             raise ConfigError(
-                f"got {len(demos)} demos; Demo2Reward takes {min_demos} to {max_demos}",
+                f"got {n} demonstrations; Demo2Reward takes {low} to {high}",
                 fix="pass between 3 and 10 labelled demonstrations",
             )
         if stride < 1:
             raise ConfigError(f"stride must be >= 1, got {stride}")
-        self.demos = list(demos)
+        self.demonstrations = list(demonstrations)
         self.n_context = n_context
-        self.steps = [list(range(0, len(d), stride)) for d in self.demos]
+        self.steps = [list(range(0, len(d), stride)) for d in self.demonstrations]
         self.labels = np.concatenate(
-            [d.labels[s] for d, s in zip(self.demos, self.steps, strict=False)]
+            [d.labels[s] for d, s in zip(self.demonstrations, self.steps, strict=False)]
         )
         if self.labels.all() or not self.labels.any():
             raise ConfigError(
-                f"demo labels are all {'positive' if self.labels.all() else 'negative'}",
-                fix="use demos that reach success partway (both failure and success frames)",
+                f"demonstration labels are all {'positive' if self.labels.all() else 'negative'}",
+                fix="use demonstrations that reach success partway (failure and success frames)",
             )
 
     def __len__(self) -> int:
         return int(self.labels.size)
 
     def score(self, judge: Judge, template: str) -> np.ndarray:
-        """Judge probabilities of every sample with ``template`` filled per demo's task."""
+        """Judge probabilities of every sample with ``template`` filled per demonstration's task."""
         out = []
-        for d, steps in zip(self.demos, self.steps, strict=False):
+        for d, steps in zip(self.demonstrations, self.steps, strict=False):
             text = format_instruction(template, d.task)
             clips = d.clips(self.n_context, steps)
             batch = getattr(judge, "score_batch", None)
@@ -148,19 +151,19 @@ class DemoSet:
     def _misclassified(self, flat: int, prob: float) -> Misclassified:
         for d_idx, steps in enumerate(self.steps):
             if flat < len(steps):
-                demo = self.demos[d_idx]
+                demonstration = self.demonstrations[d_idx]
                 step = steps[flat]
                 return Misclassified(
                     d_idx,
                     step,
-                    bool(demo.labels[step]),
+                    bool(demonstration.labels[step]),
                     prob,
-                    demo.task,
-                    demo.clips(self.n_context, [step])[0],
+                    demonstration.task,
+                    demonstration.clips(self.n_context, [step])[0],
                 )
             flat -= len(steps)
         raise IndexError(flat)
 
     def table(self, judge: Judge, template: str) -> list[dict[str, float]]:
-        """Calibration table (rates per threshold) of ``template`` on these demos."""
+        """Calibration table (rates per threshold) of ``template`` on these demonstrations."""
         return calibration_table(self.score(judge, template), self.labels)

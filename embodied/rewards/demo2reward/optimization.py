@@ -1,4 +1,5 @@
-"""The Demo2Reward loop: tune a judge's instruction on a few labelled demos, no training.
+"""The Demo2Reward loop: tune a judge's instruction on a few labelled demonstrations, no
+training.
 
 Start from :data:`DEFAULT_TEMPLATE`; for up to K iterations a proposer writes a new template
 from the current best, its TPR/TNR/FPR/FNR and up to 5 misclassified clips; keep it only if
@@ -20,8 +21,8 @@ from embodied.contracts import Judge
 from embodied.errors import ConfigError
 from embodied.io import read_json_file, write_json
 from embodied.rewards.clips import format_instruction
-from embodied.rewards.demo2reward.demonstrations import LabelledDemo
-from embodied.rewards.demo2reward.objective import DemoSet, Evaluation
+from embodied.rewards.demo2reward.demonstrations import LabelledDemonstration
+from embodied.rewards.demo2reward.objective import DemonstrationSet, Evaluation
 from embodied.rewards.demo2reward.proposers import (
     DEFAULT_TEMPLATE,
     OfflineProposer,
@@ -29,7 +30,7 @@ from embodied.rewards.demo2reward.proposers import (
     Proposer,
 )
 
-MIN_DEMOS, MAX_DEMOS = 3, 10
+MIN_DEMONSTRATIONS, MAX_DEMONSTRATIONS = 3, 10
 
 
 @dataclass
@@ -43,9 +44,9 @@ class Demo2RewardConfig:
         seed: Base seed.
         max_misclassified: Misclassified clips shown to the proposer (<= 5).
         n_context: Earlier frames per sample.
-        stride: Use every ``stride``-th frame of each demo as a sample.
-        min_tpr: TPR floor in percent: a candidate whose TPR on the demos falls below it is
-            rejected even if J improves. 0 (default) is the paper's rule; J weighs TPR by
+        stride: Use every ``stride``-th frame of each demonstration as a sample.
+        min_tpr: TPR floor in percent: a candidate whose TPR on the demonstrations falls below
+            it is rejected even if J improves. 0 (default) is the paper's rule; J weighs TPR by
             0.01, so without a floor the loop may trade most true positives for the last
             false positive. Users who need the reward to fire set e.g. 80.
     """
@@ -96,29 +97,31 @@ class OptimizationResult:
 
 def optimize_instruction(
     judge: Judge,
-    demos: Sequence[LabelledDemo],
+    demonstrations: Sequence[LabelledDemonstration],
     proposer: Proposer | None = None,
     config: Demo2RewardConfig | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> OptimizationResult:
-    """Run Demo2Reward on ``demos`` and return the best template.
+    """Run Demo2Reward on ``demonstrations`` and return the best template.
 
     Args:
         judge: The judge whose instruction is tuned (its threshold stays fixed).
-        demos: 3 to 10 labelled demos with both failure and success frames.
+        demonstrations: 3 to 10 labelled demonstrations with both failure and success frames.
         proposer: Writes candidate templates (default: :class:`OfflineProposer`).
         config: Loop settings.
         progress: Called with each history row (CLIs print it).
 
     Raises:
-        ConfigError: fewer than 3 or more than 10 demos, all-one-class labels, or a
+        ConfigError: fewer than 3 or more than 10 demonstrations, all-one-class labels, or a
             template without ``{task}``.
     """
     cfg = config or Demo2RewardConfig()
     proposer = proposer or OfflineProposer()
     t0 = time.perf_counter()
-    ds = DemoSet(demos, cfg.n_context, cfg.stride, MIN_DEMOS, MAX_DEMOS)
-    tasks = sorted({d.task for d in demos})
+    ds = DemonstrationSet(
+        demonstrations, cfg.n_context, cfg.stride, MIN_DEMONSTRATIONS, MAX_DEMONSTRATIONS
+    )
+    tasks = sorted({d.task for d in demonstrations})
     cache: dict[str, Evaluation] = {}
 
     def evaluate(template: str, seed: int) -> Evaluation:
@@ -178,8 +181,8 @@ def save_result(
         result: The optimisation result.
         out: Output folder.
         judge_info: The judge's description (backend, model, threshold).
-        table: Calibration table of the frozen template on the optimisation demos.
-        heldout: Optional before/after rates on held-out demos.
+        table: Calibration table of the frozen template on the optimisation demonstrations.
+        heldout: Optional before/after rates on held-out demonstrations.
     """
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)

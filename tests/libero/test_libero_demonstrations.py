@@ -1,4 +1,4 @@
-"""LIBERO's official demo layout (robomimic HDF5) loads into our dataset API."""
+"""LIBERO's official demonstration layout (robomimic HDF5) loads into our dataset API."""
 
 from __future__ import annotations
 
@@ -11,14 +11,16 @@ import pytest
 
 from embodied.datasets import Dataset
 from embodied.errors import DatasetError
-from sim.libero import LIBERO_OBS_KEY_MAP, load_demos
+from sim.libero import LIBERO_OBS_KEY_MAP, load_demonstrations
 
 pytestmark = pytest.mark.libero
 
 INSTRUCTION = "put the black bowl on the plate"
 
 
-def write_libero_demo_file(path: Path, lengths: tuple[int, ...] = (5, 7)) -> dict[str, np.ndarray]:
+def write_libero_demonstration_file(
+    path: Path, lengths: tuple[int, ...] = (5, 7)
+) -> dict[str, np.ndarray]:
     """Write a small file in the layout of LIBERO's ``<task>_demo.hdf5`` files."""
     rng = np.random.default_rng(0)
     first: dict[str, np.ndarray] = {}
@@ -63,10 +65,10 @@ def write_libero_demo_file(path: Path, lengths: tuple[int, ...] = (5, 7)) -> dic
     return first
 
 
-def test_libero_demo_file_loads_with_our_keys_and_state(tmp_path: Path) -> None:
+def test_libero_demonstration_file_loads_with_our_keys_and_state(tmp_path: Path) -> None:
     path = tmp_path / "put_the_black_bowl_on_the_plate_demo.hdf5"
-    raw = write_libero_demo_file(path)
-    ds = load_demos(path)
+    raw = write_libero_demonstration_file(path)
+    ds = load_demonstrations(path)
     assert len(ds) == 2 and [len(ep) for ep in ds] == [5, 7]
     ep = ds[0]
     assert ep.instruction == INSTRUCTION
@@ -81,42 +83,41 @@ def test_libero_demo_file_loads_with_our_keys_and_state(tmp_path: Path) -> None:
     np.testing.assert_array_equal(ep.actions, raw["actions"])
     assert "states" in ep.extras and ds.env_args["env_name"] == "Libero_Tabletop_Manipulation"
 
-    # Only what is asked for, images skipped; gripper converted to OpenVLA's [0, 1].
-    small = load_demos(path, obs_keys=("state",), gripper_convention="openvla")
+    # Only what is asked for, images skipped; actions stay LIBERO-native (gripper -1 open,
+    # +1 close, as the env takes them): converting is the policy processor's job.
+    small = load_demonstrations(path, obs_keys=("state",))
     ep = small[1]
     assert set(ep.obs) == {"state"} and ep.obs["state"].shape == (7, 8)
-    assert set(np.unique(ep.actions[:, 6])) == {0.0, 1.0}
-    assert ep.actions[0, 6] == 1.0  # -1 (open in LIBERO) -> 1 (open in OpenVLA)
+    assert set(np.unique(ep.actions[:, 6])) == {-1.0, 1.0}
+    assert ep.actions[0, 6] == -1.0 and ep.actions[1, 6] == 1.0
+    with pytest.raises(TypeError, match="gripper_convention"):
+        load_demonstrations(path, gripper_convention="openvla")  # type: ignore[call-arg]
 
     # The plain Dataset with the key map gives the same renamed keys.
     plain = Dataset(path, obs_key_map=LIBERO_OBS_KEY_MAP)
     assert "image.eye_in_hand" in plain[0].obs and "state" not in plain[0].obs
 
 
-def test_demo_file_without_state_parts_is_refused(tmp_path: Path) -> None:
+def test_demonstration_file_without_state_parts_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "broken_demo.hdf5"
     with h5py.File(path, "w") as f:
         g = f.create_group("data").create_group("demo_0")
         g.create_group("obs").create_dataset("agentview_rgb", data=np.zeros((2, 8, 8, 3), np.uint8))
         g.create_dataset("actions", data=np.zeros((2, 7)))
     with pytest.raises(DatasetError, match="ee_pos"):
-        load_demos(path)[0]
-    assert load_demos(path, obs_keys=("image.agentview",))[0].obs["image.agentview"].shape == (
-        2,
-        8,
-        8,
-        3,
-    )
+        load_demonstrations(path)[0]
+    images = load_demonstrations(path, obs_keys=("image.agentview",))[0].obs["image.agentview"]
+    assert images.shape == (2, 8, 8, 3)
     with pytest.raises(DatasetError, match="does not exist"):
-        load_demos(tmp_path / "missing.hdf5")
+        load_demonstrations(tmp_path / "missing.hdf5")
 
 
-def test_demo_file_with_malformed_problem_info_names_the_file(tmp_path: Path) -> None:
+def test_demonstration_file_with_malformed_problem_info_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "task_demo.hdf5"
-    write_libero_demo_file(path)
+    write_libero_demonstration_file(path)
     with h5py.File(path, "a") as f:
         f["data"].attrs["problem_info"] = '{"language_instruction": "put the'
     with pytest.raises(DatasetError, match="problem_info") as info:
-        load_demos(path)
+        load_demonstrations(path)
     assert str(path) in str(info.value)
     assert "fix:" in str(info.value)

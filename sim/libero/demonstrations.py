@@ -1,13 +1,16 @@
 """LIBERO's official demonstrations (robomimic HDF5) through :class:`embodied.datasets.Dataset`.
 
-A LIBERO demo file (``<suite>/<task>_demo.hdf5``) holds ``data/demo_N`` groups with
+A LIBERO demonstration file (``<suite>/<task>_demo.hdf5``) holds ``data/demo_N`` groups with
 ``obs/{agentview_rgb, eye_in_hand_rgb, ee_pos, ee_ori, ee_states, gripper_states,
 joint_states}``, ``actions`` (T, 7; gripper -1 open / +1 close), ``rewards``, ``dones`` and
 ``states``; ``data.attrs["problem_info"]`` (JSON) carries the language instruction.
 
-:func:`load_demos` renames the keys to ours (:data:`LIBERO_OBS_KEY_MAP`) and adds the
-``state`` vector the env observes (ee_pos + ee_ori + gripper_states, see
-:data:`sim.libero.env.STATE_SPEC`), so a policy trained on the demos runs on the env.
+:func:`load_demonstrations` renames the keys to ours (:data:`LIBERO_OBS_KEY_MAP`) and adds
+the ``state`` vector the env observes (ee_pos + ee_ori + gripper_states, see
+:data:`sim.libero.env.STATE_SPEC`), so a policy trained on the demonstrations runs on the env.
+Actions stay in LIBERO's native convention, the one :class:`sim.libero.env.LiberoEnv` takes
+(gripper ``close_positive``: -1 open, +1 close); converting them to a policy's convention is
+the policy processor's job.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import numpy as np
 from embodied.datasets import Dataset, EpisodeData
 from embodied.errors import DatasetError
 from embodied.io import parse_json_text
-from sim.libero.processing_libero import gripper_from_libero
 
 LIBERO_OBS_KEY_MAP: Mapping[str, str] = {
     "agentview_rgb": "image.agentview",
@@ -33,31 +35,30 @@ LIBERO_OBS_KEY_MAP: Mapping[str, str] = {
     "gripper_states": "gripper_states",
     "joint_states": "joint_states",
 }
-"""LIBERO demo obs key -> our observation key (cameras become ``image.<camera>``)."""
+"""LIBERO demonstration obs key -> our observation key (cameras become ``image.<camera>``)."""
 
 STATE_PARTS = ("ee_pos", "ee_ori", "gripper_states")
-"""Demo keys concatenated (in this order) into the 8-dim ``state`` vector."""
+"""Demonstration obs keys concatenated (in this order) into the 8-dim ``state`` vector."""
 
 
-class LiberoDemos(Dataset):
-    """LIBERO demo file(s) as a :class:`Dataset` with our key names and a ``state`` vector.
+class LiberoDemonstrations(Dataset):
+    """LIBERO demonstration file(s) as a :class:`Dataset` with our key names and a ``state`` vector.
+
+    Actions are returned as LIBERO stores them (gripper -1 open, +1 close).
 
     Args:
         path: One LIBERO ``*_demo.hdf5`` file (or a folder of our shards in that layout).
         obs_keys: Keys to load after renaming (default: all); ``state`` is built when its
             parts are loaded.
-        gripper_convention: Convert actions' gripper dim to ``openvla`` (1 open, 0 closed)
-            or keep LIBERO's ``libero`` (-1 open, +1 close).
 
     Raises:
-        DatasetError: missing file, wrong layout, or a demo lacking the state parts.
+        DatasetError: missing file, wrong layout, or a demonstration lacking the state parts.
     """
 
     def __init__(
         self,
         path: str | os.PathLike[str],
         obs_keys: Sequence[str] | None = None,
-        gripper_convention: str = "libero",
     ) -> None:
         self.want_state = obs_keys is None or "state" in obs_keys
         load_keys = None
@@ -66,8 +67,6 @@ class LiberoDemos(Dataset):
             if self.want_state:
                 load_keys += [k for k in STATE_PARTS if k not in load_keys]
         super().__init__(path, obs_keys=load_keys, obs_key_map=LIBERO_OBS_KEY_MAP)
-        gripper_from_libero(0.0, gripper_convention)  # validates the name
-        self.gripper_convention = gripper_convention
         self.requested = None if obs_keys is None else list(obs_keys)
         self.instruction = self._read_instruction()
 
@@ -83,7 +82,7 @@ class LiberoDemos(Dataset):
             raw if isinstance(raw, str) else bytes(raw),
             f"{file}::data.attrs['problem_info']",
             what="LIBERO problem info",
-            fix="re-export the demo file with LIBERO's scripts (the attribute is damaged)",
+            fix="re-export the demonstration file with LIBERO's scripts (the attribute is damaged)",
             error=DatasetError,
         )
         return str(info.get("language_instruction", "")).strip()
@@ -96,7 +95,8 @@ class LiberoDemos(Dataset):
             if missing:
                 raise DatasetError(
                     f"{ep.source} lacks {missing} needed for the state vector; has {sorted(obs)}",
-                    fix="load with obs_keys excluding 'state', or use LIBERO's official demo files",
+                    fix="load with obs_keys excluding 'state', or use LIBERO's official "
+                    "demonstration files",
                 )
             obs["state"] = np.concatenate(
                 [np.asarray(obs[k], dtype=np.float32).reshape(len(ep), -1) for k in STATE_PARTS],
@@ -105,18 +105,17 @@ class LiberoDemos(Dataset):
         if self.requested is not None:
             obs = {k: v for k, v in obs.items() if k in self.requested}
         actions = np.asarray(ep.actions, dtype=np.float64)
-        if self.gripper_convention != "libero":
-            actions = actions.copy()
-            actions[:, 6] = [gripper_from_libero(g, self.gripper_convention) for g in actions[:, 6]]
         attrs = dict(ep.attrs)
         attrs.setdefault("instruction", self.instruction)
         return replace(ep, obs=obs, actions=actions, attrs=attrs)
 
 
-def load_demos(
+def load_demonstrations(
     path: str | os.PathLike[str],
     obs_keys: Sequence[str] | None = None,
-    gripper_convention: str = "libero",
-) -> LiberoDemos:
-    """Open a LIBERO demo file as a dataset (see :class:`LiberoDemos`)."""
-    return LiberoDemos(path, obs_keys=obs_keys, gripper_convention=gripper_convention)
+) -> LiberoDemonstrations:
+    """Open a LIBERO demonstration file as a dataset (see :class:`LiberoDemonstrations`).
+
+    Actions are LIBERO-native (gripper -1 open, +1 close), as the env takes them.
+    """
+    return LiberoDemonstrations(path, obs_keys=obs_keys)

@@ -1,0 +1,236 @@
+"""Collect episodes: roll out a policy (default: the scripted expert) and write the successes.
+
+:func:`collect` is what ``embodied collect`` runs. The episodes go into a robomimic-style
+shard folder (:class:`embodied.datasets.DatasetWriter`); collecting into an existing folder
+resumes it after its largest seed, and only with the same env, observations and actions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h5py
+
+import policies
+import sim
+from embodied.datasets import DatasetWriter
+from embodied.datasets.hdf5 import _SHARD_RE
+from embodied.errors import ConfigError
+from embodied.loop import rollout
+
+
+def parse_speed(text: float | str | None) -> dict[str, Any]:
+    """``"0.3"`` -> ``{"speed": 0.3}``; ``"0.1:0.4"`` -> ``{"speed_range": (0.1, 0.4)}`` (m/s).
+
+    Raises:
+        ConfigError: Neither a number nor a ``LO:HI`` range.
+    """
+    if text is None:
+        return {}
+    text = str(text)
+    try:
+        if ":" in text:
+            lo, hi = (float(x) for x in text.split(":", 1))
+            return {"speed_range": (lo, hi)}
+        return {"speed": float(text)}
+    except ValueError as exc:
+        raise ConfigError(
+            f"speed {text!r} is not a number or a LO:HI range (m/s)",
+            fix="pass e.g. --speed 0.3 or --speed 0.1:0.4",
+        ) from exc
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    """A collection: the env, the policy and its options, how many episodes to keep.
+
+    Args:
+        env: Env id, e.g. mujoco:reach_around.
+        episodes: Episodes to keep.
+        policy: Policy name or checkpoint folder.
+        seed: Seed of the first episode (then +1 each).
+        speed: Expert speed in m/s, or a LO:HI range drawn per episode.
+        route: reach_around expert route (left/center/right; default random).
+        scene: Reset scene (reach_around).
+        camera: Record camera images (default: the task's).
+        image_size: Camera size (px).
+        keep_failures: Also keep episodes that did not succeed.
+        max_attempts: Give up after this many episodes (default 3x + 10).
+        policy_kwargs: More keyword arguments of the policy factory (``--policy-arg``).
+
+    Derived:
+        attempts: ``max_attempts``, or ``3 * episodes + 10`` when it is None.
+    """
+
+    env: str
+    episodes: int = 10
+    policy: str = "expert"
+    seed: int = 0
+    speed: float | str | None = None
+    route: str | None = None
+    scene: str | None = None
+    camera: bool | None = None
+    image_size: int | None = None
+    keep_failures: bool = False
+    max_attempts: int | None = None
+    policy_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    attempts: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.env:
+            raise ConfigError("env must name an env id, got ''", fix="e.g. mujoco:reach_around")
+        if self.episodes <= 0:
+            raise ConfigError(
+                f"episodes must be positive, got {self.episodes}", fix="e.g. --episodes 10"
+            )
+        if self.image_size is not None and self.image_size <= 0:
+            raise ConfigError(
+                f"image_size must be positive (px), got {self.image_size}",
+                fix="e.g. --image-size 64, or leave it out for the task's",
+            )
+        attempts = self.max_attempts if self.max_attempts is not None else 3 * self.episodes + 10
+        if attempts < self.episodes:
+            raise ConfigError(
+                f"max_attempts {attempts} is below episodes {self.episodes}",
+                fix=f"pass --max-attempts {self.episodes} or more",
+            )
+        object.__setattr__(self, "attempts", attempts)
+        parse_speed(self.speed)  # raises on a bad value
+        object.__setattr__(self, "policy_kwargs", dict(self.policy_kwargs))
+
+    def env_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``sim.make`` (only the options that were set)."""
+        given = {"camera": self.camera, "image_size": self.image_size, "scene": self.scene}
+        return {k: v for k, v in given.items() if v is not None}
+
+    def make_policy_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``policies.load``: speed, ``policy_kwargs``, route."""
+        kwargs = {**parse_speed(self.speed), **self.policy_kwargs}
+        if self.route is not None:
+            kwargs["route"] = self.route
+        return kwargs
+
+
+@dataclass
+class CollectResult:
+    """Outcome of :func:`collect`.
+
+    Attributes:
+        out: The dataset folder.
+        kept: Episodes written by this collection.
+        failed: Episodes that did not succeed (written too with ``keep_failures``).
+        attempts: Episodes rolled out.
+        last_shard: Index of the last shard in the folder (-1: none).
+    """
+
+    out: Path
+    kept: int
+    failed: int
+    attempts: int
+    last_shard: int
+
+
+def next_seed(out: Path, default: int) -> int:
+    """First episode seed for a (possibly resumed) collection in ``out``.
+
+    Continues after the largest seed recorded in existing shards, so resuming never repeats
+    an episode.
+    """
+    seeds = [default - 1]
+    if out.is_dir():
+        for shard in out.iterdir():
+            if not _SHARD_RE.match(shard.name):
+                continue
+            try:
+                with h5py.File(shard, "r") as f:
+                    for demo in f["data"].values():
+                        seed = json.loads(demo.attrs.get("meta", "{}")).get("seed")
+                        if isinstance(seed, int):
+                            seeds.append(seed)
+            except (OSError, KeyError, ValueError):
+                continue  # a damaged shard is reported by Dataset, not here
+    return max(seeds) + 1
+
+
+def check_resume(out: Path, env_args: dict[str, Any]) -> None:
+    """Refuse to resume a folder recorded on another env or with other observations."""
+    meta = out / "meta.json"
+    if not meta.exists():
+        return
+    try:
+        old = json.loads(meta.read_text()).get("env_args", {})
+    except (OSError, json.JSONDecodeError):
+        return
+    for key in ("env_id", "observation", "action"):
+        if key in old and json.loads(json.dumps(env_args.get(key))) != old[key]:
+            raise ConfigError(
+                f"{out} holds episodes with a different {key} ({str(old[key])[:120]}) than "
+                f"this collection ({str(env_args.get(key))[:120]})",
+                fix="collect into a new --out folder, or repeat the original options",
+            )
+
+
+def collect(
+    config: CollectConfig,
+    out: str | os.PathLike[str],
+    on_attempt: Callable[[CollectResult], None] | None = None,
+) -> CollectResult:
+    """Roll out ``config.policy`` on ``config.env`` until ``config.episodes`` are kept in ``out``.
+
+    Episode ``k`` of the collection is reset with seed ``first + k``, ``first`` being
+    ``config.seed`` or, when resuming, one past the largest seed already in ``out``.
+
+    Args:
+        config: What to collect.
+        out: Dataset folder (created, or resumed if it holds a collection).
+        on_attempt: Called after every rollout with the running counts (progress display).
+
+    Returns:
+        The counts; ``result.kept == config.episodes``.
+
+    Raises:
+        ConfigError: ``out`` holds another env's episodes, or fewer than ``config.episodes``
+            were kept within ``config.attempts`` rollouts (those kept stay written).
+    """
+    out = Path(out)
+    env_kwargs = config.env_kwargs()
+    env = sim.make(config.env, **env_kwargs)
+    try:
+        pol_kwargs = config.make_policy_kwargs()
+        pol = policies.load(config.policy, env=env, **pol_kwargs)
+        env_args = {**env.describe(), "make_kwargs": env_kwargs, "policy": config.policy}
+        check_resume(out, env_args)
+        writer = DatasetWriter(out, env_args=env_args)
+        first_seed = next_seed(out, config.seed)
+        result = CollectResult(out, 0, 0, 0, last_shard=writer.next_index - 1)
+        for attempt in range(config.attempts):
+            if result.kept >= config.episodes:
+                break
+            ep = rollout(env, pol, seed=first_seed + attempt)
+            ep.meta["policy"] = config.policy
+            ep.meta["policy_kwargs"] = pol_kwargs
+            for attr in ("current_route", "current_speed"):
+                if hasattr(pol, attr):
+                    ep.meta[attr.removeprefix("current_")] = getattr(pol, attr)
+            if ep.success or config.keep_failures:
+                writer.add(ep)
+                result.kept += 1
+            result.failed += int(not ep.success)
+            result.attempts = attempt + 1
+            result.last_shard = writer.next_index - 1
+            if on_attempt is not None:
+                on_attempt(result)
+    finally:
+        env.close()
+    if result.kept < config.episodes:
+        raise ConfigError(
+            f"only {result.kept} of {config.episodes} episodes succeeded within "
+            f"{config.attempts} attempts (kept in {out}; {result.failed} failed)",
+            fix="raise --max-attempts, pass --keep-failures, or check the policy",
+        )
+    return result
