@@ -179,6 +179,28 @@ def read_json_file(
     return parse_json_text(raw, str(p), what=what, fix=fix, error=error, expect=expect)
 
 
+def read_folder_config(
+    folder: str | os.PathLike[str], *, what: str, fix: str, missing_fix: str | None = None
+) -> dict[str, Any]:
+    """The ``config.json`` object of a checkpoint folder (policies, judges, controllers).
+
+    Args:
+        folder: The folder.
+        what: What the folder holds (e.g. ``"judge"``), for the messages.
+        fix: How to fix a malformed ``config.json``.
+        missing_fix: How to fix a folder without one (default: ``fix``).
+
+    Raises:
+        CheckpointError: no ``config.json``, or one that is unreadable or not a JSON object.
+    """
+    cfg = Path(folder) / "config.json"
+    if not cfg.exists():
+        raise CheckpointError(
+            f"{what} folder {str(folder)!r} has no config.json", fix=missing_fix or fix
+        )
+    return dict(read_json_file(cfg, what=f"{what} config", fix=fix))
+
+
 def load_safetensors_file(
     path: str | os.PathLike[str],
     *,

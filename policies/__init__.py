@@ -12,7 +12,7 @@ from typing import Any
 
 from embodied.contracts import Env, Policy
 from embodied.errors import CheckpointError
-from embodied.io import read_json_file
+from embodied.io import read_folder_config
 from embodied.registry import Registry
 
 POLICIES: Registry[Policy] = Registry(
@@ -52,15 +52,11 @@ def load(spec: str | os.PathLike[str], env: Env | None = None, **kwargs: Any) ->
     path = Path(spec)
     if path.is_dir():
         cfg = path / "config.json"
-        if not cfg.exists():
-            raise CheckpointError(
-                f"checkpoint folder {str(path)!r} has no config.json",
-                fix="pass a folder written by save_pretrained / `embodied train`",
-            )
-        raw = read_json_file(
-            cfg,
-            what="checkpoint config",
+        raw = read_folder_config(
+            path,
+            what="checkpoint",
             fix="re-save the checkpoint with save_pretrained / `embodied train`",
+            missing_fix="pass a folder written by save_pretrained / `embodied train`",
         )
         policy_type = raw.get("policy_type")
         if policy_type is None and raw.get("model_type") in ("openvla", "prismatic"):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied.errors import CheckpointError
-from embodied.io import read_json_file
+from embodied.io import read_folder_config
 from embodied.registry import Registry
 from embodied.rewards.base import BaseJudge
 from embodied.rewards.clips import (
@@ -84,15 +84,11 @@ def load_judge(spec: str | os.PathLike[str] = "minijudge", **kwargs: Any) -> Bas
     path = Path(text)
     if path.is_dir():
         cfg_path = path / "config.json"
-        if not cfg_path.exists():
-            raise CheckpointError(
-                f"judge folder {text!r} has no config.json",
-                fix="pass a minijudge checkpoint or a transformers model folder",
-            )
-        cfg = read_json_file(
-            cfg_path,
-            what="judge config",
+        cfg = read_folder_config(
+            path,
+            what="judge",
             fix="restore the folder's config.json (re-save the model with save_pretrained)",
+            missing_fix="pass a minijudge checkpoint or a transformers model folder",
         )
         if cfg.get("judge_type") == "minijudge":
             return JUDGES.make("minijudge", path=text, **kwargs)

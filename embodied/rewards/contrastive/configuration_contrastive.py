@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from embodied.errors import ConfigError
+from embodied.rewards.clips import check_clip_settings
 
 FRAME_MODES = ("current", "mean")
 
@@ -44,12 +45,7 @@ class ContrastiveJudgeConfig:
             raise ConfigError("contrastive judge needs a model", fix="pass a hub id or a folder")
         if self.frames not in FRAME_MODES:
             raise ConfigError(f"frames={self.frames!r} unknown", fix=f"use one of {FRAME_MODES}")
-        if self.n_context < 0:
-            raise ConfigError(f"n_context must be >= 0, got {self.n_context}")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
-        if not 0.0 < self.threshold < 1.0:
-            raise ConfigError(f"threshold must be in (0, 1), got {self.threshold}")
+        check_clip_settings(self.n_context, self.batch_size, self.threshold)
         if self.scale <= 0:
             raise ConfigError(f"scale must be > 0, got {self.scale}", fix="refit with calibrate()")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from embodied.errors import ConfigError
+from embodied.rewards.clips import check_clip_settings
 
 DEFAULT_PROMPT = (
     "The images are {n_frames} frames of a robot episode, oldest first; the last one is the "
@@ -54,12 +55,7 @@ class GenerativeJudgeConfig:
                 f"prompt {self.prompt!r} has no {{instruction}} field",
                 fix="include 'Instruction: {instruction}' in the prompt",
             )
-        if self.n_context < 0:
-            raise ConfigError(f"n_context must be >= 0, got {self.n_context}")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
-        if not 0.0 < self.threshold < 1.0:
-            raise ConfigError(f"threshold must be in (0, 1), got {self.threshold}")
+        check_clip_settings(self.n_context, self.batch_size, self.threshold)
         if self.yes_token == self.no_token or not self.yes_token or not self.no_token:
             raise ConfigError(
                 f"yes/no tokens {self.yes_token!r}/{self.no_token!r} must differ and be non-empty"

@@ -11,6 +11,7 @@ from typing import Any
 from embodied.config import config_to_dict
 from embodied.errors import CheckpointError, ConfigError
 from embodied.io import build_from_file, read_json_file, write_json
+from embodied.rewards.clips import check_clip_settings
 
 JUDGE_TYPE = "minijudge"
 HEADS = ("cells", "flatten")
@@ -107,16 +108,11 @@ class MiniJudgeConfig:
                 f"{self._reduction} (stem patch {self.stem_patch} times the conv strides)",
                 fix="use image_size=128 with stem_patch=2 and strides=(2, 2, 1)",
             )
-        if self.n_context < 0:
-            raise ConfigError(f"n_context must be >= 0, got {self.n_context}")
-        if not 0.0 < self.threshold < 1.0:
-            raise ConfigError(f"threshold must be in (0, 1), got {self.threshold}")
+        check_clip_settings(self.n_context, self.batch_size, self.threshold)
         if min(self.image_hidden, self.embed_dim, self.text_dim, self.text_hidden) < 1:
             raise ConfigError("image_hidden, embed_dim, text_dim and text_hidden must be >= 1")
-        if self.batch_size < 1 or self.cpu_chunk < 1:
-            raise ConfigError(
-                f"batch_size ({self.batch_size}) and cpu_chunk ({self.cpu_chunk}) must be >= 1"
-            )
+        if self.cpu_chunk < 1:
+            raise ConfigError(f"cpu_chunk must be >= 1, got {self.cpu_chunk}")
 
     @property
     def n_frames(self) -> int:
