@@ -16,11 +16,13 @@
 from __future__ import annotations
 
 import functools
+import io
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import simplejpeg
 import torch
 from PIL import Image
 
@@ -217,22 +219,11 @@ def jpeg_round_trip(image: np.ndarray) -> np.ndarray:
     Returns:
         uint8 (H, W, 3), the image after one JPEG encode/decode.
     """
-    import io
-
-    from PIL import Image
-
     img = np.ascontiguousarray(_check_rgb_u8(image, "image"))
     buf = io.BytesIO()
     Image.fromarray(img).save(
         buf, "JPEG", quality=JPEG_QUALITY, subsampling="4:2:0", dpi=(300, 300)
     )
-    try:
-        import simplejpeg
-    except ImportError as exc:  # a project dependency; only a broken install lacks it
-        raise ConfigError(
-            "the libero_reference image pipeline needs simplejpeg to decode JPEG like TensorFlow",
-            fix="pip install simplejpeg",
-        ) from exc
     out = simplejpeg.decode_jpeg(buf.getvalue(), colorspace="RGB", fastdct=True, fastupsample=False)
     return np.asarray(out, dtype=np.uint8)
 
