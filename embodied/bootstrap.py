@@ -8,7 +8,8 @@ Stdlib only: it runs before any dependency exists::
 What it does, each step skipped when already done:
 
 1. As root with apt-get: installs the Debian packages the chosen job needs (Mesa EGL for
-   headless MuJoCo rendering; for tests also ROS 1 core + rospy messages and chromium).
+   headless MuJoCo rendering; for tests also ROS 1 core + rospy messages, rosbridge_server's
+   Python dependencies and chromium).
 2. Creates ``.venv`` with the running interpreter.
 3. Installs torch (``$EMBODIED_TORCH``, default ``torch==2.13.0``; a CPU build on machines that
    carry it, otherwise whatever your index serves) unless torch is already installed, then the
@@ -40,7 +41,12 @@ APT_TEST = [
     "python3-geometry-msgs",
     "python3-std-msgs",
     "python3-std-srvs",
-    "python3-websockets",
+    # rosbridge_server (../shared/rosbridge_suite) for the ROS tests and bench
+    "python3-twisted",
+    "python3-autobahn",
+    "python3-tornado",
+    "python3-bson",
+    "python3-pil",
     "chromium",
 ]
 EXTRAS = {"demo": "", "test": "dev,robosuite,libero,ros,ui,dist"}

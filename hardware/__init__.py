@@ -7,7 +7,7 @@
   :func:`embodied.loop.rollout` drives it unchanged.
 * :class:`~hardware.sim_robot.SimRobot` - kinematic robot for ``embodied deploy --dry-run``.
 * :mod:`hardware.ros` - the rosbridge (roslibpy) robot; ``hardware.ros.testing`` starts a
-  local ROS 1 test graph (rosmaster, sim robot node, rosbridge-v2 endpoint).
+  local ROS 1 test graph (rosmaster, sim robot node, upstream rosbridge_server).
 """
 
 from __future__ import annotations

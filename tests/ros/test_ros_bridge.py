@@ -1,7 +1,8 @@
 """The ROS bridge against real ROS 1 processes: rosmaster, the rospy sim robot node and the
-rosbridge-v2 endpoint, driven by the production client (roslibpy). No mocks.
+upstream rosbridge_server (rosbridge_suite 0.11.17, from ``../shared``), driven by the
+production client (roslibpy). No mocks.
 
-Fault tests: endpoint killed mid-run, robot node killed, malformed and out-of-limit commands,
+Fault tests: rosbridge_server killed mid-run, robot node killed, malformed and out-of-limit commands,
 a 1000-message burst, Ctrl-C during ``embodied deploy``, an e-stop fired while the bridge is down.
 
 Timing bounds come from the robot config and the link's settings (``link_timeout_ms``,
@@ -242,7 +243,10 @@ def test_robot_node_killed_watchdog_stops_the_loop(graph, tmp_path):
         np.testing.assert_allclose(target, last_state.position_rad)
 
 
-def test_malformed_and_out_of_limit_commands_rejected_before_sending(graph):
+def test_malformed_and_out_of_limit_commands_rejected_before_sending(graph, monkeypatch):
+    """Client-side validation is the only guard: rosbridge_server answers a malformed publish
+    with nothing the client can act on (see the next test). So a bad command must be refused
+    before a single byte of it is written to the websocket."""
     robot = RosRobot(graph.robot_config())
     with robot:
         link = robot.link
@@ -260,13 +264,31 @@ def test_malformed_and_out_of_limit_commands_rejected_before_sending(graph):
             msg = json.loads(json.dumps(good))
             mutate(msg)
             bad_msgs.append(msg)
-        sent_before = link.stats.sent
+
+        # spy on every websocket message the client writes (all go through sendMessage)
+        proto_cls = type(link._proto)
+        real_send = proto_cls.sendMessage
+        frames: list[dict] = []
+
+        def spy(self, payload, *args, **kwargs):
+            frames.append(json.loads(payload))
+            return real_send(self, payload, *args, **kwargs)
+
+        monkeypatch.setattr(proto_cls, "sendMessage", spy)
+        connects, sent_before = link.stats.connects, link.stats.sent
         for msg in bad_msgs:
             with pytest.raises(messages.MessageError):
                 robot.publish_raw(msg)
         with pytest.raises(ActionError, match="non-finite"):
             robot.send(np.array([0.0, np.nan, 0.0, 0.0]))
         assert link.stats.rejected_invalid == 4 and link.stats.sent == sent_before
+        # the spy sees real traffic: a valid message right after is written, and only it
+        assert robot.publish_raw(good)
+        wait_for(lambda: link.stats.sent > sent_before, 5, "the valid message to be written")
+        monkeypatch.undo()
+        assert link.stats.connects == connects  # one connection throughout: the spy saw it all
+        published = [f for f in frames if f.get("op") == "publish"]
+        assert [f["msg"] for f in published] == [good], frames
 
         # out of limit: the safety filter clips, the robot clips again; ROS sees in-limit only
         env = RobotEnv(robot)
@@ -284,14 +306,39 @@ def test_malformed_and_out_of_limit_commands_rejected_before_sending(graph):
         np.testing.assert_allclose(sent, [2.5, -1.5, 2.0, -3.0])
         wait_for(delivered, within_s(robot.config), "the clipped command on the ROS side")
         assert np.all(np.abs(filtered - obs["state"][:4]) <= 0.15 + 1e-6)
-
-        # why client-side validation matters: the bridge only reports a bad message as a
-        # status (rosbridge: a server log line) and the robot never sees it
-        link._send_now(
-            link._proto, {"op": "publish", "topic": "/arm/command", "msg": {"points": "not a list"}}
-        )
-        wait_for(lambda: link.stats.server_errors, within_s(robot.config), "the server status")
     assert not commands(graph, "rejected")  # no malformed command ever reached the node
+
+
+def test_real_server_only_logs_a_malformed_publish_and_keeps_serving(graph):
+    """What rosbridge_server (0.11.17) does with a malformed publish that does reach it: it
+    logs an error on its side and drops the message - no ``status`` to the client, nothing on
+    ROS - and keeps serving the connection. Why the client must validate before sending."""
+    robot = RosRobot(graph.robot_config())
+    with robot:
+        link = robot.link
+        assert link is not None
+        topic = robot.config.ros.command.topic
+        raw = {"op": "publish", "topic": topic, "msg": {"points": "not a list"}}
+        link._proto.send_message(json.dumps(raw).encode("utf8"))  # bypasses validation
+        logged = f"publish: {robot.config.ros.command.type} message requires"  # its ERROR line
+        wait_for(
+            lambda: logged in graph.log_tail("bridge", 20000),
+            within_s(robot.config),
+            "the server to log the malformed publish",
+        )
+        # the server survived and still serves this connection: state in, commands out
+        target = robot.read().position_rad + np.array([0.03, 0.0, 0.0, 0.0])
+
+        def reached() -> bool:
+            send(robot, target)
+            return bool(np.allclose(robot.read().position_rad, target, atol=1e-9))
+
+        wait_for(reached, within_s(robot.config), "a valid command after the malformed one")
+        assert graph.procs["bridge"].poll() is None
+        assert link.stats.connects == 1 and link.stats.disconnects == 0
+        # rosbridge 0.11.17 only logs: the client was told nothing it could act on
+        assert link.stats.server_errors == []
+    assert not commands(graph, "rejected")  # the node never saw the malformed message
 
 
 def test_burst_of_1000_commands_is_latest_wins_and_bounded(graph):

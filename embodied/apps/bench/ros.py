@@ -1,7 +1,7 @@
 """``embodied bench ros``: command round trip and command throughput through rosbridge.
 
 Starts the local ROS 1 test graph itself (rosmaster, the sim robot node in bench mode, the
-rosbridge-v2 endpoint; all on 127.0.0.1) and drives it with the production client
+upstream rosbridge_server 0.11.17; all on 127.0.0.1) and drives it with the production client
 (:class:`hardware.ros.robot.RosRobot`, roslibpy):
 
 * ``rtt_ms_p50`` / ``rtt_ms_p99``: a joint target goes out (validated JointTrajectory over the
@@ -9,7 +9,7 @@ rosbridge-v2 endpoint; all on 127.0.0.1) and drives it with the production clien
   that target comes back through the bridge; the time in between, in ms.
 * ``commands_per_s``: commands per second that reach the ROS node while the client sends as
   fast as it can (latest-wins: superseded commands are not counted as delivered).
-* ``disconnect_detect_ms_max``: from SIGKILL of the endpoint to the client's link-down event.
+* ``disconnect_detect_ms_max``: from SIGKILL of rosbridge_server to the client's link-down event.
 """
 
 from __future__ import annotations
@@ -130,5 +130,5 @@ def run(quick: bool = False) -> dict[str, Any]:
         "commands_accepted_per_s": sent / elapsed,
         "commands_superseded": int(stats.superseded),
         "disconnect_detect_ms_max": max(detect_ms),
-        "transport": "roslibpy (twisted) -> rosbridge-v2 test endpoint -> rospy, loopback",
+        "transport": "roslibpy (twisted) -> rosbridge_server 0.11.17 (autobahn) -> rospy, loopback",
     }

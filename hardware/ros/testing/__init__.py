@@ -1,15 +1,15 @@
-"""A local ROS 1 test graph: rosmaster, the sim robot node and the rosbridge-v2 endpoint.
+"""A local ROS 1 test graph: rosmaster, the sim robot node and the real rosbridge_server.
 
 Try ``embodied deploy`` without a robot::
 
     python -m hardware.ros.testing          # prints rosbridge://127.0.0.1:PORT, Ctrl-C stops
     embodied deploy --robot rosbridge://127.0.0.1:PORT --policy sine --out runs/x
 
-Needs Debian's ``ros-core python3-rospy python3-sensor-msgs python3-trajectory-msgs
-python3-geometry-msgs python3-std-msgs python3-std-srvs python3-websockets`` (the ROS
-processes run under ``/usr/bin/python3``; override with ``ROS_PYTHON``). Every process binds
-127.0.0.1 (``ROS_IP``), uses a free port, runs in its own process group and is stopped by the
-graph that started it, and only by it.
+The bridge is upstream ``rosbridge_server`` (rosbridge_suite 0.11.17, unmodified, from
+``../shared/rosbridge_suite``; see :mod:`hardware.ros.testing.rosbridge_server`). Needs
+Debian's :data:`APT_PACKAGES` (the ROS processes run under ``/usr/bin/python3``; override with
+``ROS_PYTHON``). Every process binds 127.0.0.1 (``ROS_IP``), uses a free port, runs in its own
+process group and is stopped by the graph that started it, and only by it.
 """
 
 from __future__ import annotations
@@ -28,12 +28,13 @@ from typing import Any
 
 from embodied.errors import ConfigError
 from hardware.configuration_robot import DEFAULT_CONFIG, RobotConfig, load_robot_config
+from hardware.ros.testing import rosbridge_server
 
 HERE = Path(__file__).resolve().parent
 ROS_PYTHON = os.environ.get("ROS_PYTHON", "/usr/bin/python3")
 APT_PACKAGES = (
     "ros-core python3-rospy python3-sensor-msgs python3-trajectory-msgs "
-    "python3-geometry-msgs python3-std-msgs python3-std-srvs python3-websockets"
+    "python3-geometry-msgs python3-std-msgs python3-std-srvs " + rosbridge_server.APT_PACKAGES
 )
 
 
@@ -51,7 +52,12 @@ def ros_available() -> str | None:
     if not Path(ROS_PYTHON).exists():
         return f"{ROS_PYTHON} not found (fix: set ROS_PYTHON to a python with rospy)"
     probe = subprocess.run(
-        [ROS_PYTHON, "-c", "import rospy, websockets, std_srvs.srv, trajectory_msgs.msg"],
+        [
+            ROS_PYTHON,
+            "-c",
+            "import rospy, std_srvs.srv, trajectory_msgs.msg, sensor_msgs.msg, "
+            + rosbridge_server.SERVER_MODULES,
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -59,7 +65,7 @@ def ros_available() -> str | None:
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["?"])[-1]
         return f"{ROS_PYTHON} lacks ROS modules: {last} (fix: apt-get install -y {APT_PACKAGES})"
-    return None
+    return rosbridge_server.missing()
 
 
 def _wait_port(port: int, proc: subprocess.Popen[Any], what: str, timeout_s: float) -> None:
@@ -74,7 +80,7 @@ def _wait_port(port: int, proc: subprocess.Popen[Any], what: str, timeout_s: flo
 
 
 class RosTestGraph:
-    """Starts and stops rosmaster, the sim robot node and the bridge endpoint.
+    """Starts and stops rosmaster, the sim robot node and rosbridge_server (``bridge``).
 
     Args:
         config: Robot config file the sim node reads (joints, limits, topics).
@@ -101,13 +107,16 @@ class RosTestGraph:
         self.bridge_port = 0
         self.procs: dict[str, subprocess.Popen[Any]] = {}
         self.env = dict(os.environ)
+        self._rosbridge: rosbridge_server.RosbridgeSetup | None = None
 
     # ---------------------------------------------------------------- processes
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[Any]:
+    def _spawn(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[Any]:
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process
         proc = subprocess.Popen(
             argv,
-            env=self.env,
+            env=self.env if env is None else env,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -131,7 +140,7 @@ class RosTestGraph:
             proc.wait(timeout=5)
 
     def start(self) -> RosTestGraph:
-        """Start rosmaster, the node and the endpoint; return when all are reachable."""
+        """Start rosmaster, the node and rosbridge_server; return when all are reachable."""
         why = ros_available()
         if why is not None:
             raise ConfigError(f"cannot start the ROS test graph: {why}")
@@ -148,6 +157,7 @@ class RosTestGraph:
         self.env.pop("ROS_HOSTNAME", None)
         self.env.pop("PYTHONPATH", None)  # the ROS processes use Debian's python, not our venv
         try:
+            self._rosbridge = rosbridge_server.prepare(self.workdir / "rosbridge", ROS_PYTHON)
             master = self._spawn("rosmaster", ["rosmaster", "--core", "-p", str(self.master_port)])
             _wait_port(self.master_port, master, "rosmaster", 30)
             self.start_node()
@@ -188,23 +198,22 @@ class RosTestGraph:
         log = self.workdir / f"{name}.log"
         return log.read_text(errors="replace")[-chars:] if log.exists() else ""
 
-    def start_endpoint(self, timeout_s: float = 30) -> None:
-        """(Re)start the bridge endpoint on :attr:`bridge_port`; return once it listens."""
+    def start_endpoint(self, timeout_s: float = 60) -> None:
+        """(Re)start rosbridge_server on :attr:`bridge_port`; return once its websocket accepts."""
+        if self._rosbridge is None:
+            raise ConfigError("start() the graph before its rosbridge_server")
         proc = self._spawn(
             "bridge",
-            [
-                ROS_PYTHON,
-                str(HERE / "bridge_endpoint.py"),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.bridge_port),
-            ],
+            self._rosbridge.argv(self.bridge_port),
+            env=self._rosbridge.env(self.env),
         )
-        _wait_port(self.bridge_port, proc, "rosbridge endpoint", timeout_s)
+        try:
+            rosbridge_server.wait_websocket(self.bridge_port, proc, timeout_s)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}; its log:\n{self.log_tail('bridge')}") from None
 
     def kill_endpoint(self) -> None:
-        """SIGKILL the bridge endpoint (a crash, not a clean shutdown)."""
+        """SIGKILL rosbridge_server (a crash, not a clean shutdown)."""
         self._kill("bridge")
 
     def kill_node(self) -> None:
@@ -240,11 +249,11 @@ class RosTestGraph:
     # ---------------------------------------------------------------- views
     @property
     def url(self) -> str:
-        """``rosbridge://127.0.0.1:PORT`` of the endpoint."""
+        """``rosbridge://127.0.0.1:PORT`` of the rosbridge_server."""
         return f"rosbridge://127.0.0.1:{self.bridge_port}"
 
     def robot_config(self) -> RobotConfig:
-        """The robot config pointing at this graph's endpoint."""
+        """The robot config pointing at this graph's rosbridge_server."""
         return load_robot_config(self.config_path).with_url(self.url)
 
     def commands(self) -> list[dict[str, Any]]:
