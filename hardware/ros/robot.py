@@ -398,6 +398,9 @@ class RosRobot(Robot):
             self.ros.ros_version,
             time_from_start_s=1.0 / self.config.control_rate_hz,
         )
+        # a caller sending faster than the link writes waits (<= 2 ms) for the previous
+        # command to go out instead of superseding it; outside _cmd_lock, which _on_state takes
+        self.link.wait_flushed(self.ros.command.topic)
         with self._cmd_lock:
             sent = self.link.publish(self.ros.command.topic, msg)
             if sent:

@@ -87,6 +87,10 @@ TARGETS: tuple[Target, ...] = (
     Target("steer/pid_update_us", "<", 50.0, "issue 5"),
     Target("judge/minijudge.speedup", ">=", 4.0, "issue 6"),
     Target("eval/eval_parallel_efficiency", ">=", 0.8, "issue 9 (needs >= 2 idle cores)"),
+    Target("ros/rtt_p99_ratio", "<=", 1.2, "issue 16 (ours / plain roslibpy, same run)"),
+    Target(
+        "ros/commands_per_s_vs_bar", ">=", 1.0, "issue 16 (>= 500/s or >= 0.9 x plain roslibpy)"
+    ),
 )
 
 

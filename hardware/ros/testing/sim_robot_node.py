@@ -22,8 +22,10 @@ no ``embodied`` imports. Behaviour:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import socket
 import struct
 import sys
 import threading
@@ -57,6 +59,37 @@ def png_rgb(width: int, height: int, pixel) -> bytes:
     )
 
 
+class NoDelay(rospy.SubscribeListener):
+    """Sets TCP_NODELAY on every subscriber connection of a publisher (issue 16).
+
+    rospy lets the *subscriber's* connection header decide (``tcp_nodelay`` '0' or '1'), and
+    ``Publisher(tcp_nodelay=True)`` is used only when that header is absent; rosbridge_server's
+    subscribers always send '0'. Without this, the node's joint states to the server went out
+    under Nagle: a state written while the previous one is unacknowledged waits for the
+    server's delayed ACK (up to 40 ms). A real driver can do the same for its state topic.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.publisher: rospy.Publisher | None = None
+
+    def peer_subscribe(self, topic_name, topic_publish, peer_publish) -> None:
+        impl = getattr(self.publisher, "impl", None)
+        for conn in list(getattr(impl, "connections", None) or []):
+            sock = getattr(conn, "socket", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def nodelay_publisher(topic: str, data_class: type, **kwargs: object) -> rospy.Publisher:
+    """A rospy publisher whose connections all have TCP_NODELAY (see :class:`NoDelay`)."""
+    listener = NoDelay()
+    pub = rospy.Publisher(topic, data_class, subscriber_listener=listener, **kwargs)
+    listener.publisher = pub
+    return pub
+
+
 class SimRobotNode:
     """Integrates joint position commands and publishes joint states."""
 
@@ -86,7 +119,10 @@ class SimRobotNode:
         command = ros.get(
             "command", {"topic": "/arm/command", "type": "trajectory_msgs/JointTrajectory"}
         )
-        self.pub = rospy.Publisher(state["topic"], JointState, queue_size=1, tcp_nodelay=True)
+        # commands in, states out: both directions with TCP_NODELAY. Our subscribers ask the
+        # server's publishers for it (tcp_nodelay=True in the connection header); our state
+        # publisher sets it itself, since the server's subscribers ask for Nagle.
+        self.pub = nodelay_publisher(state["topic"], JointState, queue_size=1)
         self.count_pub = rospy.Publisher("/sim_robot/commands_received", UInt64, queue_size=1)
         if command["type"] == "std_msgs/Float64MultiArray":
             rospy.Subscriber(
@@ -102,7 +138,7 @@ class SimRobotNode:
             )
         estop = ros.get("estop")
         if estop and estop.get("type") == "std_msgs/Bool":
-            rospy.Subscriber(estop["topic"], Bool, self.on_estop, queue_size=10)
+            rospy.Subscriber(estop["topic"], Bool, self.on_estop, queue_size=10, tcp_nodelay=True)
         elif estop:
             rospy.Service(estop["topic"], Trigger, self.on_estop_service)
         camera = ros.get("camera")
@@ -116,7 +152,7 @@ class SimRobotNode:
         estop_state = ros.get("estop_state")
         self.estop_state_pub = None
         if estop_state:
-            self.estop_state_pub = rospy.Publisher(
+            self.estop_state_pub = nodelay_publisher(
                 estop_state["topic"], Bool, queue_size=1, latch=True
             )
 
