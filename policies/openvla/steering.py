@@ -4,6 +4,9 @@
   difference of means between two contrast sets (e.g. fast vs slow demonstration steps).
 * :class:`NeuronCluster` - the fixed-alpha baseline that overwrites selected MLP neurons
   (the inputs of ``down_proj``) with ``alpha * value``.
+* :class:`ValueVectorNeurons` + :class:`ValueVectorHook` - the fixed-coefficient baseline of
+  Häon et al. 2025: neurons whose FFN value vectors project onto concept tokens, their
+  activations set to a constant (:func:`select_value_vector_neurons`).
 * :class:`SteeringHook` - adds ``alpha * direction`` to the output of the chosen decoder
   layer at every position: the whole prefill and every cached decode step, so every
   generated token is steered. ``alpha`` is read at each call, so a controller can change
@@ -376,3 +379,244 @@ def select_neurons(
         concept,
         {"k": k, "scores": score[idx].tolist(), **(meta or {})},
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Häon et al. 2025: FFN value vectors projected onto the vocabulary, neurons set to a constant
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ValueVectorNeurons:
+    """Neurons across decoder layers whose FFN value vectors promote concept tokens.
+
+    The fixed-coefficient intervention of Häon et al. 2025, "Mechanistic interpretability for
+    steering vision-language-action models" (reference code
+    ``vla-mech-interp/mechanistic-steering-vlas``): the value vector of MLP neuron ``i`` of
+    layer ``l`` is column ``i`` of that layer's ``down_proj`` weight (``down_proj(one_hot_i)``
+    in ``ffn_value_vectors/extract.py``); its vocabulary projection is ``lm_head.weight @ v``;
+    during generation every selected neuron's activation (the ``down_proj`` input) is set to
+    one constant ``coef`` at every position (``libero_experiments/hooks.py``).
+
+    Attributes:
+        neurons: (n, 2) long tensor of (layer, neuron) pairs.
+        coef: The constant the activations are set to (the reference's ``intervention.coef``).
+        concept: Concept name (e.g. ``"slowly"``).
+        meta: Selection metadata (concept tokens, top-k, the projected tokens of each neuron).
+    """
+
+    neurons: torch.Tensor
+    coef: float = 1.0
+    concept: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def layers(self) -> dict[int, list[int]]:
+        """Layer -> neuron indices (the reference's ``values_per_layer``)."""
+        out: dict[int, list[int]] = {}
+        for layer, neuron in self.neurons.long().tolist():
+            out.setdefault(int(layer), []).append(int(neuron))
+        return out
+
+    def flat_indices(self, intermediate_size: int) -> list[int]:
+        """Flat indices ``layer * intermediate_size + neuron`` as in the reference dictionaries."""
+        return [int(lay) * intermediate_size + int(n) for lay, n in self.neurons.long().tolist()]
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write ``<path>.safetensors`` and ``<path>.json``."""
+        from safetensors.torch import save_file
+
+        st, js = _paths(path)
+        with atomic_path(st) as tmp:
+            save_file({"neurons": self.neurons.long().cpu().contiguous()}, str(tmp))
+        write_json(
+            js,
+            {
+                "kind": "value_vectors",
+                "coef": self.coef,
+                "concept": self.concept,
+                "meta": self.meta,
+            },
+        )
+        return st
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ValueVectorNeurons:
+        """Inverse of :meth:`save`."""
+        st, js = _paths(path)
+        if not st.exists() or not js.exists():
+            raise CheckpointError(
+                f"value-vector neurons need {st.name} and {js.name} in {st.parent}",
+                fix=_EXTRACT_FIX,
+            )
+        meta = read_json_file(js, what="value-vector neurons metadata", fix=_EXTRACT_FIX)
+        if meta.get("kind") != "value_vectors":
+            raise CheckpointError(
+                f"{js} holds a {meta.get('kind')!r}, not value-vector neurons", fix=_EXTRACT_FIX
+            )
+        t = load_safetensors_file(st, what="value-vector neurons", fix=_EXTRACT_FIX)
+        return build_from_file(
+            js,
+            lambda: cls(
+                t["neurons"], float(meta["coef"]), meta.get("concept", ""), meta.get("meta", {})
+            ),
+            what="value-vector neurons",
+            fix=_EXTRACT_FIX,
+        )
+
+
+def _intermediate_size(model: OpenVLAModel) -> int:
+    mlp: Any = model.decoder_layers[0].mlp
+    return int(mlp.down_proj.in_features)
+
+
+def ffn_value_vectors(model: OpenVLAModel) -> torch.Tensor:
+    """All FFN value vectors, (n_layers * intermediate, hidden) float32, layer-major.
+
+    Row ``l * intermediate + i`` is ``down_proj(one_hot_i)`` of layer ``l`` (= weight column
+    ``i``; the Llama ``down_proj`` has no bias), as ``extract_value_vectors`` of the reference.
+    """
+    rows = []
+    for layer in model.decoder_layers:
+        mlp: Any = layer.mlp
+        w = mlp.down_proj.weight.detach().float()  # (hidden, intermediate)
+        rows.append(w.t())
+    return torch.cat(rows, 0)
+
+
+def value_vector_logits(model: OpenVLAModel) -> torch.Tensor:
+    """Vocabulary projection of every value vector: ``values @ lm_head.weight.T``.
+
+    (n_layers * intermediate, vocab) float32; as the reference, the raw unembedding without the
+    final RMSNorm.
+    """
+    lm_head: Any = model.language_model.lm_head
+    return ffn_value_vectors(model) @ lm_head.weight.detach().float().t()
+
+
+def select_value_vector_neurons(
+    model: OpenVLAModel,
+    token_ids: list[int],
+    n: int = 10,
+    top_k: int = 10,
+    coef: float = 1.0,
+    concept: str = "",
+    meta: dict[str, Any] | None = None,
+) -> ValueVectorNeurons:
+    """The ``n`` neurons whose value vectors most promote ``token_ids``.
+
+    Following the reference point by point: every value vector is projected onto the
+    vocabulary and its ``top_k`` tokens are listed (``top_k = 10`` there); a neuron is a
+    candidate when a concept token is among its top-k tokens. The authors then hand-pick
+    10 or 20 candidates per concept (``dictionaries.yaml``); our automatic stand-in for that
+    curation (an extension, named here) ranks the candidates by their largest concept-token
+    logit and keeps the first ``n``.
+
+    Args:
+        model: The model.
+        token_ids: Token ids of the concept words (e.g. ``slowly``).
+        n: Neurons to keep (fewer when fewer are candidates).
+        top_k: Tokens listed per value vector.
+        coef: The constant of the returned intervention.
+        concept: Concept name.
+        meta: Extra metadata.
+
+    Raises:
+        ConfigError: No token ids, or no value vector has a concept token in its top-k.
+    """
+    if not token_ids:
+        raise ConfigError("no concept tokens to select value vectors for", fix="name the words")
+    logits = value_vector_logits(model)
+    inter = _intermediate_size(model)
+    ids = torch.as_tensor(token_ids, dtype=torch.long)
+    top = torch.topk(logits, k=min(top_k, logits.shape[1]), dim=1).indices
+    candidate = torch.isin(top, ids).any(1)
+    score = logits[:, ids].max(1).values
+    flat = torch.nonzero(candidate).flatten()
+    if flat.numel() == 0:
+        raise ConfigError(
+            f"no FFN value vector has a concept token {token_ids} among its top {top_k} tokens",
+            fix="raise the top-k or name other concept words",
+        )
+    flat = flat[torch.argsort(score[flat], descending=True)][:n]
+    neurons = torch.stack([flat // inter, flat % inter], 1)
+    info = {
+        "token_ids": list(map(int, token_ids)),
+        "top_k": top_k,
+        "n_requested": n,
+        "n_candidates": int(candidate.sum()),
+        "flat_indices": flat.tolist(),
+        "scores": score[flat].tolist(),
+        "top_tokens": top[flat].tolist(),
+        "selection": "top-k contains a concept token; ranked by concept logit (our stand-in "
+        "for the authors' manual curation)",
+        **(meta or {}),
+    }
+    return ValueVectorNeurons(neurons, float(coef), concept, info)
+
+
+class ValueVectorHook:
+    """Sets the selected neurons' activations (``down_proj`` inputs) to :attr:`coef`.
+
+    One forward pre-hook per layer that holds selected neurons; every position of the prefill
+    and of each cached decode step is set, as the reference's ``down_proj`` hook (which writes
+    the constant into the input and recomputes the linear map: the same output).
+
+    Args:
+        model: The OpenVLA model.
+        intervention: The neurons.
+        coef: The constant (default: ``intervention.coef``); change it any time.
+    """
+
+    def __init__(
+        self, model: OpenVLAModel, intervention: ValueVectorNeurons, coef: float | None = None
+    ) -> None:
+        n_layers = len(model.decoder_layers)
+        inter = _intermediate_size(model)
+        for layer, idx in intervention.layers.items():
+            if not 0 <= layer < n_layers or not all(0 <= i < inter for i in idx):
+                raise ConfigError(
+                    f"value-vector neuron ({layer}, {idx}) outside the model's "
+                    f"{n_layers} layers x {inter} neurons",
+                    fix="select the neurons on this model",
+                )
+        self.model = model
+        self.intervention = intervention
+        self.coef = float(intervention.coef if coef is None else coef)
+        self.calls = 0
+        self._handles: list[Any] = []
+
+    @property
+    def attached(self) -> bool:
+        """Whether the hooks are registered."""
+        return bool(self._handles)
+
+    def attach(self) -> ValueVectorHook:
+        """Register the hooks (idempotent)."""
+        if not self._handles:
+            for layer, idx in self.intervention.layers.items():
+                mlp: Any = self.model.decoder_layers[layer].mlp
+                index = torch.as_tensor(idx, dtype=torch.long, device=self.model.device)
+                self._handles.append(mlp.down_proj.register_forward_pre_hook(self._setter(index)))
+        return self
+
+    def remove(self) -> None:
+        """Unregister the hooks; the model is exactly as before."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def __enter__(self) -> ValueVectorHook:
+        return self.attach()
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def _setter(self, index: torch.Tensor) -> Any:
+        def hook(module: nn.Module, args: Any) -> Any:
+            self.calls += 1
+            x = args[0].clone()
+            x[..., index] = self.coef
+            return (x, *args[1:])
+
+        return hook

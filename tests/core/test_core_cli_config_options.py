@@ -131,12 +131,17 @@ COMMANDS: dict[tuple[str, ...], list[Any]] = {
         for name in (
             "setpoint",
             "episodes",
-            "alpha_weak",
-            "alpha_strong",
+            "seed",
+            "tuning_seed",
             "alpha_limit",
             "sweep_episodes",
             "sweep_alphas",
+            "haeon_coefs",
+            "haeon_words",
+            "haeon_neurons",
+            "haeon_top_k",
             "rl_timesteps",
+            "rl_seed",
         )
     ],
     ("pdp", "experiment"): [
@@ -261,6 +266,7 @@ def test_steer_options_reach_the_experiment_configs(
     argv = ["steer", "experiment", "--out", str(tmp_path), "--demonstration-episodes", "3"]
     argv += ["--dataset", "data", "--retrain", "--pid-kp", "2.5", "--layer", "1"]
     argv += ["--sweep-alphas", "-1,0", "--sweep-episodes", "0", "--setpoint", "0.1"]
+    argv += ["--haeon-coefs", "1,2"]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
     assert seen["out"] == tmp_path
@@ -268,7 +274,7 @@ def test_steer_options_reach_the_experiment_configs(
         demonstration_episodes=3, dataset=Path("data"), retrain=True, pid_kp=2.5, layer=1
     )
     assert seen["settings"] == ExperimentSettings(
-        sweep_alphas=(-1.0, 0.0), sweep_episodes=0, setpoint=0.1
+        sweep_alphas=(-1.0, 0.0), sweep_episodes=0, setpoint=0.1, haeon_coefs=(1.0, 2.0)
     )
 
 
@@ -282,15 +288,17 @@ def test_steer_extract_options_reach_the_extraction(
     seen: dict[str, Any] = {}
     model = types.SimpleNamespace(config=types.SimpleNamespace(image_size=64))
     monkeypatch.setattr(cmd_steer, "load_pretrained", lambda name: (model, "proc"))
+    import embodied.apps.experiments.steer as steer_app_module
+
     monkeypatch.setattr(
-        cmd_steer, "demonstrations_from_dataset", lambda path, key: ("steps", path, key)
+        steer_app_module, "demonstrations_from_dataset", lambda path, key: ("steps", path, key)
     )
 
     def fake_extract(m: Any, proc: Any, steps: Any, layer: Any, kind: Any, **kw: Any) -> Any:
         seen.update(steps=steps, layer=layer, kind=kind, **kw)
         return types.SimpleNamespace(save=lambda out: out, layer=layer, meta={})
 
-    monkeypatch.setattr(cmd_steer, "extract_intervention", fake_extract)
+    monkeypatch.setattr(steer_app_module, "extract_intervention", fake_extract)
     argv = ["steer", "extract", "--model", "m", "--out", str(tmp_path / "dir")]
     argv += ["--dataset", "data.hdf5", "--image-key", "image.agentview", "--kind", "neurons"]
     result = CliRunner().invoke(app, [*argv, "--neurons", "8", "--positions", "text"])

@@ -23,9 +23,7 @@ from embodied.apps.experiments import controllers as reference_comparison
 from embodied.apps.experiments.steer import (
     ExperimentSettings,
     SteerExperimentConfig,
-    collect_speed_demonstrations,
-    demonstrations_from_dataset,
-    extract_intervention,
+    extract_speed_intervention,
     steer_experiment,
 )
 from embodied.apps.experiments.steer_report import markdown_table
@@ -64,22 +62,10 @@ def extract_cmd(
     cfg = SteerExperimentConfig(**config)
     m, proc = load_pretrained(str(model))
     if cfg.dataset is not None:
-        demonstrations = demonstrations_from_dataset(str(cfg.dataset), cfg.image_key)
+        inter = extract_speed_intervention(m, proc, cfg, log=log)
     else:
         env, reset, targets = steer_env(cfg.env_id, m.config.image_size, cfg.layout)
-        demonstrations = collect_speed_demonstrations(
-            env, cfg.extraction_episodes, 0, None, reset, targets, log
-        )
-    inter = extract_intervention(
-        m,
-        proc,
-        demonstrations,
-        cfg.layer,
-        cfg.kind,
-        neurons=cfg.neurons,
-        unnorm_key=cfg.unnorm_key,
-        positions=cfg.positions,
-    )
+        inter = extract_speed_intervention(m, proc, cfg, env, reset, targets, log=log)
     path = inter.save(out)
     print(json.dumps({"path": str(path), "layer": inter.layer, "meta": inter.meta}))
 
@@ -89,12 +75,17 @@ def extract_cmd(
     ExperimentSettings,
     "setpoint",
     "episodes",
-    "alpha_weak",
-    "alpha_strong",
+    "seed",
+    "tuning_seed",
     "alpha_limit",
     "sweep_episodes",
     "sweep_alphas",
+    "haeon_coefs",
+    "haeon_words",
+    "haeon_neurons",
+    "haeon_top_k",
     "rl_timesteps",
+    "rl_seed",
     into="settings",
 )
 @config_options(
@@ -111,18 +102,21 @@ def extract_cmd(
     "pid_ki",
 )
 def experiment_cmd(
-    out: Path = typer.Option(Path("runs/steer_experiment"), "--out", help="Output folder."),
+    out: Path = typer.Option(Path("runs/ctrl_steer"), "--out", help="Output folder."),
     *,
     config: dict[str, Any],
     settings: dict[str, Any],
 ) -> None:
-    """No steering vs fixed alpha (weak/strong) vs PID vs RL: tracking, overshoot, success."""
+    """None vs fixed alpha* vs Häon et al. vs PID vs RL, tuned on seeds disjoint from evaluation."""
     torch.set_num_threads(1)
     report = steer_experiment(
         out, SteerExperimentConfig(**config), ExperimentSettings(**settings), log
     )
     print(markdown_table(report))
-    print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'speed_alpha.png'}")
+    print(
+        f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'speed_alpha.png'}, "
+        f"{out / 'success_vs_rmse.png'}"
+    )
 
 
 @steer_app.command("reference")

@@ -8,10 +8,14 @@ Pipeline (``embodied steer experiment``, :func:`steer_experiment`):
 2. Behaviour cloning of a tiny OpenVLA (same classes as the 7B model) on those demonstrations.
 3. A speed direction: difference of means of residual-stream activations (middle layer,
    action-generating positions) between steps of fast and of slow demonstrations.
-4. Evaluation with the plain instruction over many episodes for each controller setting:
-   no steering, fixed alpha (weak, strong), PID and PPO (RL) on the measured end-effector
-   speed. Figures per controller: tracking RMSE to the target speed, overshoot, settling
-   time, success rate; a dose-response sweep of fixed alpha; a plot of speed and alpha_t.
+4. Tuning on seeds disjoint from training and evaluation: a fixed-alpha sweep gives the best
+   fixed alpha* (closest mean speed to the setpoint) and the PID gains; the same number of
+   rollouts tunes the constant of Häon et al. 2025's value-vector neurons
+   (:func:`policies.openvla.steering.select_value_vector_neurons`); PPO trains on its own seeds.
+5. Evaluation with the plain instruction on the evaluation seeds for each row: none, fixed
+   alpha*, Häon, PID and PPO (RL) on the measured end-effector speed. Figures per row: success
+   rate (Wilson 95% interval), tracking RMSE to the target speed (95% interval), overshoot,
+   settling time; the sweeps; plots of speed and alpha_t and of success vs RMSE.
 
 The same functions run a real checkpoint (``--model openvla/openvla-7b``) on LIBERO with a
 direction from a LIBERO dataset; only the tiny-model training is specific to the built-in task.
@@ -36,6 +40,7 @@ import sim
 from controllers.analysis import step_response, tracking_rmse
 from controllers.rl import RLControllerConfig, SteeringEnv
 from controllers.rl.training_rl import PPOSettings, train_rl_controller
+from embodied.apps.evaluation.stats import Z95, wilson_interval
 from embodied.apps.experiments.steer_report import write_report
 from embodied.concepts import make_concept
 from embodied.contracts import Controller, Env, Policy
@@ -51,10 +56,13 @@ from policies.openvla.processor_openvla import OpenVLAProcessor, action_stats, n
 from policies.openvla.steering import (
     NeuronCluster,
     SteeringDirection,
+    ValueVectorHook,
+    ValueVectorNeurons,
     collect_activations,
     load_intervention,
     mean_difference,
     select_neurons,
+    select_value_vector_neurons,
 )
 from policies.openvla.training_openvla import (
     BCSettings,
@@ -101,7 +109,8 @@ class SteerExperimentConfig:
         layout: arm_reach cube layout: fixed | random.
         image_size: Camera size in pixels (mujoco envs).
         llm_layers: Tiny model: Llama decoder layers.
-        demonstration_episodes: Tiny model: demonstration episodes per (level, target).
+        demonstration_episodes: Tiny model: demonstration episodes per (level, target) (4 and
+            2000 steps: 30/30 unsteered successes; 2 and 500 steps: about 20 %).
         train_steps: Tiny model: BC steps.
         retrain: Retrain the tiny model even if OUT/vla exists.
         pid_kp: PID kp (None: both gains from the fixed-alpha sweep).
@@ -122,8 +131,8 @@ class SteerExperimentConfig:
     layout: str = "fixed"
     image_size: int = 64
     llm_layers: int = 4
-    demonstration_episodes: int = 2
-    train_steps: int = 500
+    demonstration_episodes: int = 4
+    train_steps: int = 2000
     retrain: bool = False
     pid_kp: float | None = None
     pid_ki: float | None = None
@@ -131,34 +140,47 @@ class SteerExperimentConfig:
 
 @dataclass
 class ExperimentSettings:
-    """What the steering experiment runs.
+    """What the steering experiment runs (the defaults are the fair protocol of issue #15).
+
+    Seeds: the tiny VLA's demonstrations use 0, 1, ...; the tuning rollouts (fixed-alpha sweep
+    for alpha* and the PID gains, the Häon constant) ``tuning_seed`` onwards; PPO's training
+    episodes ``rl_seed`` onwards; the evaluation ``seed`` onwards. The ranges must not overlap
+    (:func:`check_disjoint_seeds`).
 
     Args:
         setpoint: Target end-effector speed in m/s.
-        episodes: Evaluation episodes per controller.
+        episodes: Evaluation episodes per controller row.
         seed: First evaluation seed (episodes use seed, seed+1, ...).
-        alpha_weak: Fixed-alpha weak setting.
-        alpha_strong: Fixed-alpha strong setting.
+        tuning_seed: First tuning seed (every sweep point and Häon constant uses the same ones).
         alpha_limit: Knob bounds and controller output limits (+/-).
-        sweep_alphas: Fixed alphas of the dose-response sweep (empty = skip).
-        sweep_episodes: Episodes per fixed-alpha sweep point (0 = skip the sweep).
+        sweep_alphas: Fixed alphas of the tuning sweep (alpha*, PID gains).
+        sweep_episodes: Tuning episodes per sweep point and per Häon constant.
+        haeon_coefs: Häon et al. constants tried on the tuning seeds (as many as sweep_alphas).
+        haeon_words: Instruction words whose tokens pick the Häon neurons (setpoint's side).
+        haeon_neurons: Häon neurons kept (the reference's dictionaries hold 10 or 20).
+        haeon_top_k: Projected tokens listed per value vector (the reference's top_k).
         pid: PID gains/limits (``controllers.make("pid", **pid)``); empty = derive from the sweep.
         rl_timesteps: PPO timesteps for the RL controller (0 = skip the RL row).
+        rl_seed: First inner-episode seed of PPO's training episodes.
         concept_tau_s: EMA time constant of the speed measurement (s).
         band: Settling band as a fraction of the setpoint step.
         reset_options: Inner-env reset options (e.g. a fixed cube layout).
     """
 
     setpoint: float = 0.06
-    episodes: int = 12
+    episodes: int = 30
     seed: int = 10_000
-    alpha_weak: float = -0.5
-    alpha_strong: float = -4.0
+    tuning_seed: int = 5_000
     alpha_limit: float = 4.0
-    sweep_alphas: tuple[float, ...] = (-4.0, -2.0, -1.0, -0.5, -0.25, 0.0)
-    sweep_episodes: int = 3
+    sweep_alphas: tuple[float, ...] = (-4.0, -2.0, -1.0, -0.75, -0.625, -0.5, -0.25, 0.0)
+    sweep_episodes: int = 10
+    haeon_coefs: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+    haeon_words: tuple[str, ...] = ("slowly",)
+    haeon_neurons: int = 10
+    haeon_top_k: int = 10
     pid: dict[str, Any] = field(default_factory=dict)
-    rl_timesteps: int = 2048
+    rl_timesteps: int = 100_000
+    rl_seed: int = 1_000_000
     concept_tau_s: float = 0.1
     band: float = 0.1
     reset_options: dict[str, Any] = field(default_factory=dict)
@@ -168,12 +190,54 @@ class ExperimentSettings:
             raise ConfigError(f"setpoint must be a positive speed in m/s, got {self.setpoint}")
         if self.episodes <= 0:
             raise ConfigError(f"episodes must be positive, got {self.episodes}")
-        for name in ("alpha_weak", "alpha_strong"):
-            if abs(getattr(self, name)) > self.alpha_limit:
+        if self.sweep_episodes < 0 or self.rl_timesteps < 0:
+            raise ConfigError("sweep_episodes and rl_timesteps must be >= 0")
+        for a in self.sweep_alphas:
+            if abs(a) > self.alpha_limit:
                 raise ConfigError(
-                    f"{name}={getattr(self, name)} exceeds alpha_limit {self.alpha_limit}",
-                    fix="raise --alpha-limit or lower the fixed alpha",
+                    f"sweep alpha {a} exceeds alpha_limit {self.alpha_limit}",
+                    fix="raise --alpha-limit or lower the sweep alphas",
                 )
+        if self.haeon_coefs and len(self.haeon_coefs) != len(self.sweep_alphas):
+            raise ConfigError(
+                f"{len(self.haeon_coefs)} Häon constants but {len(self.sweep_alphas)} sweep alphas: "
+                "the baselines get the same tuning budget",
+                fix="give as many --haeon-coefs as --sweep-alphas (or none to skip the Häon row)",
+            )
+
+    def seed_ranges(self, training: tuple[int, int] = (0, 0)) -> dict[str, tuple[int, int]]:
+        """Half-open seed ranges ``[first, end)`` of every stage (``training`` = the VLA's)."""
+        return {
+            "training": training,
+            "tuning": (self.tuning_seed, self.tuning_seed + self.sweep_episodes),
+            "rl_training": (self.rl_seed, self.rl_seed + self.rl_timesteps),
+            "evaluation": (self.seed, self.seed + self.episodes),
+        }
+
+
+def check_disjoint_seeds(ranges: dict[str, tuple[int, int]]) -> None:
+    """Refuse overlapping seed ranges (half-open ``[first, end)``; empty ranges never overlap).
+
+    Raises:
+        ConfigError: Two stages share a seed.
+    """
+    items = [(k, v) for k, v in ranges.items() if v[1] > v[0]]
+    for i, (a, (a0, a1)) in enumerate(items):
+        for b, (b0, b1) in items[i + 1 :]:
+            if a0 < b1 and b0 < a1:
+                raise ConfigError(
+                    f"{a} seeds [{a0}, {a1}) overlap {b} seeds [{b0}, {b1})",
+                    fix="move --seed / --tuning-seed / --rl-seed apart",
+                )
+
+
+def training_seed_range(config: SteerExperimentConfig, n_targets: int) -> tuple[int, int]:
+    """Seeds of the demonstrations the tiny VLA and the direction come from: ``[0, n)``."""
+    per_level = max(1, n_targets) * len(SPEED_LEVELS)
+    eps = max(
+        config.demonstration_episodes if config.model is None else 0, config.extraction_episodes
+    )
+    return (0, per_level * eps)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -391,6 +455,45 @@ def contrast_masks(concept: np.ndarray, quantile: float = 1 / 3) -> tuple[np.nda
     return pos, neg
 
 
+def extract_speed_intervention(
+    model: OpenVLAModel,
+    proc: OpenVLAProcessor,
+    cfg: SteerExperimentConfig,
+    env: Env | None = None,
+    reset: dict[str, Any] | None = None,
+    targets: Sequence[str] = (),
+    demonstrations: DemonstrationSteps | None = None,
+    log: Log = _quiet,
+) -> SteeringDirection | NeuronCluster:
+    """The speed direction or neuron cluster of ``cfg``, extracted from ``cfg.dataset``, the
+    given ``demonstrations``, or fresh expert demonstrations on ``env`` (mujoco envs).
+
+    Raises:
+        ConfigError: no demonstrations to extract from (a non-mujoco env without a dataset).
+    """
+    if cfg.dataset is not None:
+        demonstrations = demonstrations_from_dataset(str(cfg.dataset), cfg.image_key)
+    elif demonstrations is None:
+        if env is None or not cfg.env_id.startswith("mujoco:"):
+            raise ConfigError(
+                f"no demonstrations to extract a direction for {cfg.env_id!r}",
+                fix="pass --direction or --dataset (e.g. a LIBERO hdf5)",
+            )
+        demonstrations = collect_speed_demonstrations(
+            env, cfg.extraction_episodes, 0, None, reset, targets, log
+        )
+    return extract_intervention(
+        model,
+        proc,
+        demonstrations,
+        cfg.layer,
+        cfg.kind,
+        neurons=cfg.neurons,
+        unnorm_key=cfg.unnorm_key,
+        positions=cfg.positions,
+    )
+
+
 def extract_intervention(
     model: OpenVLAModel,
     processor: OpenVLAProcessor,
@@ -459,8 +562,10 @@ def run_episodes(
     n: int,
     label: str,
     log: Log = _quiet,
+    first_seed: int | None = None,
 ) -> dict[str, Any]:
-    """``n`` steered episodes; per-episode traces and aggregate figures."""
+    """``n`` steered episodes on seeds ``first_seed`` (default ``settings.seed``) onwards."""
+    first = settings.seed if first_seed is None else int(first_seed)
     concept = make_concept("ee_speed", filter_tau_s=settings.concept_tau_s)
     steering = Steering(concept, controller, knob="alpha", setpoint=settings.setpoint)
     episodes = []
@@ -471,14 +576,14 @@ def run_episodes(
             env,
             policy,
             steering=steering,
-            seed=settings.seed + k,
+            seed=first + k,
             reset_options=settings.reset_options or None,
             record_images=False,
         )
         t = np.arange(len(ep)) / env.control_rate_hz
         y = ep.measurements
         row: dict[str, Any] = {
-            "seed": settings.seed + k,
+            "seed": first + k,
             "success": bool(ep.success),
             "steps": len(ep),
             "rmse": tracking_rmse(y, ep.setpoints, skip=1),
@@ -494,15 +599,18 @@ def run_episodes(
         episodes.append(row)
     summary = summarize(episodes)
     log(
-        f"{label:>14s}: success {summary['success_rate']:.2f}  rmse {summary['rmse']:.4f} m/s  "
-        f"speed {summary['mean_speed']:.3f} m/s  overshoot {summary['overshoot_pct']:.1f} %  "
-        f"settle {summary['settling_time_s']:.2f} s ({summary['settled_fraction']:.2f} settled)"
+        f"{label:>14s}: success {summary['success_rate']:.2f} "
+        f"[{summary['success_ci'][0]:.2f}, {summary['success_ci'][1]:.2f}]  "
+        f"rmse {summary['rmse']:.4f} m/s  speed {summary['mean_speed']:.3f} m/s  "
+        f"overshoot {summary['overshoot_pct']:.1f} %  settle {summary['settling_time_s']:.2f} s "
+        f"({summary['settled_fraction']:.2f} settled)"
     )
     return {"label": label, "summary": summary, "episodes": episodes}
 
 
-def summarize(episodes: list[dict[str, Any]]) -> dict[str, float]:
-    """Means over episodes (settling time over the episodes that settle)."""
+def summarize(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Means over episodes (settling time over the episodes that settle), the Wilson 95%
+    interval of the success rate and a normal 95% interval of the mean RMSE."""
 
     def mean(key: str) -> float:
         vals = np.array([e[key] for e in episodes], dtype=np.float64)
@@ -510,16 +618,45 @@ def summarize(episodes: list[dict[str, Any]]) -> dict[str, float]:
         return float(vals.mean()) if vals.size else math.nan
 
     settled = [e for e in episodes if np.isfinite(e["settling_time_s"])]
+    wins = sum(bool(e["success"]) for e in episodes)
+    rmse = np.array([e["rmse"] for e in episodes], dtype=np.float64)
+    rmse = rmse[np.isfinite(rmse)]
+    half = float(Z95 * rmse.std(ddof=1) / math.sqrt(rmse.size)) if rmse.size > 1 else math.nan
     return {
         "episodes": len(episodes),
-        "success_rate": float(np.mean([e["success"] for e in episodes])),
+        "successes": wins,
+        "success_rate": wins / len(episodes),
+        "success_ci": list(wilson_interval(wins, len(episodes))),
         "rmse": mean("rmse"),
+        "rmse_ci": [mean("rmse") - half, mean("rmse") + half],
         "mean_speed": mean("mean_speed"),
         "overshoot_pct": mean("overshoot_pct"),
         "settling_time_s": mean("settling_time_s"),
         "settled_fraction": len(settled) / len(episodes),
         "mean_steps": mean("steps"),
     }
+
+
+def best_fixed(sweep: list[dict[str, Any]], setpoint: float, key: str = "alpha") -> float:
+    """The swept setting whose closed-loop mean speed is closest to ``setpoint``.
+
+    ``sweep`` holds the tuning rollouts only (``{key: value, "summary": {...}}``); ties go to
+    the smaller ``|value|``.
+
+    Raises:
+        ConfigError: No sweep point has a finite mean speed.
+    """
+    pts = [
+        (abs(r["summary"]["mean_speed"] - setpoint), abs(r[key]), r[key])
+        for r in sweep
+        if np.isfinite(r["summary"]["mean_speed"])
+    ]
+    if not pts:
+        raise ConfigError(
+            f"no tuning sweep point to choose the best fixed {key} from",
+            fix="run the sweep (--sweep-episodes > 0 and --sweep-alphas)",
+        )
+    return float(min(pts)[2])
 
 
 def pid_from_sweep(sweep: list[dict[str, Any]], settings: ExperimentSettings) -> dict[str, Any]:
@@ -552,6 +689,29 @@ def pid_from_sweep(sweep: list[dict[str, Any]], settings: ExperimentSettings) ->
     }
 
 
+class SeededSteeringEnv(SteeringEnv):
+    """:class:`SteeringEnv` whose inner episodes take seeds ``first, first+1, ...`` (cycling
+    within ``[first, end)``) instead of random ones, so PPO's training episodes are disjoint
+    from the tuning and evaluation seeds."""
+
+    def __init__(self, *args: Any, seeds: tuple[int, int], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seed_range = (int(seeds[0]), max(int(seeds[1]), int(seeds[0]) + 1))
+        self._next_seed = self.seed_range[0]
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """As :meth:`SteeringEnv.reset`, with the next seed of the range as ``inner_seed``."""
+        options = dict(options or {})
+        if "inner_seed" not in options:
+            options["inner_seed"] = self._next_seed
+            self._next_seed += 1
+            if self._next_seed >= self.seed_range[1]:
+                self._next_seed = self.seed_range[0]
+        return super().reset(seed=seed, options=options)
+
+
 def train_rl(
     env: Env,
     policy: Policy,
@@ -559,7 +719,7 @@ def train_rl(
     out: Path,
     log: Log = _quiet,
 ) -> Controller:
-    """PPO controller trained on steered rollouts of the frozen policy."""
+    """PPO controller trained on steered rollouts of the frozen policy (seeds ``rl_seed`` on)."""
     cfg = RLControllerConfig(
         output_min=-settings.alpha_limit,
         output_max=settings.alpha_limit,
@@ -571,12 +731,13 @@ def train_rl(
         lambda_delta=0.05,
         beta_success=2.0,
     )
-    senv = SteeringEnv(
+    senv = SeededSteeringEnv(
         env,
         policy,
         make_concept("ee_speed", filter_tau_s=settings.concept_tau_s),
         cfg,
         reset_options=settings.reset_options or None,
+        seeds=settings.seed_ranges()["rl_training"],
     )
     ppo = PPOSettings(
         total_timesteps=settings.rl_timesteps, n_steps=256, batch_size=64, n_epochs=5, seed=0
@@ -595,52 +756,159 @@ def run_experiment(
     out: Path,
     log: Log = _quiet,
     extra: dict[str, Any] | None = None,
+    training_seeds: tuple[int, int] = (0, 0),
+    haeon: ValueVectorHook | None = None,
 ) -> dict[str, Any]:
-    """Sweep, then every controller row; writes results.json, results.md and the plot."""
-    torch.set_grad_enabled(False)
-    sweep = []
-    for a in settings.sweep_alphas if settings.sweep_episodes > 0 else ():
-        r = run_episodes(
+    """Tune on the tuning seeds, then evaluate every row on the evaluation seeds.
+
+    Tuning (``settings.sweep_episodes`` rollouts per point, seeds ``tuning_seed`` on): the
+    fixed-alpha sweep gives alpha* (:func:`best_fixed`) and the PID gains; the same number of
+    rollouts per Häon constant gives its constant. Rows: none, fixed alpha*, Häon (when
+    ``haeon`` is given), PID, RL (when ``rl_timesteps > 0``). Writes results.json, results.md
+    and the plots.
+
+    Raises:
+        ConfigError: Overlapping seed ranges (:func:`check_disjoint_seeds`), or no sweep.
+    """
+    seeds = settings.seed_ranges(training_seeds)
+    check_disjoint_seeds(seeds)
+    grad = torch.is_grad_enabled()
+    try:
+        torch.set_grad_enabled(False)
+        return _tune_and_evaluate(env, policy, settings, out, log, extra, seeds, haeon)
+    finally:
+        torch.set_grad_enabled(grad)
+
+
+def _tune_and_evaluate(
+    env: Env,
+    policy: Policy,
+    settings: ExperimentSettings,
+    out: Path,
+    log: Log,
+    extra: dict[str, Any] | None,
+    seeds: dict[str, tuple[int, int]],
+    haeon: ValueVectorHook | None,
+) -> dict[str, Any]:
+    timing: dict[str, float] = {}
+    t0 = time.perf_counter()
+
+    def tune(label: str, controller: Controller | None) -> dict[str, Any]:
+        return run_episodes(
             env,
             policy,
-            controllers.make("fixed", value=a),
+            controller,
             settings,
             settings.sweep_episodes,
-            f"sweep a={a:g}",
+            label,
             log,
+            first_seed=settings.tuning_seed,
         )
+
+    sweep = []
+    for a in settings.sweep_alphas if settings.sweep_episodes > 0 else ():
+        r = tune(f"tune a={a:g}", controllers.make("fixed", value=a))
         r["alpha"] = a
         sweep.append(r)
+    alpha_star = best_fixed(sweep, settings.setpoint)
+    haeon_sweep = []
+    coef_star = math.nan
+    if haeon is not None and settings.haeon_coefs and settings.sweep_episodes > 0:
+        for c in settings.haeon_coefs:
+            haeon.coef = c
+            with haeon:
+                r = tune(f"tune haeon c={c:g}", None)
+            r["coef"] = c
+            haeon_sweep.append(r)
+        coef_star = best_fixed(haeon_sweep, settings.setpoint, key="coef")
+    timing["tuning_s"] = time.perf_counter() - t0
     pid_cfg = dict(settings.pid) or pid_from_sweep(sweep, settings)
     static_gain = pid_cfg.pop("static_gain", None)
-    rows: list[tuple[str, Controller | None]] = [
-        ("none", None),
-        (f"fixed a={settings.alpha_weak:g}", controllers.make("fixed", value=settings.alpha_weak)),
-        (
-            f"fixed a={settings.alpha_strong:g}",
-            controllers.make("fixed", value=settings.alpha_strong),
-        ),
-        ("pid", controllers.make("pid", **pid_cfg)),
-    ]
+    rl = None
     if settings.rl_timesteps > 0:
+        t1 = time.perf_counter()
         torch.set_grad_enabled(True)
         rl = train_rl(env, policy, settings, out / "rl_controller", log)
         torch.set_grad_enabled(False)
-        rows.append(("rl (ppo)", rl))
+        timing["rl_training_s"] = time.perf_counter() - t1
+
+    def evaluate(label: str, controller: Controller | None) -> dict[str, Any]:
+        return run_episodes(env, policy, controller, settings, settings.episodes, label, log)
+
+    t2 = time.perf_counter()
     results = [
-        run_episodes(env, policy, c, settings, settings.episodes, name, log) for name, c in rows
+        evaluate("none", None),
+        evaluate(f"fixed alpha*={alpha_star:g}", controllers.make("fixed", value=alpha_star)),
     ]
+    if haeon_sweep and haeon is not None:
+        haeon.coef = coef_star
+        with haeon:
+            results.append(evaluate(f"haeon c*={coef_star:g}", None))
+    results.append(evaluate("pid", controllers.make("pid", **pid_cfg)))
+    if rl is not None:
+        results.append(evaluate(f"rl (ppo, {settings.rl_timesteps} steps)", rl))
+    timing["evaluation_s"] = time.perf_counter() - t2
+    n_tune = settings.sweep_episodes
     report = {
         "settings": asdict(settings),
+        "seeds": {k: list(v) for k, v in seeds.items()},
+        "seeds_disjoint": True,
+        "budgets": {
+            "fixed_alpha_tuning_rollouts": n_tune * len(sweep),
+            "haeon_tuning_rollouts": n_tune * len(haeon_sweep),
+            "pid_tuning_rollouts": n_tune * len(sweep),
+            "rl_training_timesteps": settings.rl_timesteps if rl is not None else 0,
+            "evaluation_episodes_per_row": settings.episodes,
+        },
+        "alpha_star": alpha_star,
+        "haeon_coef_star": coef_star,
+        "haeon": (
+            {"neurons": haeon.intervention.neurons.tolist(), "meta": haeon.intervention.meta}
+            if haeon is not None
+            else None
+        ),
         "pid": pid_cfg,
         "static_gain_mps_per_alpha": static_gain,
         "sweep": [{"alpha": r["alpha"], **r["summary"]} for r in sweep],
+        "haeon_sweep": [{"coef": r["coef"], **r["summary"]} for r in haeon_sweep],
         "rows": [{"controller": r["label"], **r["summary"]} for r in results],
         "traces": {r["label"]: r["episodes"] for r in results},
+        "timing": timing,
         **(extra or {}),
     }
     write_report(report, out, env.control_rate_hz)
     return report
+
+
+def haeon_neurons(
+    model: OpenVLAModel, processor: OpenVLAProcessor, settings: ExperimentSettings
+) -> ValueVectorNeurons:
+    """Häon et al.'s neurons for ``settings.haeon_words`` (token ids from the model's tokenizer).
+
+    Raises:
+        ConfigError: None of the words is in the tokenizer's vocabulary.
+    """
+    tok = processor.tokenizer
+    ids: list[int] = []
+    for word in settings.haeon_words:
+        ids += [
+            int(i)
+            for i in tok(word, add_special_tokens=False)["input_ids"]
+            if i != tok.unk_token_id
+        ]
+    if not ids:
+        raise ConfigError(
+            f"none of {list(settings.haeon_words)} is in the tokenizer's vocabulary",
+            fix="name words the instructions use (--haeon-words slowly)",
+        )
+    return select_value_vector_neurons(
+        model,
+        sorted(set(ids)),
+        n=settings.haeon_neurons,
+        top_k=settings.haeon_top_k,
+        coef=settings.haeon_coefs[0] if settings.haeon_coefs else 1.0,
+        concept="+".join(settings.haeon_words),
+    )
 
 
 def steer_experiment(
@@ -663,8 +931,11 @@ def steer_experiment(
     cfg = config or SteerExperimentConfig()
     settings = settings or ExperimentSettings()
     t0 = time.perf_counter()
+    timing: dict[str, float] = {}
     env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout)
+    check_disjoint_seeds(settings.seed_ranges(training_seed_range(cfg, len(targets))))
     demonstrations = None
+    vla_training: dict[str, Any] = {}
     if cfg.model is None:
         vla_dir = out / "vla"
         if (vla_dir / "config.json").exists() and not cfg.retrain:
@@ -673,7 +944,8 @@ def steer_experiment(
         else:
             steps = cfg.train_steps
             bc = BCSettings(steps=steps, batch_size=16, lr=2e-3, log_every=max(1, steps // 8))
-            model, proc, demonstrations, _ = train_tiny_on_env(
+            t_bc = time.perf_counter()
+            model, proc, demonstrations, hist = train_tiny_on_env(
                 env,
                 vla_dir,
                 cfg.demonstration_episodes,
@@ -683,6 +955,12 @@ def steer_experiment(
                 log=log,
                 text={"num_hidden_layers": cfg.llm_layers},
             )
+            timing["vla_training_s"] = time.perf_counter() - t_bc
+            vla_training = {
+                "bc_steps": steps,
+                "demonstration_steps": len(demonstrations),
+                "final": hist[-1] if hist else {},
+            }
         model_name = str(vla_dir)
         preset = "as_trained"  # the tiny VLA learnt the env's own frames and actions
         proc = OpenVLAProcessor(proc.config, proc.tokenizer, "as_trained")
@@ -698,26 +976,8 @@ def steer_experiment(
     if cfg.direction is not None:
         inter = load_intervention(cfg.direction)
     else:
-        if cfg.dataset is not None:
-            demonstrations = demonstrations_from_dataset(str(cfg.dataset), cfg.image_key)
-        elif demonstrations is None:
-            if not cfg.env_id.startswith("mujoco:"):
-                raise ConfigError(
-                    f"no demonstrations to extract a direction for {cfg.env_id!r}",
-                    fix="pass --direction or --dataset (e.g. a LIBERO hdf5)",
-                )
-            demonstrations = collect_speed_demonstrations(
-                env, cfg.extraction_episodes, 0, None, reset, targets, log
-            )
-        inter = extract_intervention(
-            model,
-            proc,
-            demonstrations,
-            cfg.layer,
-            cfg.kind,
-            neurons=cfg.neurons,
-            unnorm_key=cfg.unnorm_key,
-            positions=cfg.positions,
+        inter = extract_speed_intervention(
+            model, proc, cfg, env, reset, targets, demonstrations, log
         )
         inter.save(out / f"speed_{cfg.kind}")
         log(f"{cfg.kind} at layer {inter.layer}: {json.dumps(inter.meta)[:300]}")
@@ -744,6 +1004,12 @@ def steer_experiment(
             "anti_windup": "back_calculation",
         }
     settings = replace(settings, pid=pid, reset_options={**reset, **settings.reset_options})
+    haeon = None
+    if settings.haeon_coefs:
+        haeon = ValueVectorHook(model, haeon_neurons(model, proc, settings))
+        haeon.intervention.save(out / "haeon_neurons")
+        log(f"Häon neurons (layer, neuron): {haeon.intervention.neurons.tolist()}")
+    timing["vla_s"] = time.perf_counter() - t0
     report = run_experiment(
         env,
         policy,
@@ -754,8 +1020,12 @@ def steer_experiment(
             "model": model_name,
             "env_id": cfg.env_id,
             "intervention": {"kind": cfg.kind, "layer": inter.layer, "meta": inter.meta},
+            "vla_training": vla_training,
         },
+        training_seeds=training_seed_range(cfg, len(targets)),
+        haeon=haeon,
     )
+    report["timing"] = {**timing, **report["timing"]}
     report["wall_seconds"] = round(time.perf_counter() - t0, 1)
     write_json(out / "results.json", report)
     return report

@@ -1,7 +1,9 @@
-"""Tables and plots of the CTRL-STEER experiment (``results.md``, ``speed_alpha.png``)."""
+"""Tables and plots of the CTRL-STEER experiment (``results.md``, ``speed_alpha.png``,
+``success_vs_rmse.png``)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -11,37 +13,88 @@ from embodied.apps.plotting import plt, save_figure
 from embodied.io import write_json, write_text
 
 
+def _ci(lo_hi: Any, fmt: str) -> str:
+    if not lo_hi or not all(math.isfinite(v) for v in lo_hi):
+        return "n/a"
+    return f"[{lo_hi[0]:{fmt}}, {lo_hi[1]:{fmt}}]"
+
+
 def markdown_table(report: dict[str, Any]) -> str:
-    """The results table (and sweep) as markdown."""
-    sp = report["settings"]["setpoint"]
+    """The results table (with Wilson / 95% intervals), seeds, budgets and the tuning sweeps."""
+    s = report["settings"]
     lines = [
-        f"Target end-effector speed: {sp} m/s; {report['settings']['episodes']} episodes per row.",
+        f"Target end-effector speed: {s['setpoint']} m/s; {s['episodes']} evaluation episodes "
+        "per row. Success: rate [Wilson 95%]; RMSE: mean [95% normal interval].",
         "",
-        "| controller | success | RMSE (m/s) | mean speed (m/s) | overshoot (%) | settling (s) | settled |",
-        "|---|---|---|---|---|---|---|",
+        "| controller | success | success 95% CI | RMSE (m/s) | RMSE 95% CI | mean speed (m/s) "
+        "| overshoot (%) | settling (s) | settled |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["rows"]:
         lines.append(
-            f"| {r['controller']} | {r['success_rate']:.2f} | {r['rmse']:.4f} | {r['mean_speed']:.3f} "
+            f"| {r['controller']} | {r['success_rate']:.2f} ({r.get('successes', '?')}/"
+            f"{r['episodes']}) | {_ci(r.get('success_ci'), '.2f')} | {r['rmse']:.4f} "
+            f"| {_ci(r.get('rmse_ci'), '.4f')} | {r['mean_speed']:.3f} "
             f"| {r['overshoot_pct']:.1f} | {r['settling_time_s']:.2f} | {r['settled_fraction']:.2f} |"
         )
-    if report.get("sweep"):
-        lines += [
-            "",
-            "Fixed-alpha sweep (dose response):",
-            "",
-            "| alpha | success | mean speed (m/s) |",
-            "|---|---|---|",
-        ]
-        lines += [
-            f"| {r['alpha']:g} | {r['success_rate']:.2f} | {r['mean_speed']:.3f} |"
-            for r in report["sweep"]
-        ]
+    if report.get("seeds"):
+        lines += ["", "Seed ranges [first, end) (disjoint, checked in code):", ""]
+        lines += [f"- {k}: [{v[0]}, {v[1]})" for k, v in report["seeds"].items()]
+    if report.get("budgets"):
+        lines += ["", "Budgets:", ""]
+        lines += [f"- {k}: {v}" for k, v in report["budgets"].items()]
+    for key, name, title in (
+        ("sweep", "alpha", "Fixed-alpha sweep on the tuning seeds (alpha*, PID gains)"),
+        ("haeon_sweep", "coef", "Häon constant sweep on the tuning seeds"),
+    ):
+        if report.get(key):
+            lines += [
+                "",
+                f"{title}:",
+                "",
+                f"| {name} | success | mean speed (m/s) |",
+                "|---|---|---|",
+            ]
+            lines += [
+                f"| {r[name]:g} | {r['success_rate']:.2f} | {r['mean_speed']:.3f} |"
+                for r in report[key]
+            ]
     return "\n".join(lines) + "\n"
 
 
+def plot_success_vs_rmse(report: dict[str, Any], path: Path) -> None:
+    """One point per row: success rate (Wilson 95% bars) vs tracking RMSE (95% bars)."""
+    fig, ax = plt.subplots(figsize=(5.2, 4.0))
+    for i, r in enumerate(report["rows"]):
+        x, y = r["rmse"], r["success_rate"]
+        lo, hi = r.get("success_ci", [y, y])
+        xlo, xhi = r.get("rmse_ci", [x, x])
+        xerr = [[x - xlo], [xhi - x]] if all(map(math.isfinite, (xlo, xhi))) else None
+        ax.errorbar(
+            [x],
+            [y],
+            yerr=[[y - lo], [hi - y]],
+            xerr=xerr,
+            fmt="o",
+            color=f"C{i}",
+            capsize=3,
+            label=r["controller"],
+        )
+    ax.set_xlabel("tracking RMSE (m/s)")
+    ax.set_ylabel("success rate")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(
+        f"setpoint {report['settings']['setpoint']} m/s, {report['settings']['episodes']} episodes/row",
+        fontsize=9,
+    )
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
 def write_report(report: dict[str, Any], out: Path, rate_hz: float) -> None:
-    """results.json, results.md and speed_alpha.png (first episode of each controller)."""
+    """results.json, results.md, speed_alpha.png (first episodes of each row) and
+    success_vs_rmse.png."""
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "results.json", report)
     write_text(out / "results.md", markdown_table(report))
@@ -64,3 +117,4 @@ def write_report(report: dict[str, Any], out: Path, rate_hz: float) -> None:
     axes[1, 0].set_ylabel("alpha_t")
     fig.tight_layout()
     save_figure(fig, out / "speed_alpha.png")
+    plot_success_vs_rmse(report, out / "success_vs_rmse.png")

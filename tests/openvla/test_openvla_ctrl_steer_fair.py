@@ -1,0 +1,260 @@
+"""CTRL-STEER measured fairly (issue #15): disjoint seeds, alpha* and the Häon constant tuned on
+the tuning seeds only, Häon et al.'s value-vector neurons and constant hook, the five-row report."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import controllers
+import embodied.apps.experiments.steer as steer
+from embodied.apps.experiments.steer import (
+    ExperimentSettings,
+    best_fixed,
+    check_disjoint_seeds,
+    run_experiment,
+    summarize,
+)
+from embodied.apps.experiments.steer_report import markdown_table
+from embodied.errors import ConfigError
+from policies.openvla.steering import (
+    ValueVectorHook,
+    ValueVectorNeurons,
+    ffn_value_vectors,
+    select_value_vector_neurons,
+)
+
+# ---------------------------------------------------------------------------------------------
+# seeds
+# ---------------------------------------------------------------------------------------------
+
+
+def test_default_seed_ranges_are_disjoint_and_overlaps_are_refused() -> None:
+    s = ExperimentSettings()
+    ranges = s.seed_ranges((0, 48))
+    check_disjoint_seeds(ranges)  # the defaults are the fair protocol
+    assert ranges["evaluation"] == (s.seed, s.seed + s.episodes)
+    assert ranges["tuning"] == (s.tuning_seed, s.tuning_seed + s.sweep_episodes)
+    with pytest.raises(ConfigError, match="overlap"):
+        check_disjoint_seeds({"tuning": (10, 20), "evaluation": (19, 30)})
+    with pytest.raises(ConfigError, match="training seeds"):
+        check_disjoint_seeds(ExperimentSettings(tuning_seed=0).seed_ranges((0, 48)))
+    check_disjoint_seeds({"a": (0, 10), "b": (10, 20), "empty": (5, 5)})
+
+
+def test_run_experiment_refuses_overlapping_seeds_before_any_rollout(tmp_path: Path) -> None:
+    s = ExperimentSettings(seed=100, tuning_seed=95, sweep_episodes=10, rl_timesteps=0)
+    with pytest.raises(ConfigError, match="tuning seeds .* overlap evaluation"):
+        run_experiment(None, None, s, tmp_path)  # type: ignore[arg-type]
+
+
+def test_best_fixed_is_closest_mean_speed_ties_to_smaller_magnitude() -> None:
+    pts = [(-2.0, 0.25), (-1.0, 0.75), (0.0, 1.0)]  # exact binary fractions: a true tie
+    sweep: list[dict[str, Any]] = [{"alpha": a, "summary": {"mean_speed": v}} for a, v in pts]
+    assert best_fixed(sweep, 0.5) == -1.0  # both 0.25 away: the smaller |alpha|
+    sweep[0]["summary"]["mean_speed"] = 0.375
+    assert best_fixed(sweep, 0.5) == -2.0
+    with pytest.raises(ConfigError):
+        best_fixed([{"alpha": 0, "summary": {"mean_speed": math.nan}}], 0.06)
+
+
+# ---------------------------------------------------------------------------------------------
+# the experiment with fake rollouts: alpha* and the Häon constant come from the tuning seeds only
+# ---------------------------------------------------------------------------------------------
+
+
+class _Env:
+    control_rate_hz = 20.0
+    max_episode_steps = 10
+
+
+def _episodes(n: int, first: int, speed: float, success: bool) -> list[dict[str, Any]]:
+    return [
+        {
+            "seed": first + k,
+            "success": success if k % 2 == 0 else not success,
+            "steps": 10,
+            "rmse": abs(speed - 0.06) + 0.001 * k,
+            "mean_speed": speed,
+            "speed": [speed] * 10,
+            "alpha": [0.0] * 10,
+            "overshoot_pct": 0.0,
+            "settling_time_s": 0.2,
+        }
+        for k in range(n)
+    ]
+
+
+def test_alpha_star_and_haeon_constant_are_chosen_on_tuning_seeds_only(
+    tiny: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, _ = tiny
+    s = ExperimentSettings(
+        episodes=4,
+        seed=1000,
+        tuning_seed=500,
+        sweep_alphas=(-2.0, -1.0, 0.0),
+        sweep_episodes=3,
+        haeon_coefs=(0.5, 1.0, 2.0),
+        rl_timesteps=256,
+    )
+    hook = ValueVectorHook(model, ValueVectorNeurons(torch.tensor([[0, 1], [1, 2]])))
+    calls: list[tuple[str, int | None, int]] = []
+
+    def fake(env, policy, controller, settings, n, label, log=None, first_seed=None):  # type: ignore[no-untyped-def]
+        calls.append((label, first_seed, n))
+        tuning = first_seed == settings.tuning_seed
+        if controller is not None and hasattr(controller, "value"):
+            a = controller.value  # on tuning seeds alpha=-1 is on target, on eval alpha=-2 would be
+            speed = {-2.0: 0.04, -1.0: 0.06, 0.0: 0.1}[a] if tuning else {-2.0: 0.06}.get(a, 0.2)
+        elif controller is None and hook.attached:
+            c = hook.coef
+            speed = {0.5: 0.09, 1.0: 0.08, 2.0: 0.061}[c] if tuning else {0.5: 0.06}.get(c, 0.2)
+        else:
+            speed = 0.1
+        eps = _episodes(n, first_seed or settings.seed, speed, True)
+        return {"label": label, "summary": summarize(eps), "episodes": eps}
+
+    monkeypatch.setattr(steer, "run_episodes", fake)
+    monkeypatch.setattr(steer, "train_rl", lambda *a, **k: controllers.make("fixed", value=-0.5))
+    report = run_experiment(_Env(), None, s, tmp_path, haeon=hook)  # type: ignore[arg-type]
+    assert report["alpha_star"] == -1.0 and report["haeon_coef_star"] == 2.0
+    tuning = [c for c in calls if c[0].startswith("tune")]
+    assert len(tuning) == 6 and all(c[1] == 500 and c[2] == 3 for c in tuning)
+    evaluation = [c for c in calls if not c[0].startswith("tune")]
+    assert all(c[1] is None and c[2] == 4 for c in evaluation)  # None = settings.seed
+    b = report["budgets"]
+    assert b["fixed_alpha_tuning_rollouts"] == b["haeon_tuning_rollouts"] == 9
+    assert report["seeds"] == {
+        "training": [0, 0],
+        "tuning": [500, 503],
+        "rl_training": [1_000_000, 1_000_256],
+        "evaluation": [1000, 1004],
+    }
+    # five rows, each with a Wilson interval and an RMSE interval, in json, markdown and plot
+    names = [r["controller"] for r in report["rows"]]
+    assert names == ["none", "fixed alpha*=-1", "haeon c*=2", "pid", "rl (ppo, 256 steps)"]
+    for r in report["rows"]:
+        lo, hi = r["success_ci"]
+        assert 0 <= lo <= r["success_rate"] <= hi <= 1 and r["episodes"] == 4
+        assert r["rmse_ci"][0] <= r["rmse"] <= r["rmse_ci"][1]
+    md = (tmp_path / "results.md").read_text()
+    assert md == markdown_table(report)
+    for name in names:
+        assert f"| {name} |" in md
+    assert "| 0.50 (2/4) | [0.15, 0.85] |" in md  # Wilson 95% of 2/4
+    assert (tmp_path / "success_vs_rmse.png").stat().st_size > 0
+    assert not hook.attached
+    assert torch.is_grad_enabled()  # the experiment restores the caller's autograd mode
+
+
+def test_budget_mismatch_between_sweep_and_haeon_is_refused() -> None:
+    with pytest.raises(ConfigError, match="same tuning budget"):
+        ExperimentSettings(sweep_alphas=(-1.0, 0.0), haeon_coefs=(1.0,))
+    ExperimentSettings(sweep_alphas=(-1.0, 0.0), haeon_coefs=())  # no Häon row: fine
+
+
+# ---------------------------------------------------------------------------------------------
+# Häon et al. 2025: value-vector projection and the constant hook
+# ---------------------------------------------------------------------------------------------
+
+
+def test_value_vectors_are_down_proj_of_one_hot_as_the_reference(tiny: tuple) -> None:
+    model, _ = tiny
+    layers = model.decoder_layers
+    inter = layers[0].mlp.down_proj.in_features
+    with torch.no_grad():
+        ref = torch.cat([lay.mlp.down_proj(torch.eye(inter)) for lay in layers], 0)
+    assert torch.allclose(ffn_value_vectors(model), ref, atol=1e-6)
+
+
+def test_selection_matches_a_hand_computed_vocabulary_projection(tiny: tuple) -> None:
+    model, _ = tiny
+    W_U = model.language_model.lm_head.weight.detach().float()  # (vocab, hidden)
+    token = 40
+    hand = []  # (score, layer, neuron) of every value vector with `token` in its top-5 tokens
+    for lay, layer in enumerate(model.decoder_layers):
+        w = layer.mlp.down_proj.weight.detach().float()
+        for i in range(w.shape[1]):
+            logits = W_U @ w[:, i]
+            if token in torch.topk(logits, 5).indices.tolist():
+                hand.append((float(logits[token]), lay, i))
+    assert hand, "pick a token some value vector promotes"
+    hand.sort(reverse=True)
+    sel = select_value_vector_neurons(model, [token], n=3, top_k=5, coef=2.5, concept="slowly")
+    assert sel.neurons.tolist() == [[lay, i] for _, lay, i in hand[:3]]
+    assert sel.meta["n_candidates"] == len(hand) and sel.coef == 2.5
+    assert sel.meta["scores"] == pytest.approx([h[0] for h in hand[:3]], rel=1e-5)
+    inter = model.decoder_layers[0].mlp.down_proj.in_features
+    assert sel.meta["flat_indices"] == sel.flat_indices(inter)
+    with pytest.raises(ConfigError, match="top 1 tokens"):
+        never = torch.topk(W_U @ ffn_value_vectors(model).t(), 1, dim=0).indices.flatten()
+        unused = sorted(set(range(W_U.shape[0])) - set(never.tolist()))[0]
+        select_value_vector_neurons(model, [unused], top_k=1)
+
+
+def test_constant_hook_sets_exactly_the_selected_activations(tiny: tuple, tmp_path: Path) -> None:
+    model, proc = tiny
+    import numpy as np
+
+    img = np.random.default_rng(0).integers(0, 255, (1, 64, 64, 3), dtype=np.uint8)
+    ids, mask = proc.encode_prompts(["reach the red cube"])
+    pv = proc.images(img)
+    layers = model.decoder_layers
+    seen: dict[int, list[torch.Tensor]] = {0: [], 1: []}
+    grabs = [
+        layers[k].mlp.down_proj.register_forward_pre_hook(
+            lambda m, a, k=k: seen[k].append(a[0].detach().clone())
+        )
+        for k in (0, 1)
+    ]
+    try:
+        with torch.no_grad():
+            base = model(pv, ids, mask)["logits"]
+        plain = [seen[k].pop() for k in (0, 1)]
+        vv = ValueVectorNeurons(torch.tensor([[1, 3], [0, 5], [1, 7]]), coef=1.75)
+        for g in grabs:  # the setter must run before the grabbers
+            g.remove()
+        hook = ValueVectorHook(model, vv).attach()
+        grabs = [
+            layers[k].mlp.down_proj.register_forward_pre_hook(
+                lambda m, a, k=k: seen[k].append(a[0].detach().clone())
+            )
+            for k in (0, 1)
+        ]
+        with torch.no_grad():
+            steered = model(pv, ids, mask)["logits"]
+        x0, x1 = seen[0].pop(), seen[1].pop()
+        # layer 0: neuron 5 at every position is the constant, every other activation as before
+        assert torch.all(x0[..., 5] == 1.75)
+        keep = torch.ones(x0.shape[-1], dtype=torch.bool)
+        keep[5] = False
+        assert torch.equal(x0[..., keep], plain[0][..., keep])
+        # layer 1: neurons 3 and 7 are the constant everywhere
+        assert torch.all(x1[..., [3, 7]] == 1.75)
+        assert not torch.allclose(steered, base)
+        # every cached decode step is set too
+        seen[1].clear()
+        model.generate_tokens(pv, ids, mask, 3)
+        assert len(seen[1]) >= 3 and all(torch.all(x[..., [3, 7]] == 1.75) for x in seen[1])
+        hook.coef = -0.5
+        with torch.no_grad():
+            model(pv, ids, mask)
+        assert torch.all(seen[1][-1][..., [3, 7]] == -0.5)
+        hook.remove()
+        with torch.no_grad():
+            assert torch.equal(model(pv, ids, mask)["logits"], base)
+    finally:
+        for g in grabs:
+            g.remove()
+    # round trip and bounds
+    vv.save(tmp_path / "vv")
+    back = ValueVectorNeurons.load(tmp_path / "vv")
+    assert back.neurons.tolist() == vv.neurons.tolist() and back.coef == 1.75
+    assert back.layers == {1: [3, 7], 0: [5]}
+    with pytest.raises(ConfigError, match="outside"):
+        ValueVectorHook(model, ValueVectorNeurons(torch.tensor([[9, 0]])))
