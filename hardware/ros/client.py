@@ -131,6 +131,12 @@ def _tune_socket(proto: Any) -> None:
     proto.dataReceived = data_received
 
 
+COMPRESSIONS = ("none", "png", "cbor", "cbor-raw")
+"""``compression`` values of the subscribe op that rosbridge_server 0.11.17 implements and this
+link decodes (roslibpy 2.1 itself accepts only ``none`` and ``png``, and decodes neither ``png``
+nor the binary CBOR frames; the link installs its own handlers)."""
+
+
 @dataclass
 class _Sub:
     topic: str
@@ -138,8 +144,17 @@ class _Sub:
     callback: Callable[[dict[str, Any]], None] | None
     queue: deque[tuple[float, dict[str, Any]]]
     throttle_rate_ms: int = 0
+    queue_length: int = 1
+    compression: str = "none"
+    fragment_size: int | None = None
     last_rx_s: float = -1.0
     received: int = 0
+
+
+def _check_int(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{name}={value!r} must be a whole number >= {low}")
+    return value
 
 
 @dataclass
@@ -161,6 +176,13 @@ class LinkStats:
     """Messages refused by validation."""
     connects: int = 0
     disconnects: int = 0
+    fragments: int = 0
+    """``fragment`` ops received (pieces of messages larger than a subscription's
+    ``fragment_size``)."""
+    fragments_dropped: int = 0
+    """Fragments discarded: a new message began before the previous one was complete."""
+    undecodable: int = 0
+    """Incoming frames that could not be decoded (logged)."""
     server_errors: list[str] = field(default_factory=list)
 
 
@@ -214,6 +236,8 @@ class RosbridgeLink:
         self._scheduled: set[str] = set()
         self._ids = 0
         self._closing = False
+        self._fragments: dict[Any, dict[int, str]] = {}
+        """Fragments of messages being reassembled, by message id (reactor thread only)."""
 
     # ----------------------------------------------------------- lifecycle
     def open(self, timeout_s: float = 10.0) -> RosbridgeLink:
@@ -315,6 +339,7 @@ class RosbridgeLink:
             return
         _tune_socket(proto)
         proto._message_handlers["status"] = self._on_status  # rosbridge status/log messages
+        self._install_decoders(proto)
         with self._lock:
             self._proto = proto
             self.opened_s = time.monotonic()
@@ -348,6 +373,95 @@ class RosbridgeLink:
             if self.on_change is not None:
                 self.on_change(False)
 
+    def _install_decoders(self, proto: Any) -> None:
+        """Teach roslibpy's protocol the server's other encodings (reactor thread).
+
+        * binary frames (``cbor``/``cbor-raw`` subscriptions): roslibpy raises
+          NotImplementedError on any binary frame; they are CBOR-decoded here;
+        * ``{"op": "png"}`` (``png`` compression): the JSON text packed into the pixels of a
+          PNG, base64-encoded; roslibpy has no handler (it raises on the unknown op);
+        * ``{"op": "fragment"}`` (``fragment_size``): pieces of one JSON message; roslibpy has
+          no handler. Reassembled here; see :meth:`_on_fragment` for the server's quirks.
+        """
+        proto._message_handlers["png"] = lambda m: self._on_png(proto, m)
+        proto._message_handlers["fragment"] = lambda m: self._on_fragment(proto, m)
+        self._fragments.clear()
+        text_handler = proto.onMessage
+
+        def on_message(payload: bytes, is_binary: bool) -> None:
+            if not is_binary:
+                text_handler(payload, is_binary)
+                return
+            try:
+                import cbor2  # an autobahn dependency
+
+                message = cbor2.loads(payload)
+                self._dispatch(proto, message)
+            except Exception as exc:
+                self.stats.undecodable += 1
+                log.error("undecodable binary frame (%d bytes) ignored: %s", len(payload), exc)
+
+        proto.onMessage = on_message
+
+    @staticmethod
+    def _dispatch(proto: Any, message: Mapping[str, Any]) -> None:
+        handler = proto._message_handlers.get(message.get("op"))
+        if handler is None:
+            raise ValueError(f"no handler for rosbridge op {message.get('op')!r}")
+        handler(message)
+
+    def _on_png(self, proto: Any, message: Mapping[str, Any]) -> None:  # reactor thread
+        import base64
+        import io
+
+        from PIL import Image
+
+        try:
+            png = Image.open(io.BytesIO(base64.b64decode(message["data"])))
+            text = png.tobytes().rstrip(b"\n")  # the server pads with newlines
+            self._dispatch(proto, json.loads(text))
+        except Exception as exc:
+            self.stats.undecodable += 1
+            log.error("undecodable png message ignored: %s", exc)
+
+    def _on_fragment(self, proto: Any, message: Mapping[str, Any]) -> None:  # reactor thread
+        """Reassemble ``fragment`` ops into the message they split.
+
+        rosbridge_server 0.11.17 sends the fragments of one message back to back, numbered
+        ``num`` = 0, 1, ...; its ``total`` is ``(len - 1) / size + 1`` computed in Python 3,
+        i.e. a float (3.4 for 3 pieces: ``ceil`` would wait for a 4th that never comes), and
+        publish messages carry no id, so every message's fragments have ``id`` 0. A message is
+        therefore complete after ``floor(total)`` pieces, and a ``num`` of 0 starts a new one
+        (an incomplete one is dropped and counted).
+        """
+        import math
+
+        self.stats.fragments += 1
+        try:
+            key, num, total = message.get("id"), int(message["num"]), message["total"]
+            count = math.floor(float(total))
+            parts = self._fragments.get(key)
+            if num == 0 or parts is None:
+                self.stats.fragments_dropped += len(self._fragments.pop(key, {}))
+                while len(self._fragments) >= 16:  # bounded: drop the oldest incomplete one
+                    oldest = next(iter(self._fragments))
+                    self.stats.fragments_dropped += len(self._fragments.pop(oldest))
+                parts = self._fragments[key] = {}
+            parts[num] = str(message["data"])
+            if len(parts) < count:
+                return
+            del self._fragments[key]
+            text = "".join(parts[i] for i in range(count))
+        except (KeyError, ValueError, TypeError) as exc:
+            self.stats.undecodable += 1
+            log.error("bad fragment ignored: %s", exc)
+            return
+        try:
+            self._dispatch(proto, json.loads(text))
+        except Exception as exc:
+            self.stats.undecodable += 1
+            log.error("reassembled fragments undecodable (%d chars): %s", len(text), exc)
+
     def _on_status(self, message: Mapping[str, Any]) -> None:
         text = f"{message.get('level', '?')}: {message.get('msg', '')}"
         self.stats.server_errors.append(text)
@@ -370,15 +484,18 @@ class RosbridgeLink:
         }
 
     def _subscribe_msg(self, sub: _Sub) -> dict[str, Any]:
-        return {
+        msg: dict[str, Any] = {
             "op": "subscribe",
             "id": self._next_id("subscribe", sub.topic),
             "topic": sub.topic,
             "type": sub.msg_type,
-            "compression": "none",
+            "compression": sub.compression,
             "throttle_rate": sub.throttle_rate_ms,
-            "queue_length": 1,
+            "queue_length": sub.queue_length,
         }
+        if sub.fragment_size is not None:  # connection-wide on the server: only when asked
+            msg["fragment_size"] = sub.fragment_size
+        return msg
 
     @staticmethod
     def _send_now(proto: Any, message: Mapping[str, Any]) -> None:
@@ -406,14 +523,52 @@ class RosbridgeLink:
         callback: Callable[[dict[str, Any]], None] | None = None,
         keep: int = 1,
         throttle_rate_ms: int = 0,
+        queue_length: int = 1,
+        compression: str = "none",
+        fragment_size: int | None = None,
     ) -> None:
         """Receive ``topic``; the last ``keep`` messages are kept (see :meth:`latest`).
 
-        ``callback`` runs on the reactor thread; keep it short.
+        ``callback`` runs on the reactor thread; keep it short. The other arguments go to the
+        server's subscribe op (rosbridge_server 0.11.17 honours them; tested in ``tests/ros``):
+
+        Args:
+            throttle_rate_ms: At least this long (ms) between two messages the server sends
+                (0: every message). Messages in between are dropped (``queue_length`` 0) or
+                queued.
+            queue_length: Messages the server buffers for this subscription while throttling
+                (0: none, drop). It sends the OLDEST buffered one next, so with a throttle a
+                longer queue means older messages; 1 keeps only the newest.
+            compression: One of :data:`COMPRESSIONS`: ``none`` (JSON, ``uint8[]`` as base64),
+                ``png`` (the JSON packed in a PNG), ``cbor`` (binary frame, ``uint8[]`` as
+                bytes) or ``cbor-raw`` (binary frame, ``{"secs", "nsecs", "bytes"}`` with the
+                ROS 1 serialized message: decode it with :func:`hardware.ros.messages.parse_raw`).
+            fragment_size: Ask the server to split messages longer than this (characters of
+                JSON) into ``fragment`` ops (reassembled here). The server applies it to the
+                whole connection (every later message, every topic), and never to ``cbor``
+                frames.
         """
         if keep < 1:
             raise ConfigError(f"keep={keep} must be >= 1")
-        sub = _Sub(topic, msg_type, callback, deque(maxlen=keep), throttle_rate_ms)
+        _check_int("throttle_rate_ms", throttle_rate_ms, 0)
+        _check_int("queue_length", queue_length, 0)
+        if fragment_size is not None:
+            _check_int("fragment_size", fragment_size, 1)
+        if compression not in COMPRESSIONS:
+            raise ConfigError(
+                f"compression={compression!r} is not supported",
+                fix=f"use one of {list(COMPRESSIONS)}",
+            )
+        sub = _Sub(
+            topic,
+            msg_type,
+            callback,
+            deque(maxlen=keep),
+            throttle_rate_ms,
+            queue_length,
+            compression,
+            fragment_size,
+        )
         with self._lock:
             if topic in self._subs:
                 raise ConfigError(f"topic {topic!r} is already subscribed on this link")
@@ -537,10 +692,25 @@ class RosbridgeLink:
     ) -> dict[str, Any]:
         """Call a ROS service through the bridge (blocking; not from the reactor thread).
 
+        rosbridge_server 0.11.17 never times a call out itself: a service that does not answer
+        leaves the call pending on the server for good. The timeout here is the only bound.
+        A service that does not exist is answered at once (``result: false``).
+
         Raises:
-            SafetyFault: the link is down, the call timed out or the service failed.
+            SafetyFault: the link is down, no answer within ``timeout_s`` (naming the service
+                and the timeout), or the service failed (the server's error text).
+            ConfigError: ``timeout_s`` is not a finite number > 0 (no call would ever end).
         """
+        import math
+
         import roslibpy
+        from roslibpy.core import RosTimeoutError
+
+        if not isinstance(timeout_s, int | float) or not math.isfinite(timeout_s) or timeout_s <= 0:
+            raise ConfigError(
+                f"service {service}: timeout_s={timeout_s!r} must be a finite number > 0",
+                fix="pass timeout_s in seconds, e.g. 2.0",
+            )
 
         if in_reactor_thread():  # the reply arrives on this very thread: it would never come
             raise SafetyFault(
@@ -555,6 +725,12 @@ class RosbridgeLink:
         srv = roslibpy.Service(self._ros, service, srv_type)
         try:
             result = srv.call(roslibpy.ServiceRequest(dict(args or {})), timeout=timeout_s)
+        except RosTimeoutError as exc:
+            raise SafetyFault(
+                f"service {service} ({srv_type}) did not answer within {timeout_s} s "
+                "(timed out on our side; rosbridge_server keeps the call pending)",
+                fix="check that the service's node is alive and not blocked",
+            ) from exc
         except Exception as exc:
             raise SafetyFault(
                 f"service {service} ({srv_type}) failed: {exc}",

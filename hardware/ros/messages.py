@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import io
 import math
+import struct
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,6 +40,15 @@ _SCHEMAS: dict[str, dict[str, str]] = {
     "sensor_msgs/CompressedImage": {
         "header": "std_msgs/Header",
         "format": "string",
+        "data": "uint8[]",
+    },
+    "sensor_msgs/Image": {
+        "header": "std_msgs/Header",
+        "height": "uint32",
+        "width": "uint32",
+        "encoding": "string",
+        "is_bigendian": "uint8",
+        "step": "uint32",
         "data": "uint8[]",
     },
     "trajectory_msgs/JointTrajectoryPoint": {
@@ -258,13 +268,136 @@ def parse_joint_state(
     return position, velocity, stamp
 
 
+def _bytes(data: Any, where: str) -> bytes:
+    """A ``uint8[]`` field: base64 text (JSON), bytes (CBOR) or a list of ints."""
+    if isinstance(data, str):
+        return base64.b64decode(data)
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    if isinstance(data, list):
+        return bytes(data)
+    raise MessageError(f"{where}: data is {type(data).__name__}, not uint8[]")
+
+
+def _resize(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    if img.shape[:2] == tuple(size):
+        return img
+    from PIL import Image
+
+    return np.asarray(Image.fromarray(img).resize((size[1], size[0])), dtype=np.uint8)
+
+
 def decode_compressed_image(msg: Mapping[str, Any], size: tuple[int, int]) -> np.ndarray:
     """uint8 (H, W, 3) RGB image of ``size`` (height, width) from a CompressedImage."""
     from PIL import Image
 
-    data = msg["data"]
-    raw = base64.b64decode(data) if isinstance(data, str) else bytes(data)
+    if "bytes" in msg and "data" not in msg:  # cbor-raw: the ROS 1 wire form
+        msg = parse_raw("sensor_msgs/CompressedImage", msg["bytes"])
+    raw = _bytes(msg["data"], "sensor_msgs/CompressedImage")
     img = Image.open(io.BytesIO(raw)).convert("RGB")
     if img.size != (size[1], size[0]):
         img = img.resize((size[1], size[0]))
     return np.asarray(img, dtype=np.uint8)
+
+
+IMAGE_ENCODINGS = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
+"""``sensor_msgs/Image`` encodings :func:`decode_image` reads (8 bit), and channels per pixel."""
+
+
+def decode_image(msg: Mapping[str, Any], size: tuple[int, int] | None = None) -> np.ndarray:
+    """uint8 (H, W, 3) RGB array from a ``sensor_msgs/Image`` (resized to ``size`` if given).
+
+    Accepts every form the bridge delivers: JSON (``data`` base64 text), ``cbor`` (``data``
+    bytes) and ``cbor-raw`` (``{"secs", "nsecs", "bytes"}``: the ROS 1 serialized message).
+
+    Raises:
+        MessageError: an encoding other than :data:`IMAGE_ENCODINGS`, or ``height``, ``width``,
+            ``step`` and the data length that do not agree.
+    """
+    if "bytes" in msg and "data" not in msg:
+        msg = parse_raw("sensor_msgs/Image", msg["bytes"])
+    encoding = msg.get("encoding")
+    channels = IMAGE_ENCODINGS.get(encoding)  # type: ignore[arg-type]
+    if channels is None:
+        raise MessageError(
+            f"sensor_msgs/Image encoding {encoding!r} is not supported",
+            fix=f"publish one of {sorted(IMAGE_ENCODINGS)} (8 bit)",
+        )
+    height, width, step = (msg.get(k) for k in ("height", "width", "step"))
+    if not all(isinstance(v, int) and v > 0 for v in (height, width, step)):
+        raise MessageError(f"sensor_msgs/Image: bad height/width/step {height}/{width}/{step}")
+    assert isinstance(height, int) and isinstance(width, int) and isinstance(step, int)
+    data = _bytes(msg.get("data"), "sensor_msgs/Image")
+    if step < width * channels or len(data) != height * step:
+        raise MessageError(
+            f"sensor_msgs/Image {width}x{height} {encoding}: step {step} and "
+            f"{len(data)} data bytes do not match (need step >= {width * channels}, "
+            f"data == height x step = {height * step})"
+        )
+    rows = np.frombuffer(data, dtype=np.uint8).reshape(height, step)
+    img = rows[:, : width * channels].reshape(height, width, channels)
+    if encoding in ("bgr8", "bgra8"):
+        img = img[:, :, 2::-1]
+    elif channels == 1:
+        img = np.repeat(img, 3, axis=2)
+    else:
+        img = img[:, :, :3]
+    img = np.array(img)  # a writable copy, not a view of the frame's bytes
+    return img if size is None else _resize(img, size)
+
+
+def image_stamp(msg: Mapping[str, Any]) -> float:
+    """Header stamp (s) of an image in any form :func:`decode_image` accepts."""
+    if "bytes" in msg and "header" not in msg:
+        secs, nsecs = struct.unpack_from("<II", bytes(msg["bytes"][4:12]))
+        return secs + nsecs * 1e-9
+    return from_stamp(msg["header"]["stamp"])
+
+
+def parse_raw(msg_type: str, raw: bytes) -> dict[str, Any]:
+    """Parse the ROS 1 wire form (``cbor-raw``) of a ``sensor_msgs/Image`` or
+    ``sensor_msgs/CompressedImage``; ``data`` is bytes (no copy beyond the slice)."""
+    buf = memoryview(bytes(raw))
+    pos = 0
+
+    def u32() -> int:
+        nonlocal pos
+        (v,) = struct.unpack_from("<I", buf, pos)
+        pos += 4
+        return int(v)
+
+    def string() -> str:
+        nonlocal pos
+        n = u32()
+        pos += n
+        return bytes(buf[pos - n : pos]).decode("utf8")
+
+    try:
+        seq, secs, nsecs = u32(), u32(), u32()
+        head = {"seq": seq, "stamp": {"secs": secs, "nsecs": nsecs}, "frame_id": string()}
+        if msg_type == "sensor_msgs/Image":
+            height, width, encoding = u32(), u32(), string()
+            bigendian = buf[pos]
+            pos += 1
+            step = u32()
+            out: dict[str, Any] = {
+                "header": head,
+                "height": height,
+                "width": width,
+                "encoding": encoding,
+                "is_bigendian": bigendian,
+                "step": step,
+            }
+        elif msg_type == "sensor_msgs/CompressedImage":
+            out = {"header": head, "format": string()}
+        else:
+            raise MessageError(f"no ROS 1 wire parser for {msg_type} (cbor-raw)")
+        n = u32()
+        if pos + n != len(buf):
+            raise MessageError(
+                f"{msg_type} wire form: {len(buf) - pos} data bytes, header says {n}"
+            )
+        out["data"] = bytes(buf[pos : pos + n])
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise MessageError(f"{msg_type} wire form truncated ({len(buf)} bytes): {exc}") from exc
+    return out

@@ -1,7 +1,8 @@
 """RosRobot: the :class:`hardware.robot.Robot` contract over rosbridge (roslibpy).
 
-State comes from a ``sensor_msgs/JointState`` topic (plus an optional
-``sensor_msgs/CompressedImage`` camera); commands go out as ``trajectory_msgs/JointTrajectory``
+State comes from a ``sensor_msgs/JointState`` topic (plus an optional ``sensor_msgs/Image``
+or ``sensor_msgs/CompressedImage`` camera, subscribed with ``ros.camera_compression``,
+``cbor`` by default: binary frames, the fastest mode that coexists with other clients); commands go out as ``trajectory_msgs/JointTrajectory``
 or ``std_msgs/Float64MultiArray`` joint position targets; the e-stop is a ``std_msgs/Bool``
 topic or a ``std_srvs/Trigger`` service and ``enable`` a ``std_srvs/Trigger`` service.
 
@@ -90,6 +91,10 @@ class RosRobot(Robot):
         self._image: np.ndarray | None = None
         self._state_lock = threading.Lock()
         self.bad_states = 0
+        self.bad_images = 0
+        """Camera messages that could not be decoded (ignored; the first three are logged)."""
+        self.image_error = ""
+        """Why the last camera message could not be decoded (empty: none failed)."""
         self.state_listeners: list[Callable[[RobotState], None]] = []
         """Called (on the reactor thread) with every new state; keep them short."""
         self.link_changes: list[tuple[float, bool]] = []
@@ -145,10 +150,19 @@ class RosRobot(Robot):
             listener(state)
 
     def _on_image(self, msg: dict[str, Any]) -> None:  # reactor thread
+        assert self.ros.camera is not None
         try:
-            self._image = messages.decode_compressed_image(msg, self.ros.camera_size)
+            if self.ros.camera.type == "sensor_msgs/Image":
+                image = messages.decode_image(msg, self.ros.camera_size)
+            else:
+                image = messages.decode_compressed_image(msg, self.ros.camera_size)
         except Exception as exc:
-            log.error("bad camera image ignored: %s", exc)
+            self.bad_images += 1
+            self.image_error = f"{type(exc).__name__}: {exc}"
+            if self.bad_images <= 3:
+                log.error("bad camera image on %s ignored: %s", self.ros.camera.topic, exc)
+            return
+        self._image = image
 
     def _on_estop_state(self, msg: dict[str, Any]) -> None:  # reactor thread
         data = msg.get("data")
@@ -217,7 +231,14 @@ class RosRobot(Robot):
         self.link_opened_s = time.monotonic()
         link.subscribe(self.ros.state.topic, self.ros.state.type, self._on_state)
         if self.ros.camera is not None:
-            link.subscribe(self.ros.camera.topic, self.ros.camera.type, self._on_image)
+            link.subscribe(
+                self.ros.camera.topic,
+                self.ros.camera.type,
+                self._on_image,
+                throttle_rate_ms=self.ros.camera_throttle_rate_ms,
+                queue_length=self.ros.camera_queue_length,
+                compression=self.ros.camera_compression,
+            )
         if self.ros.estop_state is not None:
             link.subscribe(
                 self.ros.estop_state.topic, self.ros.estop_state.type, self._on_estop_state
@@ -232,6 +253,13 @@ class RosRobot(Robot):
                 self.link = None
                 what = self.ros.state if self._state is None else self.ros.camera
                 assert what is not None
+                if what is self.ros.camera and self.image_error:
+                    raise SafetyFault(
+                        f"no usable {what.type} on {what.topic} within "
+                        f"{self.ros.connect_timeout_s} s: {self.bad_images} could not be "
+                        f"decoded, the last: {self.image_error}",
+                        fix="publish a supported image (see ros.camera in the robot config)",
+                    )
                 raise SafetyFault(
                     f"no {what.type} on {what.topic} within "
                     f"{self.ros.connect_timeout_s} s (rosbridge ws://{host}:{port} is up)",

@@ -91,6 +91,12 @@ TARGETS: tuple[Target, ...] = (
     Target(
         "ros/commands_per_s_vs_bar", ">=", 1.0, "issue 16 (>= 500/s or >= 0.9 x plain roslibpy)"
     ),
+    Target(
+        "ros/camera.robot_frames_per_s_vs_bar",
+        ">=",
+        1.0,
+        "issue 16 (>= 15 frames/s of 640x480 rgb8 through the bridge)",
+    ),
 )
 
 

@@ -21,6 +21,13 @@ Figures (``*`` is ``ours`` or ``plain``):
   ``commands_per_s_vs_bar``: ours over the lower of the two bars of issue 16 (500/s, or
   0.9 x plain), target >= 1.
 * ``disconnect_detect_ms_max`` (ours): from SIGKILL of rosbridge_server to the link-down event.
+* ``camera``: 640x480 rgb8 ``sensor_msgs/Image`` frames published by the rospy node (a known
+  pattern, checked pixel for pixel) through the server to :class:`RosbridgeLink`, per
+  subscribe ``compression`` (``none``, ``png``, ``cbor``, ``cbor-raw``): ``frames_per_s``
+  and ``latency_ms_p50`` / ``latency_ms_p95`` (header stamp at publish to decoded array, same
+  clock) with the node at ``published_hz`` (30), and ``max_rate`` the same with the node
+  publishing as fast as it can (asked for 1000 Hz). ``robot_compression`` is what
+  :class:`RosRobot` uses by default (``ros.camera_compression``); bar: >= 15 frames/s.
 """
 
 from __future__ import annotations
@@ -257,6 +264,69 @@ def _detect(graph: RosTestGraph, cfg: RobotConfig, reps: int) -> list[float]:
     return detect_ms
 
 
+CAMERA_FPS_BAR = 15.0
+"""Issue 16: a policy needs >= 15 frames/s at 640x480 through the bridge."""
+CAMERA_TOPIC = "/camera/image_raw"
+CAMERA_SIZE = (640, 480)
+
+
+def _camera_mode(port: int, compression: str, seconds: float) -> dict[str, Any]:
+    """One subscription with ``compression``: frames/s, latency percentiles, pixel check."""
+    from hardware.ros.client import RosbridgeLink
+    from hardware.ros.testing import pattern_rgb8
+
+    expected = pattern_rgb8(*CAMERA_SIZE)
+    lat_s: list[float] = []
+    wrong = [0]
+    link = RosbridgeLink("127.0.0.1", port).open()
+
+    def on_frame(msg: dict[str, Any]) -> None:  # reactor thread
+        image = messages.decode_image(msg)
+        lat_s.append(time.time() - messages.image_stamp(msg))
+        if not np.array_equal(image, expected):
+            wrong[0] += 1
+
+    try:
+        link.subscribe(CAMERA_TOPIC, "sensor_msgs/Image", on_frame, compression=compression)
+        wait_until(lambda: len(lat_s) >= 2, 15)
+        time.sleep(0.5)  # settle
+        n0, t0 = len(lat_s), time.monotonic()
+        time.sleep(seconds)
+        n1, t1 = len(lat_s), time.monotonic()
+    finally:
+        link.close()
+    window = np.asarray(lat_s[n0:n1]) * 1e3
+    return {
+        "frames_per_s": round((n1 - n0) / (t1 - t0), 1),
+        "latency_ms_p50": round(float(np.percentile(window, 50)), 2) if len(window) else None,
+        "latency_ms_p95": round(float(np.percentile(window, 95)), 2) if len(window) else None,
+        "frames": n1 - n0,
+        "pixel_identical": wrong[0] == 0,
+    }
+
+
+def _camera(quick: bool) -> dict[str, Any]:
+    from hardware.configuration_robot import RosConfig
+    from hardware.ros.client import COMPRESSIONS
+
+    seconds = 2.0 if quick else 5.0
+    out: dict[str, Any] = {
+        "size": f"{CAMERA_SIZE[0]}x{CAMERA_SIZE[1]}",
+        "encoding": "rgb8",
+        "published_hz": 30.0,
+        "frames_per_s_bar": CAMERA_FPS_BAR,
+        "robot_compression": RosConfig().camera_compression,
+    }
+    for key, hz in (("modes", 30.0), ("max_rate", 1000.0)):
+        with RosTestGraph(
+            DEFAULT_CONFIG, camera_hz=hz, camera_topic=CAMERA_TOPIC, camera_size=CAMERA_SIZE
+        ) as graph:
+            out[key] = {c: _camera_mode(graph.bridge_port, c, seconds) for c in COMPRESSIONS}
+    robot_fps = out["modes"][out["robot_compression"]]["frames_per_s"]
+    out["robot_frames_per_s_vs_bar"] = round(robot_fps / CAMERA_FPS_BAR, 2)
+    return out
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     """Run the benchmark; returns the JSON object."""
     n_rtt = 60 if quick else 400
@@ -282,5 +352,6 @@ def run(quick: bool = False) -> dict[str, Any]:
         "ours": ours,
         "plain": plain,
         "disconnect_detect_ms_max": max(detect_ms),
+        "camera": _camera(quick),
         "transport": "roslibpy (twisted) -> rosbridge_server 0.11.17 (autobahn) -> rospy, loopback",
     }

@@ -45,6 +45,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def pattern_rgb8(width: int, height: int) -> Any:
+    """The node's camera test pattern as a uint8 (height, width, 3) array: pixel (x, y) is
+    (x mod 256, y mod 256, (x + 2 y) mod 256)."""
+    import numpy as np
+
+    x = np.arange(width)[None, :]
+    y = np.arange(height)[:, None]
+    return np.stack(np.broadcast_arrays(x % 256, y % 256, (x + 2 * y) % 256), axis=-1).astype(
+        np.uint8
+    )
+
+
 def ros_available() -> str | None:
     """None if the test graph can start here, else why not (with the fix)."""
     if shutil.which("rosmaster") is None:
@@ -87,6 +99,10 @@ class RosTestGraph:
         bench: Start the node in bench mode (targets reached at once, state echoed).
         workdir: Folder for logs and the node's command log (default: a temp folder).
         node_rate_hz: Joint state rate (Hz) of the node.
+        camera_hz: The node also publishes ``sensor_msgs/Image`` frames (rgb8, the pattern
+            of :func:`pattern_rgb8`) on ``camera_topic`` at this rate (0: no camera).
+        camera_topic: Topic of those frames.
+        camera_size: (width, height) of those frames (pixels).
     """
 
     def __init__(
@@ -95,10 +111,14 @@ class RosTestGraph:
         bench: bool = False,
         workdir: str | os.PathLike[str] | None = None,
         node_rate_hz: float = 100.0,
+        camera_hz: float = 0.0,
+        camera_topic: str = "/camera/image_raw",
+        camera_size: tuple[int, int] = (640, 480),
     ) -> None:
         self.config_path = Path(config)
         self.bench = bench
         self.node_rate_hz = node_rate_hz
+        self.camera = (camera_hz, camera_topic, camera_size)
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="rosgraph-")
         self.workdir = Path(workdir) if workdir else Path(self._tmp.name)  # type: ignore[union-attr]
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -182,6 +202,10 @@ class RosTestGraph:
         ]
         if self.bench:
             argv.append("--bench")
+        camera_hz, camera_topic, (width, height) = self.camera
+        if camera_hz > 0:
+            argv += ["--camera-hz", str(camera_hz), "--camera-topic", camera_topic]
+            argv += ["--camera-size", f"{width}x{height}"]
         log = self.workdir / "sim_robot.log"
         offset = log.stat().st_size if log.exists() else 0
         proc = self._spawn("sim_robot", argv)

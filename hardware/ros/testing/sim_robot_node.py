@@ -34,10 +34,23 @@ import zlib
 
 import rospy
 import yaml
-from sensor_msgs.msg import CompressedImage, JointState
+from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Bool, Float64MultiArray, UInt64
 from std_srvs.srv import Trigger, TriggerResponse
 from trajectory_msgs.msg import JointTrajectory
+
+
+def pattern_rgb8(width: int, height: int) -> bytes:
+    """The test pattern of ``sensor_msgs/Image`` frames: pixel (x, y) is
+    (x mod 256, y mod 256, (x + 2 y) mod 256), rows packed (step = 3 width)."""
+    rows = []
+    for y in range(height):
+        row = bytearray(3 * width)
+        row[0::3] = bytes(x % 256 for x in range(width))
+        row[1::3] = bytes([y % 256]) * width
+        row[2::3] = bytes((x + 2 * y) % 256 for x in range(width))
+        rows.append(bytes(row))
+    return b"".join(rows)
 
 
 def png_rgb(width: int, height: int, pixel) -> bytes:
@@ -88,6 +101,35 @@ def nodelay_publisher(topic: str, data_class: type, **kwargs: object) -> rospy.P
     pub = rospy.Publisher(topic, data_class, subscriber_listener=listener, **kwargs)
     listener.publisher = pub
     return pub
+
+
+class CameraNode(threading.Thread):
+    """Publishes ``sensor_msgs/Image`` frames (rgb8 :func:`pattern_rgb8`) at ``rate_hz`` on a
+    thread of its own; ``header.seq`` counts frames and ``header.stamp`` is the publish time."""
+
+    def __init__(self, topic: str, width: int, height: int, rate_hz: float) -> None:
+        super().__init__(name="camera", daemon=True)
+        self.pub = nodelay_publisher(topic, Image, queue_size=1)
+        self.msg = Image(height=height, width=width, encoding="rgb8", is_bigendian=0)
+        self.msg.step = 3 * width
+        self.msg.data = pattern_rgb8(width, height)
+        self.rate_hz = rate_hz
+
+    def run(self) -> None:
+        period = 1.0 / self.rate_hz
+        next_t = time.monotonic()
+        seq = 0
+        while not rospy.is_shutdown():
+            seq += 1
+            self.msg.header.seq = seq
+            self.msg.header.stamp = rospy.Time.now()
+            self.pub.publish(self.msg)
+            next_t += period
+            delay = next_t - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            else:
+                next_t = time.monotonic()
 
 
 class SimRobotNode:
@@ -143,8 +185,10 @@ class SimRobotNode:
             rospy.Service(estop["topic"], Trigger, self.on_estop_service)
         camera = ros.get("camera")
         self.camera_pub = None
-        if camera:
+        if camera and camera.get("type") != "sensor_msgs/Image":  # Image: --camera-hz
             self.camera_pub = rospy.Publisher(camera["topic"], CompressedImage, queue_size=1)
+        # a service that never answers (service timeouts through the bridge)
+        rospy.Service("/sim_robot/hang", Trigger, self.on_hang)
         self.frame = 0
         enable = ros.get("enable")
         if enable:
@@ -208,6 +252,11 @@ class SimRobotNode:
     def on_estop_service(self, _req: object) -> TriggerResponse:
         self.on_estop(Bool(data=True))
         return TriggerResponse(success=True, message="e-stop latched")
+
+    def on_hang(self, _req: object) -> TriggerResponse:
+        self.record("hang")
+        time.sleep(3600)
+        return TriggerResponse(success=False, message="woke up")
 
     def on_enable(self, _req: object) -> TriggerResponse:
         with self.lock:
@@ -286,11 +335,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate-hz", type=float, default=100.0)
     parser.add_argument("--log", default=None, help="JSONL file of received commands")
     parser.add_argument("--bench", action="store_true", help="reach targets at once, echo state")
+    parser.add_argument(
+        "--camera-hz",
+        type=float,
+        default=0.0,
+        help="publish sensor_msgs/Image frames at this rate (0: none)",
+    )
+    parser.add_argument("--camera-topic", default="/camera/image_raw")
+    parser.add_argument("--camera-size", default="640x480", help="WIDTHxHEIGHT")
     args = parser.parse_args(argv)
     with open(args.config) as f:
         cfg = yaml.safe_load(f)
     rospy.init_node("sim_robot", anonymous=False, disable_signals=False)
     node = SimRobotNode(cfg, args.rate_hz, args.log, args.bench)
+    if args.camera_hz > 0:
+        width, height = (int(v) for v in args.camera_size.split("x"))
+        CameraNode(args.camera_topic, width, height, args.camera_hz).start()
     print("READY sim_robot", flush=True)
     node.spin()
 
