@@ -45,6 +45,25 @@ def _paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
     return stem.with_suffix(".safetensors"), stem.with_suffix(".json")
 
 
+def _read_saved(
+    path: str | os.PathLike[str], kind: str, what: str
+) -> tuple[Path, dict[str, Any], dict[str, torch.Tensor]]:
+    """The JSON file, its metadata and the tensors of a saved intervention of ``kind``.
+
+    Raises:
+        CheckpointError: a file is missing or damaged, or it holds another kind.
+    """
+    st, js = _paths(path)
+    if not st.exists() or not js.exists():
+        raise CheckpointError(
+            f"{what} needs {st.name} and {js.name} in {st.parent}", fix=_EXTRACT_FIX
+        )
+    meta = read_json_file(js, what=f"{what} metadata", fix=_EXTRACT_FIX)
+    if meta.get("kind") != kind:
+        raise CheckpointError(f"{js} holds a {meta.get('kind')!r}, not a {what}", fix=_EXTRACT_FIX)
+    return js, meta, load_safetensors_file(st, what=what, fix=_EXTRACT_FIX)
+
+
 @dataclass
 class SteeringDirection:
     """A residual-stream steering direction.
@@ -83,18 +102,7 @@ class SteeringDirection:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> SteeringDirection:
         """Inverse of :meth:`save`."""
-        st, js = _paths(path)
-        if not st.exists() or not js.exists():
-            raise CheckpointError(
-                f"steering direction needs {st.name} and {js.name} in {st.parent}",
-                fix=_EXTRACT_FIX,
-            )
-        meta = read_json_file(js, what="steering direction metadata", fix=_EXTRACT_FIX)
-        if meta.get("kind") != "direction":
-            raise CheckpointError(
-                f"{js} holds a {meta.get('kind')!r}, not a direction", fix=_EXTRACT_FIX
-            )
-        tensors = load_safetensors_file(st, what="steering direction", fix=_EXTRACT_FIX)
+        js, meta, tensors = _read_saved(path, "direction", "steering direction")
         return build_from_file(
             js,
             lambda: cls(
@@ -147,17 +155,7 @@ class NeuronCluster:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> NeuronCluster:
         """Inverse of :meth:`save`."""
-        st, js = _paths(path)
-        if not st.exists() or not js.exists():
-            raise CheckpointError(
-                f"neuron cluster needs {st.name} and {js.name} in {st.parent}", fix=_EXTRACT_FIX
-            )
-        meta = read_json_file(js, what="neuron cluster metadata", fix=_EXTRACT_FIX)
-        if meta.get("kind") != "neurons":
-            raise CheckpointError(
-                f"{js} holds a {meta.get('kind')!r}, not a neuron cluster", fix=_EXTRACT_FIX
-            )
-        t = load_safetensors_file(st, what="neuron cluster", fix=_EXTRACT_FIX)
+        js, meta, t = _read_saved(path, "neurons", "neuron cluster")
         return build_from_file(
             js,
             lambda: cls(
@@ -173,12 +171,25 @@ class NeuronCluster:
 
 
 def load_intervention(path: str | os.PathLike[str]) -> SteeringDirection | NeuronCluster:
-    """Load a saved direction or neuron cluster by its JSON ``kind``."""
+    """Load a saved direction or neuron cluster (the alpha-steerable kinds) by its JSON ``kind``.
+
+    Raises:
+        CheckpointError: missing or damaged files, or another kind (value-vector neuron sets
+            are a fixed-coefficient intervention: :meth:`ValueVectorNeurons.load`).
+    """
     _, js = _paths(path)
     if not js.exists():
         raise CheckpointError(f"no {js}", fix="pass the path written by `embodied steer extract`")
     kind = read_json_file(js, what="steering intervention metadata", fix=_EXTRACT_FIX).get("kind")
-    return SteeringDirection.load(path) if kind == "direction" else NeuronCluster.load(path)
+    if kind == "direction":
+        return SteeringDirection.load(path)
+    if kind == "neurons":
+        return NeuronCluster.load(path)
+    raise CheckpointError(
+        f"{js} holds a {kind!r} intervention, which has no alpha knob; kinds: direction, neurons",
+        fix="pass a direction or neuron cluster from `embodied steer extract` (value-vector "
+        "neuron sets load with ValueVectorNeurons.load and steer with ValueVectorHook)",
+    )
 
 
 class SteeringHook:
@@ -443,18 +454,7 @@ class ValueVectorNeurons:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ValueVectorNeurons:
         """Inverse of :meth:`save`."""
-        st, js = _paths(path)
-        if not st.exists() or not js.exists():
-            raise CheckpointError(
-                f"value-vector neurons need {st.name} and {js.name} in {st.parent}",
-                fix=_EXTRACT_FIX,
-            )
-        meta = read_json_file(js, what="value-vector neurons metadata", fix=_EXTRACT_FIX)
-        if meta.get("kind") != "value_vectors":
-            raise CheckpointError(
-                f"{js} holds a {meta.get('kind')!r}, not value-vector neurons", fix=_EXTRACT_FIX
-            )
-        t = load_safetensors_file(st, what="value-vector neurons", fix=_EXTRACT_FIX)
+        js, meta, t = _read_saved(path, "value_vectors", "value-vector neuron set")
         return build_from_file(
             js,
             lambda: cls(

@@ -124,7 +124,7 @@ def test_directions_and_clusters_save_and_load_with_metadata(tmp_path: Path, tin
     c.save(tmp_path / "neurons.json")
     c2 = load_intervention(tmp_path / "neurons")
     assert isinstance(c2, NeuronCluster) and c2.neurons.tolist() == [1, 2] and c2.meta == {"k": 2}
-    with pytest.raises(CheckpointError, match="not a direction"):
+    with pytest.raises(CheckpointError, match="not a steering direction"):
         SteeringDirection.load(tmp_path / "neurons")
     with pytest.raises(ConfigError, match="outside the model"):
         SteeringHook(model, SteeringDirection(d.vector, layer=9))
