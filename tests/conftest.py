@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -113,6 +113,20 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.fail(f"{SHARED} is missing: tests need the shared data folder beside the checkout")
     return SHARED
+
+
+@pytest.fixture(scope="module")
+def libero_assets(shared_dir: Path) -> Iterator[Path]:
+    """Point LIBERO at ../shared/libero-assets for one test module (tests never use the hub).
+
+    Use with ``pytestmark = [pytest.mark.libero, pytest.mark.usefixtures("libero_assets")]``.
+    """
+    require("libero")
+    assets = shared_dir / "libero-assets"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EMBODIED_LIBERO_ASSETS", str(assets))
+    yield assets
+    mp.undo()
 
 
 @pytest.fixture(scope="session")

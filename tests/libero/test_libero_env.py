@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.libero
+pytestmark = [pytest.mark.libero, pytest.mark.usefixtures("libero_assets")]
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -23,16 +22,6 @@ from embodied.contracts import Policy  # noqa: E402
 from embodied.errors import ActionError, CompatibilityError, ConfigError, UnknownNameError  # noqa: E402
 from embodied.loop import rollout  # noqa: E402
 from embodied.specs import Observation  # noqa: E402
-
-
-@pytest.fixture(scope="module", autouse=True)
-def libero_assets(shared_dir: Path) -> Iterator[Path]:
-    """Point LIBERO at ../shared/libero-assets (tests never use the hub)."""
-    assets = shared_dir / "libero-assets"
-    mp = pytest.MonkeyPatch()
-    mp.setenv("EMBODIED_LIBERO_ASSETS", str(assets))
-    yield assets
-    mp.undo()
 
 
 def test_every_suite_lists_its_tasks() -> None:

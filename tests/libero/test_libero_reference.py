@@ -10,30 +10,19 @@ defaults otherwise: cameras agentview + robot0_eye_in_hand, hard reset), calls
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.libero
+pytestmark = [pytest.mark.libero, pytest.mark.usefixtures("libero_assets")]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sim  # noqa: E402
 
 NOOP = [0, 0, 0, 0, 0, 0, -1]  # libero_utils.get_libero_dummy_action
-
-
-@pytest.fixture(scope="module", autouse=True)
-def libero_assets(shared_dir: Path) -> Iterator[Path]:
-    """Point LIBERO at ../shared/libero-assets (tests never use the hub)."""
-    assets = shared_dir / "libero-assets"
-    mp = pytest.MonkeyPatch()
-    mp.setenv("EMBODIED_LIBERO_ASSETS", str(assets))
-    yield assets
-    mp.undo()
 
 
 def reference_env(task: Any, hard_reset: bool = True) -> Any:

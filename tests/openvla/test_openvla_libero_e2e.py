@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +22,9 @@ import torch
 from PIL import Image
 from typer.testing import CliRunner
 
-from tests.conftest import require
 from tests.openvla.conftest import tiny_config
 
-pytestmark = pytest.mark.libero
+pytestmark = [pytest.mark.libero, pytest.mark.usefixtures("libero_assets")]
 
 FIXTURE = Path(__file__).parent / "fixtures" / "libero_image_reference.npz"
 TASK = "libero:libero_spatial:0"
@@ -40,16 +38,6 @@ STATS = {
     }
 }
 """LIBERO-like statistics under the suite's key, as the released fine-tuned checkpoints have."""
-
-
-@pytest.fixture(scope="module", autouse=True)
-def libero_assets(shared_dir: Path) -> Iterator[Path]:
-    """Point LIBERO at ../shared/libero-assets (tests never use the hub)."""
-    require("libero")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("EMBODIED_LIBERO_ASSETS", str(shared_dir / "libero-assets"))
-    yield shared_dir / "libero-assets"
-    mp.undo()
 
 
 @pytest.fixture(scope="module")
