@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from importlib import metadata
 from typing import Any
 
 import numpy as np
@@ -63,9 +62,6 @@ Chosen automatically (``preset=None``): ``libero`` on an env whose cameras deliv
 
 REFERENCE_RENDER_SIZE = 256
 """Camera size (px) of OpenVLA's LIBERO evaluation (``get_libero_env(resolution=256)``)."""
-
-PREFLIGHT_PACKAGES = ("torch", "transformers", "numpy", "pillow", "simplejpeg")
-"""Libraries whose versions the preflight records (the image pipeline and the model)."""
 
 
 def env_preset(env: Env | None) -> str:
@@ -197,8 +193,8 @@ class OpenVLAPolicy(KnobMixin, Policy):
         """Check ``env`` and return what a reproduction needs (stored next to every result).
 
         Records the checkpoint, preset, statistics key (and that it is in the checkpoint),
-        image pipeline, center crop, camera, both sides' conventions, the env's protocol and
-        the versions of the libraries the pipeline uses.
+        image pipeline, center crop, camera, both sides' conventions and the env's protocol
+        (the evaluation records library versions beside it, once per run).
 
         Raises:
             CompatibilityError: :meth:`check_compatible` fails, or a known-bad combination:
@@ -215,12 +211,6 @@ class OpenVLAPolicy(KnobMixin, Policy):
                 f"frames, but {env.env_id!r} renders {key} at {cam.height}x{cam.width}",
                 fix=f"render at {REFERENCE_RENDER_SIZE} px (the LIBERO protocol's render_size)",
             )
-        versions: dict[str, str | None] = {}
-        for name in PREFLIGHT_PACKAGES:
-            try:
-                versions[name] = metadata.version(name)
-            except metadata.PackageNotFoundError:
-                versions[name] = None
         suite = described.get("suite")
         return {
             "policy": "openvla",
@@ -245,7 +235,6 @@ class OpenVLAPolicy(KnobMixin, Policy):
             "policy_gripper_convention": self.gripper_convention,
             "env_gripper_convention": env.gripper_convention,
             "env_protocol": described.get("protocol"),
-            "versions": versions,
         }
 
     def _image(self, obs: Observation) -> np.ndarray:
@@ -284,6 +273,27 @@ class OpenVLAPolicy(KnobMixin, Policy):
         return self.predict_batch([self._image(obs)], [str(instruction)])
 
 
+def load_for_preset(
+    path: str | os.PathLike[str],
+    preset: str,
+    center_crop: bool | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
+) -> tuple[OpenVLAModel, OpenVLAProcessor]:
+    """Load a checkpoint with its processor set up as :data:`PRESETS` ``preset`` says
+    (``center_crop`` overrides the preset's)."""
+    settings = PRESETS[preset]
+    crop = settings.get("center_crop") if center_crop is None else bool(center_crop)
+    return load_pretrained(
+        path,
+        device=device,
+        dtype=dtype,
+        center_crop=crop,
+        image_pipeline=settings.get("image_pipeline"),
+        action_convention=settings["action_convention"],
+    )
+
+
 def build_policy(
     path: str | os.PathLike[str] = "openvla/openvla-7b",
     env: Env | None = None,
@@ -319,16 +329,7 @@ def build_policy(
             f"unknown OpenVLA preset {name!r}; presets: {list(PRESETS)}",
             fix="pass --policy-arg preset=libero|openvla|as_trained (or leave it to the env)",
         )
-    settings = dict(PRESETS[name])
-    crop = settings.get("center_crop") if center_crop is None else bool(center_crop)
-    model, proc = load_pretrained(
-        path,
-        device=device,
-        dtype=dtype,
-        center_crop=crop,
-        image_pipeline=settings.get("image_pipeline"),
-        action_convention=settings["action_convention"],
-    )
+    model, proc = load_for_preset(path, name, center_crop=center_crop, device=device, dtype=dtype)
     if name == "libero" and unnorm_key is None and env is not None:
         suite = env.describe().get("suite")
         if suite:

@@ -51,7 +51,12 @@ from embodied.io import write_json
 from embodied.loop import Steering, rollout
 from policies.openvla.loading_openvla import load_pretrained, save_pretrained
 from policies.openvla.modeling_openvla import OpenVLAModel
-from policies.openvla.policy_openvla import PRESETS, OpenVLAPolicy, env_preset, libero_unnorm_key
+from policies.openvla.policy_openvla import (
+    OpenVLAPolicy,
+    env_preset,
+    libero_unnorm_key,
+    load_for_preset,
+)
 from policies.openvla.processor_openvla import OpenVLAProcessor, action_stats, normalize
 from policies.openvla.steering import (
     NeuronCluster,
@@ -966,12 +971,7 @@ def steer_experiment(
         proc = OpenVLAProcessor(proc.config, proc.tokenizer, "as_trained")
     else:
         preset = env_preset(env)  # on LIBERO: OpenVLA's LIBERO evaluation conventions
-        model, proc = load_pretrained(
-            cfg.model,
-            center_crop=PRESETS[preset].get("center_crop"),
-            image_pipeline=PRESETS[preset].get("image_pipeline"),
-            action_convention=PRESETS[preset]["action_convention"],
-        )
+        model, proc = load_for_preset(cfg.model, preset)
         model_name = cfg.model
     if cfg.direction is not None:
         inter = load_intervention(cfg.direction)
