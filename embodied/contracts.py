@@ -161,6 +161,16 @@ class Policy(abc.ABC):
         """Clear the action queue and any observation history (call at episode start)."""
         self._queue.clear()
 
+    def seed_episode(self, seed: int) -> None:
+        """Seed the policy's own randomness (e.g. diffusion sampling noise) for one episode.
+
+        :func:`embodied.loop.rollout` calls it after :meth:`reset` with the episode's reset
+        seed, so every path that rolls out episode ``seed`` (``embodied eval``, experiments,
+        tuning) draws the same noise and reports the same outcome. Deterministic policies
+        keep this no-op.
+        """
+        del seed  # nothing to seed in a deterministic policy
+
     @abc.abstractmethod
     def predict_action_chunk(self, obs: Observation) -> np.ndarray:
         """Predict an action chunk of shape (n_steps, action_dim) for ``obs``."""

@@ -174,7 +174,8 @@ def rollout(
         safety: Optional action filter (limits, watchdogs, e-stop) between policy and env.
         judge: Optional judge scoring the final clip of the first camera.
         judge_clip: Frames in the judged clip (evenly spaced, ending at the last frame).
-        seed: Reset seed (deterministic envs give identical episodes for identical seeds).
+        seed: Reset seed (deterministic envs give identical episodes for identical seeds); also
+            passed to ``policy.seed_episode`` so a stochastic policy's episode is reproducible.
         reset_options: Passed to ``env.reset`` (e.g. a shifted scene, an init-state index).
         max_steps: Step limit; defaults to ``env.max_episode_steps``.
         record_images: Keep camera frames in the episode (memory: T x H x W x 3 bytes each).
@@ -210,6 +211,8 @@ def rollout(
 
     obs, info = env.reset(seed=seed, options=dict(reset_options) if reset_options else None)
     policy.reset()
+    if seed is not None:
+        policy.seed_episode(int(seed))
     if safety is not None:
         safety.reset()
     if steering is not None:

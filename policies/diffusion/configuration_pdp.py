@@ -16,8 +16,21 @@ from typing import Any
 from embodied.config import config_from_dict, config_to_dict
 from embodied.errors import ConfigError
 
-DENOISERS = ("mlp", "unet")
-"""Denoiser architectures: the paper's residual MLP and a temporal 1D-conv U-Net."""
+DENOISERS = ("mlp", "unet", "film_mlp")
+"""Denoiser architectures: the project's residual MLP with FiLM(z) only, a temporal 1D-conv
+U-Net (Chi et al. 2023), and the reference code's ``FiLMDiffusionMLP`` (z through a z-MLP,
+concatenated to the input and FiLM in every layer)."""
+
+VARIANTS = ("reference", "receding")
+"""``reference``: the PDP reference code (Valarzz/pdp) point by point: one open-loop
+trajectory of the whole horizon generated from the first observation and z.
+``receding``: the project's extension: receding-horizon chunks from an observation history."""
+
+MANIFOLD_ARCHITECTURES = ("reference", "compact")
+"""``reference``: the reference ``TrajectoryVAE`` and its training loop (whole demonstrations
+of the horizon's length, epochs of shuffled batches, constant Adam lr, soft-DTW divergence on
+rolled batch pairs). ``compact``: the project's smaller VAE on demonstrations resampled to
+``seq_len`` steps (all pairs, warm-up + cosine lr, grad clipping)."""
 
 
 def _check(cond: bool, message: str, fix: str) -> None:
@@ -31,8 +44,8 @@ class ManifoldConfig:
 
     Args:
         z_dim: Latent size (the paper uses 2).
-        seq_len: Demonstrations are resampled to this many steps before encoding
-            (tokens = 2 x seq_len).
+        seq_len: ``compact``: demonstrations are resampled to this many steps before encoding
+            (tokens = 2 x seq_len). ``reference`` encodes them at the policy horizon's length.
         d_model: Transformer width.
         n_heads: Attention heads (must divide ``d_model``).
         n_layers: Transformer encoder layers.
@@ -44,9 +57,14 @@ class ManifoldConfig:
         standardize_z: Store the mean and ZCA-whitening matrix of the demonstration latents and
             use the whitened space as knob space, so the prior N(0, I) covers the demonstrations
             whatever scale and orientation the encoder settled on (the KL weight is small).
+            The project's extension; the reference conditions on the raw latent.
         lr: Adam learning rate.
-        steps: Training steps.
-        batch_size: Demonstrations per batch (L_geo uses all pairs in a batch).
+        steps: Training steps (``compact``).
+        batch_size: Demonstrations per batch (``compact``: L_geo uses all pairs in a batch;
+            ``reference``: rolled pairs).
+        architecture: :data:`MANIFOLD_ARCHITECTURES`.
+        epochs: Epochs of shuffled batches (``reference``; the reference trains 5000).
+        dropout: Transformer dropout (``reference``: 0.1).
     """
 
     z_dim: int = 2
@@ -63,14 +81,31 @@ class ManifoldConfig:
     lr: float = 1e-3
     steps: int = 400
     batch_size: int = 32
+    architecture: str = "compact"
+    epochs: int = 5000
+    dropout: float = 0.1
 
     def __post_init__(self) -> None:
+        _check(
+            self.architecture in MANIFOLD_ARCHITECTURES,
+            f"manifold architecture={self.architecture!r} is unknown",
+            f"use one of {MANIFOLD_ARCHITECTURES}",
+        )
+        _check(
+            self.epochs >= 0 and 0.0 <= self.dropout < 1.0,
+            f"bad manifold epochs={self.epochs} / dropout={self.dropout}",
+            "use epochs >= 0 and dropout in [0, 1)",
+        )
         _check(
             self.z_dim >= 1,
             f"manifold z_dim={self.z_dim} must be >= 1",
             "set z_dim >= 1 (or PDPConfig.z_dim=0 to train without a manifold)",
         )
-        _check(self.seq_len >= 4, f"manifold seq_len={self.seq_len} is < 4", "use seq_len >= 4")
+        _check(
+            self.architecture == "reference" or self.seq_len >= 4,
+            f"manifold seq_len={self.seq_len} is < 4",
+            "use seq_len >= 4",
+        )
         _check(
             self.d_model % self.n_heads == 0,
             f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}",
@@ -90,8 +125,59 @@ class ManifoldConfig:
 
     @property
     def n_tokens(self) -> int:
-        """Encoder tokens: interleaved state/action per step plus one summary token."""
+        """``compact`` encoder tokens: interleaved state/action per step plus a summary token."""
         return 2 * self.seq_len + 1
+
+
+OPTIMIZERS = ("adamw", "adam")
+LR_SCHEDULES = ("warmup_cosine", "cosine_annealing")
+
+VARIANT_PRESETS: dict[str, dict[str, Any]] = {
+    "reference": {
+        # Valarzz/pdp config/<task>/pdp.yaml + model/diffusion.py + train_pdp.py
+        "n_obs_steps": 1,
+        "denoiser": "film_mlp",
+        "hidden_dim": 768,
+        "n_blocks": 5,
+        "time_embed_dim": 16,
+        "z_mlp_dims": (16, 32),
+        "num_train_timesteps": 20,
+        "num_inference_steps": 8,
+        "clip_sample": True,
+        "recompute_eps": True,
+        "optimizer": "adam",
+        "lr": 1e-4,
+        "weight_decay": 1e-6,
+        "lr_schedule": "cosine_annealing",
+        "min_lr": 1e-5,
+        "warmup_steps": 0,
+        "grad_clip": 0.0,
+        "batch_size": 256,
+        "steps": 8000,
+        "ema_decay": 0.995,
+        "z_bound": 10.0,
+        # config/<task>/encoder.yaml + model/encoder.py + train_encoder.py
+        "manifold": {
+            "architecture": "reference",
+            "d_model": 128,
+            "n_heads": 4,
+            "n_layers": 4,
+            "decoder_hidden": 128,
+            "kl_weight": 1e-3,
+            "geo_weight": 1.0,
+            "sdtw_gamma": 1e-5,
+            "standardize_z": False,
+            "lr": 1e-4,
+            "batch_size": 32,
+            "epochs": 5000,
+            "dropout": 0.1,
+        },
+    },
+    "receding": {},
+}
+"""Field values of each :data:`VARIANTS` entry (``receding`` = the dataclass defaults).
+The reference's horizon is the demonstrations' length: :func:`train_pdp` sets ``horizon``
+and ``n_action_steps`` from the data unless given."""
 
 
 @dataclass
@@ -100,7 +186,9 @@ class PDPConfig:
 
     The receding horizon: the policy sees the last ``n_obs_steps`` states, predicts
     ``horizon`` actions starting at the current step and executes the first
-    ``n_action_steps`` of them before re-planning.
+    ``n_action_steps`` of them before re-planning. The ``reference`` variant
+    (:data:`VARIANT_PRESETS`) is the special case of the reference code: the first state only,
+    one chunk of the whole demonstration length, executed open loop.
 
     Args:
         state_dim: Size of the ``state`` observation vector.
@@ -138,6 +226,16 @@ class PDPConfig:
         action_names: Names of the action dims.
         env_id: Env the policy was trained on (informational; compatibility uses dims).
         seed: Training seed.
+        variant: ``reference`` (the PDP reference code: one open-loop trajectory of the whole
+            demonstration length from the first state; its sizes, schedule and optimiser) or
+            ``receding`` (the project's extension: receding-horizon chunks).
+        z_mlp_dims: Hidden and output sizes of the z-MLP of the ``film_mlp`` denoiser.
+        recompute_eps: After clipping the predicted clean actions, recompute the noise from them
+            before the DDIM update (the reference's sampler).
+        optimizer: ``adamw`` (decoupled weight decay) or ``adam`` (L2, the reference).
+        lr_schedule: ``warmup_cosine`` (linear warm-up, cosine to 0.1 lr) or
+            ``cosine_annealing`` (cosine from lr to ``min_lr``, the reference).
+        min_lr: Final learning rate of ``cosine_annealing``.
     """
 
     state_dim: int = 4
@@ -172,11 +270,34 @@ class PDPConfig:
     action_names: tuple[str, ...] = ()
     env_id: str = ""
     seed: int = 0
+    variant: str = "receding"
+    z_mlp_dims: tuple[int, ...] = (16, 32)
+    recompute_eps: bool = False
+    optimizer: str = "adamw"
+    lr_schedule: str = "warmup_cosine"
+    min_lr: float = 1e-5
 
     def __post_init__(self) -> None:
         if isinstance(self.manifold, Mapping):
             self.manifold = ManifoldConfig(**self.manifold)
         self.unet_channels = tuple(int(c) for c in self.unet_channels)
+        self.z_mlp_dims = tuple(int(c) for c in self.z_mlp_dims)
+        for key, value, known in (
+            ("variant", self.variant, VARIANTS),
+            ("optimizer", self.optimizer, OPTIMIZERS),
+            ("lr_schedule", self.lr_schedule, LR_SCHEDULES),
+        ):
+            _check(value in known, f"PDP {key}={value!r} is unknown", f"use one of {known}")
+        _check(
+            self.grad_clip >= 0 and 0 <= self.min_lr <= self.lr,
+            f"bad grad_clip={self.grad_clip} / min_lr={self.min_lr} (lr={self.lr})",
+            "use grad_clip >= 0 (0 = no clipping) and 0 <= min_lr <= lr",
+        )
+        _check(
+            len(self.z_mlp_dims) >= 1 and min(self.z_mlp_dims) >= 1,
+            f"z_mlp_dims={self.z_mlp_dims} must be >= 1 sizes",
+            "use e.g. (16, 32) as in the reference",
+        )
         self.state_names = tuple(self.state_names)
         self.action_names = tuple(self.action_names)
         _check(
@@ -278,6 +399,28 @@ class PDPConfig:
     def uses_z(self) -> bool:
         """True for PDP, False for the plain diffusion-policy baseline."""
         return self.z_dim > 0
+
+    @property
+    def first_window_only(self) -> bool:
+        """Train on the demonstrations' first states only (the reference's open-loop policy)."""
+        return self.variant == "reference"
+
+    @classmethod
+    def for_variant(cls, variant: str, **fields: Any) -> PDPConfig:
+        """The config of :data:`VARIANTS` entry ``variant`` with ``fields`` on top.
+
+        Raises:
+            ConfigError: ``variant`` is unknown.
+        """
+        _check(
+            variant in VARIANT_PRESETS,
+            f"PDP variant={variant!r} is unknown",
+            f"use one of {VARIANTS}",
+        )
+        preset = VARIANT_PRESETS[variant]
+        kw: dict[str, Any] = {**preset, **fields, "variant": variant}
+        kw["manifold"] = {**preset.get("manifold", {}), **dict(fields.get("manifold", {}))}
+        return cls.from_dict(kw)
 
     # ---- (de)serialisation ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -2,17 +2,20 @@
 
 z enters every layer through FiLM, ``x * (1 + scale(z)) + shift(z)``, with the FiLM
 projection zero-initialised so an untrained PDP starts as a plain diffusion policy.
-Two architectures share one signature ``forward(x, t, obs, z) -> eps``:
+Three architectures share one signature ``forward(x, t, obs, z) -> eps``:
 
 * :class:`ResidualMLPDenoiser` - the paper's residual MLP over the flattened chunk (default;
   fast at batch 1).
 * :class:`ConditionalUnet1D` - a temporal 1D-conv U-Net (Chi et al. 2023) with the same
   z-FiLM in every residual block.
+* :class:`ReferenceFiLMMLP` - the PDP reference code's denoiser (z-MLP, z concatenated to the
+  input and FiLM in every block).
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from typing import cast
 
 import torch
@@ -262,8 +265,129 @@ class ConditionalUnet1D(nn.Module):
         return self.final(h).transpose(1, 2)
 
 
+class _SinusoidalPosEmb(nn.Module):
+    """The reference's sinusoidal step embedding (frequencies ``exp(-log(1e4) i / (half-1))``)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        half = self.dim // 2
+        freqs = torch.exp(torch.arange(half) * -(math.log(10000.0) / (half - 1)))
+        args = t.float()[:, None] * freqs[None, :]
+        return torch.cat((args.sin(), args.cos()), dim=-1)
+
+
+class _ReferenceMLP(nn.Module):
+    """The reference's ``MLP``: Linear + Mish per layer, identity after the last; its module
+    names (``moduleList.<i>.linear_1``) so reference checkpoints load by key."""
+
+    def __init__(self, dims: list[int]) -> None:
+        super().__init__()
+        n = len(dims) - 1
+        self.moduleList = nn.ModuleList(
+            nn.Sequential(
+                OrderedDict(
+                    [
+                        ("linear_1", nn.Linear(dims[i], dims[i + 1])),
+                        ("act_1", nn.Mish() if i < n - 1 else nn.Identity()),
+                    ]
+                )
+            )
+            for i in range(n)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.moduleList:
+            x = layer(x)
+        return x
+
+
+class _ReferenceFiLM(nn.Module):
+    """``x * (1 + scale(z)) + shift(z)`` with separate zero-initialised scale/shift layers."""
+
+    def __init__(self, features: int, cond_dim: int) -> None:
+        super().__init__()
+        self.scale_net = nn.Linear(cond_dim, features)
+        self.shift_net = nn.Linear(cond_dim, features)
+        for net in (self.scale_net, self.shift_net):
+            nn.init.zeros_(net.weight)
+            nn.init.zeros_(net.bias)
+
+    def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return x * (1 + self.scale_net(z)) + self.shift_net(z)
+
+
+class ReferenceFiLMMLP(nn.Module):
+    """The PDP reference denoiser (``FiLMDiffusionMLP`` of Valarzz/pdp ``model/diffusion.py``).
+
+    z goes through a z-MLP (``z_mlp_dims``, 2 -> 16 -> 32 in the reference); the processed z
+    is concatenated to the input together with the flattened noisy chunk, the step embedding
+    and the observation, and FiLM-modulates every block (Linear, LayerNorm, FiLM, Mish except
+    after the last block, residual). Module names follow the reference, so its checkpoints
+    (``model_state_dict``) load by key. With ``z_dim == 0`` (the plain DP baseline, which the
+    reference does not have) the z-MLP, the z input and the FiLM layers are left out.
+    """
+
+    z_empty: torch.Tensor
+
+    def __init__(self, config: PDPConfig) -> None:
+        super().__init__()
+        dims = [config.hidden_dim] * config.n_blocks
+        t_dim = config.time_embed_dim
+        self.time_dim = t_dim
+        self.horizon, self.action_dim = config.horizon, config.action_dim
+        self.time_embedding = nn.Sequential(
+            _SinusoidalPosEmb(t_dim),
+            nn.Linear(t_dim, 2 * t_dim),
+            nn.Mish(),
+            nn.Linear(2 * t_dim, t_dim),
+        )
+        self.z_processor: nn.Module | None = None
+        z_proc = 0
+        if config.uses_z:
+            self.z_processor = _ReferenceMLP([config.z_dim, *config.z_mlp_dims])
+            z_proc = config.z_mlp_dims[-1]
+        self.register_buffer("z_empty", torch.zeros(1, max(config.z_dim, 1)))
+        self.input_proj = nn.Linear(
+            t_dim + config.chunk_dim + config.obs_cond_dim + z_proc, dims[0]
+        )
+        self.blocks = nn.ModuleList(nn.Linear(dims[max(i - 1, 0)], d) for i, d in enumerate(dims))
+        self.layer_norms = nn.ModuleList(nn.LayerNorm(d) for d in dims)
+        self.film_layers = nn.ModuleDict(
+            {str(i): _ReferenceFiLM(d, z_proc) for i, d in enumerate(dims)} if z_proc else {}
+        )
+        self.output_proj = nn.Linear(dims[-1], config.chunk_dim)
+        self.activation = nn.Mish()
+
+    def forward(
+        self, x: torch.Tensor, t: torch.Tensor, obs: torch.Tensor, z: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Same contract as :meth:`ResidualMLPDenoiser.forward`."""
+        b = x.shape[0]
+        parts = [x.reshape(b, -1), self.time_embedding(t.reshape(b)), obs.reshape(b, -1)]
+        z_proc = None
+        if self.z_processor is not None:
+            z_proc = self.z_processor(self.z_empty.expand(b, -1) if z is None else z)
+            parts.append(z_proc)
+        h = self.input_proj(torch.cat(parts, dim=-1))
+        last = len(self.blocks) - 1
+        for i, (block, norm) in enumerate(zip(self.blocks, self.layer_norms, strict=True)):
+            residual = h
+            h = norm(block(h))
+            if z_proc is not None:
+                h = self.film_layers[str(i)](h, z_proc)
+            if i < last:
+                h = self.activation(h)
+            if residual.shape == h.shape:
+                h = h + residual
+        return self.output_proj(h).view(b, self.horizon, self.action_dim)
+
+
 DENOISER_CLASSES: dict[str, type[nn.Module]] = {
     "mlp": ResidualMLPDenoiser,
     "unet": ConditionalUnet1D,
+    "film_mlp": ReferenceFiLMMLP,
 }
 """``PDPConfig.denoiser`` -> class."""

@@ -1,5 +1,7 @@
 """The behaviour manifold: a trajectory VAE with a geometry-preserving latent space.
 
+Two architectures (``ManifoldConfig.architecture``): :class:`ReferenceTrajectoryVAE`, the
+reference code's, and :class:`TrajectoryVAE`, the project's compact one described here.
 Encoder: a small transformer over interleaved state/action tokens of a whole demonstration
 (states relative to the demonstration's start), whose last (summary) token gives
 ``(mu, log sigma^2)``.
@@ -30,29 +32,46 @@ def resample(seq: np.ndarray, n: int) -> np.ndarray:
     return np.stack([np.interp(dst, src, seq[:, d]) for d in range(seq.shape[1])], axis=1)
 
 
-def soft_dtw(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
-    """Soft-DTW (Cuturi & Blondel 2017) between batches of sequences.
+def soft_dtw(
+    x: torch.Tensor | np.ndarray, y: torch.Tensor | np.ndarray, gamma: float, chunk: int = 1024
+) -> torch.Tensor:
+    """Soft-DTW (Cuturi & Blondel 2017) between batches of sequences, in float64.
+
+    Computed along anti-diagonals (every cell of a diagonal at once) with a stabilised
+    soft-min, so gamma = 1e-5 (the PDP reference) works. It scores fixed data (the
+    demonstrations' paths), so it is not differentiable.
 
     Args:
         x: (B, N, D) sequences.
         y: (B, M, D) sequences.
         gamma: Smoothing (> 0); gamma -> 0 recovers DTW.
+        chunk: Pairs computed at once (bounds memory: chunk x N x M floats).
 
     Returns:
         (B,) soft-DTW values with squared-Euclidean ground cost.
     """
-    cost = torch.cdist(x, y).pow(2)  # (B, N, M)
+    xa = np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x, dtype=np.float64)
+    ya = np.asarray(y.detach().cpu() if isinstance(y, torch.Tensor) else y, dtype=np.float64)
+    out = np.empty(xa.shape[0])
+    for s in range(0, xa.shape[0], chunk):
+        out[s : s + chunk] = _soft_dtw_np(xa[s : s + chunk], ya[s : s + chunk], gamma)
+    return torch.from_numpy(out)
+
+
+def _soft_dtw_np(x: np.ndarray, y: np.ndarray, gamma: float) -> np.ndarray:
+    cost = ((x[:, :, None, :] - y[:, None, :, :]) ** 2).sum(-1)  # (B, N, M)
     b, n, m = cost.shape
-    inf = torch.full((b,), float("inf"), dtype=cost.dtype, device=cost.device)
-    prev = [torch.zeros(b, dtype=cost.dtype)] + [inf] * m  # row -1: R[-1,-1] = 0
-    for i in range(n):
-        row = [inf]
-        for j in range(m):
-            stack = torch.stack((prev[j], prev[j + 1], row[j]), dim=0)
-            softmin = -gamma * torch.logsumexp(-stack / gamma, dim=0)
-            row.append(cost[:, i, j] + softmin)
-        prev = row
-    return prev[m]
+    r = np.full((b, n + 1, m + 1), np.inf)
+    r[:, 0, 0] = 0.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        for d in range(2, n + m + 1):  # cells (i, j) with i + j = d, 1-based
+            i = np.arange(max(1, d - m), min(n, d - 1) + 1)
+            j = d - i
+            prev = np.stack((r[:, i - 1, j - 1], r[:, i - 1, j], r[:, i, j - 1]))
+            low = prev.min(0)
+            soft = low - gamma * np.log(np.exp(-(prev - low) / gamma).sum(0))
+            r[:, i, j] = cost[:, i - 1, j - 1] + soft
+    return r[:, n, m]
 
 
 def soft_dtw_divergence_matrix(paths: np.ndarray, gamma: float) -> np.ndarray:
@@ -187,6 +206,160 @@ class TrajectoryVAE(nn.Module):
         return total, parts
 
 
+class _PositionalEncoding(nn.Module):
+    """The reference's fixed sinusoidal positions (up to ``max_len`` tokens)."""
+
+    pe: torch.Tensor
+
+    def __init__(self, d_model: int, max_len: int = 500) -> None:
+        super().__init__()
+        pe = torch.zeros(max_len, d_model)
+        position = torch.arange(0, max_len, dtype=torch.float).unsqueeze(1)
+        div = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+        pe[:, 0::2] = torch.sin(position * div)
+        pe[:, 1::2] = torch.cos(position * div)
+        self.register_buffer("pe", pe)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[1] > self.pe.shape[0]:
+            raise ValueError(f"{x.shape[1]} tokens exceed the {self.pe.shape[0]} positions")
+        return x + self.pe[: x.shape[1]].unsqueeze(0)
+
+
+class _ReferenceEncoder(nn.Module):
+    def __init__(self, config: ManifoldConfig, state_dim: int, action_dim: int) -> None:
+        super().__init__()
+        d = config.d_model
+        self.hidden_dim = d
+        self.state_proj = nn.Linear(state_dim, d)
+        self.action_proj = nn.Linear(action_dim, d)
+        self.pos_encoding = _PositionalEncoding(d, max_len=500)
+        layer = nn.TransformerEncoderLayer(
+            d_model=d,
+            nhead=config.n_heads,
+            dim_feedforward=4 * d,
+            dropout=config.dropout,
+            activation="gelu",
+            batch_first=True,
+        )
+        self.transformer = nn.TransformerEncoder(
+            layer, num_layers=config.n_layers, enable_nested_tensor=False
+        )
+        self.to_latent_mean = nn.Linear(d, config.z_dim)
+        self.to_latent_logvar = nn.Linear(d, config.z_dim)
+
+
+class _ReferenceDecoder(nn.Module):
+    def __init__(self, config: ManifoldConfig, state_dim: int, action_dim: int) -> None:
+        super().__init__()
+        h = config.decoder_hidden
+        self.mlp = nn.Sequential(
+            nn.Linear(config.z_dim + 1, h),
+            nn.ReLU(),
+            nn.Linear(h, h),
+            nn.ReLU(),
+            nn.Linear(h, h),
+            nn.ReLU(),
+            nn.Linear(h, state_dim + action_dim),
+        )
+
+
+class ReferenceTrajectoryVAE(nn.Module):
+    """The PDP reference's trajectory VAE (Valarzz/pdp ``model/encoder.py``, ``TrajectoryVAE``).
+
+    Encoder: interleaved state/action tokens of a whole demonstration (normalised, relative to
+    its first state, at the policy horizon's length), fixed sinusoidal positions, a post-norm
+    transformer (GELU, feed-forward 4 d, dropout), the LAST token's features give
+    ``(mu, log sigma^2)``. Decoder: a ReLU MLP on ``[z, t]`` predicting states ``s_1..s_{T-1}``
+    (``s_0`` is 0 in relative coordinates) and actions ``a_0..a_{T-1}``. Loss (``train_encoder.py``):
+    MSE(actions) + MSE(states) + kl_weight * KL + geo_weight * L_geo, with L_geo on the encoder
+    MEANS of rolled batch pairs (``z`` vs ``roll(z, 1)``) against the soft-DTW divergences of
+    their end-effector paths, each divided by its batch maximum. Module names follow the
+    reference, so its checkpoints load by key.
+
+    Args:
+        config: Manifold configuration (``architecture == "reference"``).
+        state_dim: State size.
+        action_dim: Action size.
+    """
+
+    def __init__(self, config: ManifoldConfig, state_dim: int, action_dim: int) -> None:
+        super().__init__()
+        self.config = config
+        self.state_dim = state_dim
+        self.action_dim = action_dim
+        self.encoder = _ReferenceEncoder(config, state_dim, action_dim)
+        self.decoder = _ReferenceDecoder(config, state_dim, action_dim)
+
+    def encode(
+        self, states: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mu, logvar) of demonstrations (B, T, .), normalised and relative to their start."""
+        enc = self.encoder
+        b, length, _ = states.shape
+        tokens = torch.stack((enc.state_proj(states), enc.action_proj(actions)), dim=2)
+        tokens = tokens.reshape(b, 2 * length, enc.hidden_dim)
+        out = enc.transformer(enc.pos_encoding(tokens))[:, -1, :]
+        return enc.to_latent_mean(out), enc.to_latent_logvar(out)
+
+    def decode(self, z: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(states s_1..s_{T-1}, actions a_0..a_{T-1}) of shape (B, T-1, .) and (B, T, .)."""
+        b = z.shape[0]
+        t = torch.linspace(0, 1, length, dtype=z.dtype)[None, :, None].expand(b, -1, -1)
+        out = self.decoder.mlp(torch.cat((z[:, None, :].expand(-1, length, -1), t), dim=-1))
+        return out[:, 1:, : self.state_dim], out[:, :, self.state_dim :]
+
+    def loss(
+        self,
+        states: torch.Tensor,
+        actions: torch.Tensor,
+        path_dist: torch.Tensor,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The reference encoder loss on a batch.
+
+        Args:
+            states: (B, T, state_dim) normalised relative states.
+            actions: (B, T, action_dim) normalised actions.
+            path_dist: (B,) soft-DTW divergences between each demonstration's path and the
+                path of the one before it in the batch (``roll(paths, 1)``).
+            generator: Noise generator for the reparameterisation.
+        """
+        cfg = self.config
+        mu, logvar = self.encode(states, actions)
+        eps = torch.randn(mu.shape, generator=generator, dtype=mu.dtype)
+        z = mu + eps * torch.exp(0.5 * logvar)
+        rec_s, rec_a = self.decode(z, states.shape[1])
+        l_action = torch.nn.functional.mse_loss(rec_a, actions)
+        l_state = torch.nn.functional.mse_loss(rec_s, states[:, 1:])
+        kl = (-0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp(), dim=1)).mean()
+        l_geo = rolled_geometric_loss(mu, path_dist)
+        total = l_action + l_state + cfg.kl_weight * kl + cfg.geo_weight * l_geo
+        parts = {
+            "loss": total.item(),
+            "action": l_action.item(),
+            "state": l_state.item(),
+            "kl": kl.item(),
+            "geo": l_geo.item(),
+        }
+        return total, parts
+
+
+def rolled_geometric_loss(z: torch.Tensor, path_dist: torch.Tensor) -> torch.Tensor:
+    """The reference's L_geo: pairs ``(z_i, z_{i-1})`` of the batch (``torch.roll(z, 1, 0)``).
+
+    Args:
+        z: (B, z_dim) encoder means.
+        path_dist: (B,) path divergences of the same pairs.
+    """
+    if z.shape[0] < 2:
+        return z.sum() * 0.0
+    dz = torch.sqrt(torch.sum((z - torch.roll(z, 1, 0)) ** 2, dim=1) + 1e-8)
+    dz = dz / (dz.max() + 1e-8)
+    dtau = path_dist / (path_dist.max() + 1e-8)
+    return torch.nn.functional.mse_loss(dz, dtau)
+
+
 def geometric_loss(z: torch.Tensor, path_dist: torch.Tensor) -> torch.Tensor:
     """L_geo: MSE between batch-max-normalised latent and path distances over all pairs."""
     b = z.shape[0]
@@ -205,17 +378,21 @@ def demonstration_tensors(
     action_low: np.ndarray,
     action_high: np.ndarray,
     seq_len: int,
+    resample_to_length: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Resample demonstrations to ``seq_len`` and normalise them for the VAE.
 
     States become ``(s - s_0) / state_scale``; actions are mapped to [-1, 1] with the
-    action range.
+    action range. ``resample_to_length=False`` (the reference) takes demonstrations that
+    already have ``seq_len`` steps as they are.
     """
     s_out, a_out = [], []
     arange = np.maximum(action_high - action_low, 1e-6)
     for s, a in zip(states, actions, strict=True):
-        s = resample(s, seq_len)
-        a = resample(a, seq_len)
+        if resample_to_length:
+            s, a = resample(s, seq_len), resample(a, seq_len)
+        elif len(s) != seq_len or len(a) != seq_len:
+            raise ValueError(f"demonstration has {len(s)} steps, expected {seq_len}")
         s_out.append((s - s[0]) / state_scale)
         a_out.append(2.0 * (a - action_low) / arange - 1.0)
     return (

@@ -18,7 +18,12 @@ from torch import nn
 from embodied.errors import CheckpointError, ConfigError
 from policies.diffusion.configuration_pdp import PDPConfig
 from policies.diffusion.modeling_denoiser import DENOISER_CLASSES, ResidualMLPDenoiser
-from policies.diffusion.modeling_manifold import TrajectoryVAE
+from policies.diffusion.modeling_manifold import (
+    ReferenceTrajectoryVAE,
+    TrajectoryVAE,
+    demonstration_tensors,
+)
+from policies.diffusion.processor_pdp import Demonstrations, hold_pad
 
 STAT_KEYS = ("state_min", "state_max", "action_min", "action_max", "z_mean", "z_whiten")
 """Normalisation statistics stored inside every checkpoint (``normalizer.<key>``)."""
@@ -127,9 +132,14 @@ class PDPModel(nn.Module):
         self.config = config
         self.normalizer = Normalizer(config.state_dim, config.action_dim, config.z_dim)
         self.denoiser = DENOISER_CLASSES[config.denoiser](config)
-        self.manifold: TrajectoryVAE | None = None
+        self.manifold: TrajectoryVAE | ReferenceTrajectoryVAE | None = None
         if config.uses_z:
-            self.manifold = TrajectoryVAE(config.manifold, config.state_dim, config.action_dim)
+            vae = (
+                ReferenceTrajectoryVAE
+                if config.manifold.architecture == "reference"
+                else TrajectoryVAE
+            )
+            self.manifold = vae(config.manifold, config.state_dim, config.action_dim)
         self.train_scheduler = DDPMScheduler(
             num_train_timesteps=config.num_train_timesteps,
             beta_schedule=config.beta_schedule,
@@ -174,6 +184,55 @@ class PDPModel(nn.Module):
         self._coef_list: list[tuple[float, float, float, float]] = [
             (float(r[0]), float(r[1]), float(r[2]), float(r[3])) for r in coefs.tolist()
         ]
+
+    # ---- manifold -------------------------------------------------------------------------
+    def manifold_inputs(
+        self, states: list[np.ndarray], actions: list[np.ndarray]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Demonstrations as the manifold encoder takes them (normalised, relative to start).
+
+        ``compact``: resampled to ``manifold.seq_len`` steps; ``reference``: held/cut to the
+        policy horizon (:func:`~policies.diffusion.processor_pdp.hold_pad`).
+        """
+        cfg = self.config
+        norm = self.normalizer
+        smin, smax = norm.state_min.double().numpy(), norm.state_max.double().numpy()
+        reference = cfg.manifold.architecture == "reference"
+        if reference:
+            padded = hold_pad(Demonstrations(list(states), list(actions)), cfg.horizon)
+            states, actions = padded.states, padded.actions
+        return demonstration_tensors(
+            [np.asarray(s, np.float64) for s in states],
+            [np.asarray(a, np.float64) for a in actions],
+            np.maximum((smax - smin) / 2.0, 1e-6),
+            norm.action_min.double().numpy(),
+            norm.action_max.double().numpy(),
+            cfg.horizon if reference else cfg.manifold.seq_len,
+            resample_to_length=not reference,
+        )
+
+    def encode_demonstrations(
+        self, states: list[np.ndarray], actions: list[np.ndarray]
+    ) -> torch.Tensor:
+        """Raw encoder means (N, z_dim) of demonstrations (knob space: ``latent_to_knob``).
+
+        Raises:
+            ConfigError: the policy has no manifold (``z_dim == 0``).
+        """
+        if self.manifold is None:
+            raise ConfigError(
+                "this policy has no behaviour manifold (z_dim=0)",
+                fix="encode demonstrations with a PDP trained with z_dim > 0",
+            )
+        s, a = self.manifold_inputs(states, actions)
+        was_training = self.manifold.training
+        self.manifold.eval()
+        try:
+            with torch.no_grad():
+                mu, _ = self.manifold.encode(s, a)
+        finally:
+            self.manifold.train(was_training)
+        return mu
 
     # ---- conditioning helpers -------------------------------------------------------------
     def encode_obs(self, history: torch.Tensor) -> torch.Tensor:
@@ -279,4 +338,6 @@ class PDPModel(nn.Module):
         x0 = torch.add(x * c[0], eps, alpha=-c[1])
         if self.config.clip_sample:
             x0 = x0.clamp_(-1.0, 1.0)
+            if self.config.recompute_eps:  # the noise consistent with the clipped x0
+                eps = (x * c[0] - x0) / c[1]
         return torch.add(x0 * c[2], eps, alpha=c[3])

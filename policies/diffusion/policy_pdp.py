@@ -78,6 +78,18 @@ class PDPPolicy(KnobMixin, Policy):
         self._history.clear()
         self._generator.manual_seed(self.noise_seed)
 
+    def seed_episode(self, seed: int) -> None:
+        """Draw this episode's sampling noise from ``(noise_seed, seed)``.
+
+        :func:`embodied.loop.rollout` calls it with the reset seed, so ``embodied eval`` and
+        the experiments sample the same noise for the same episode; ``noise_seed`` selects
+        another noise stream for all episodes (best-of-N over the initial noise).
+        """
+        state = np.random.SeedSequence([self.noise_seed % 2**64, int(seed) % 2**64]).generate_state(
+            2
+        )
+        self._generator.manual_seed(int(state[0]) << 32 | int(state[1]))
+
     def select_action(self, obs: Observation) -> np.ndarray:
         """Record ``obs`` in the history, then pop (or plan) the next action."""
         self._push(obs)

@@ -11,6 +11,7 @@ import numpy as np
 
 from embodied.datasets import Dataset
 from embodied.errors import DatasetError
+from policies.diffusion.configuration_pdp import PDPConfig
 from policies.diffusion.modeling_manifold import resample
 
 
@@ -156,6 +157,43 @@ def make_windows(
             chunks.append(a[cidx])
             idx.append(d)
     return np.stack(obs), np.stack(chunks), np.asarray(idx)
+
+
+def hold_pad(demonstrations: Demonstrations, length: int) -> Demonstrations:
+    """Demonstrations cut or padded to ``length`` steps: the last state is held, actions are 0.
+
+    The reference code keeps only demonstrations of exactly its horizon's length; the scripted
+    experts here vary their speed, so shorter demonstrations are padded with a zero action (the
+    agent holds still, where an episode ending in success would already have stopped), which
+    keeps each demonstration's duration in the encoder's input.
+    """
+    states, actions = [], []
+    for s, a in zip(demonstrations.states, demonstrations.actions, strict=True):
+        pad = max(0, length - len(s))
+        states.append(np.concatenate((s[:length], np.repeat(s[-1:], pad, axis=0))))
+        actions.append(np.concatenate((a[:length], np.zeros((pad, a.shape[1])))))
+    return Demonstrations(
+        states, actions, list(demonstrations.labels), dict(demonstrations.env_args)
+    )
+
+
+def policy_windows(
+    demonstrations: Demonstrations, config: PDPConfig
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The denoiser's training windows for ``config``'s variant.
+
+    ``reference``: one window per demonstration, its first state and its whole action sequence
+    (:func:`hold_pad` to the horizon), as the reference's ``build_z_dataset``. ``receding``:
+    every step's observation history and the chunk starting there (:func:`make_windows`).
+
+    Returns:
+        obs (N, n_obs_steps, state_dim), chunks (N, horizon, action_dim), demonstration_idx (N,).
+    """
+    if not config.first_window_only:
+        return make_windows(demonstrations, config.n_obs_steps, config.horizon)
+    padded = hold_pad(demonstrations, config.horizon)
+    obs = np.stack([obs_window(s, 0, config.n_obs_steps) for s in padded.states])
+    return obs, np.stack(padded.actions), np.arange(len(padded))
 
 
 def ee_paths(demonstrations: Demonstrations, path_dims: Sequence[int], n_points: int) -> np.ndarray:

@@ -18,7 +18,7 @@ import dataclasses
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,19 +36,15 @@ from embodied.io import (
     read_json_file,
     write_json,
 )
-from policies.diffusion.configuration_pdp import PDPConfig
-from policies.diffusion.modeling_manifold import (
-    cosine_lr,
-    demonstration_tensors,
-    soft_dtw_divergence_matrix,
-)
+from policies.diffusion.configuration_pdp import ManifoldConfig, PDPConfig
+from policies.diffusion.modeling_manifold import cosine_lr, soft_dtw_divergence_matrix
 from policies.diffusion.modeling_pdp import PDPModel
 from policies.diffusion.policy_pdp import save_model
 from policies.diffusion.processor_pdp import (
     Demonstrations,
     ee_paths,
     load_demonstrations,
-    make_windows,
+    policy_windows,
 )
 
 STATE_JSON = "train_state.json"
@@ -99,33 +95,30 @@ def train_manifold(
     """
     assert model.manifold is not None
     mcfg = model.config.manifold
-    stats = demonstrations.stats()
-    scale = np.maximum((stats["state_max"] - stats["state_min"]) / 2.0, 1e-6)
-    s, a = demonstration_tensors(
-        demonstrations.states,
-        demonstrations.actions,
-        scale,
-        stats["action_min"],
-        stats["action_max"],
-        mcfg.seq_len,
-    )
-    paths = ee_paths(demonstrations, model.config.path_dims or (0, 1), mcfg.path_points)
+    s, a = model.manifold_inputs(demonstrations.states, demonstrations.actions)
+    dims = list(model.config.path_dims or (0, 1))
+    if mcfg.architecture == "reference":  # the relative path of the normalised states
+        paths = s[:, :, dims].double().numpy()
+    else:
+        paths = ee_paths(demonstrations, dims, mcfg.path_points)
     dist = torch.as_tensor(soft_dtw_divergence_matrix(paths, mcfg.sdtw_gamma), dtype=torch.float32)
     vae = model.manifold
     vae.train()
     opt = torch.optim.Adam(vae.parameters(), lr=mcfg.lr)
-    n = len(demonstrations)
-    bs = min(mcfg.batch_size, n)
-    for step in range(mcfg.steps):
+    for step, idx in enumerate(manifold_batches(len(demonstrations), mcfg, generator)):
         if deadline is not None and step >= 10 and time.perf_counter() > deadline:
             break
-        idx = torch.randperm(n, generator=generator)[:bs]
-        for g in opt.param_groups:
-            g["lr"] = mcfg.lr * cosine_lr(step, mcfg.steps, 20)
-        loss, parts = vae.loss(s[idx], a[idx], dist[idx][:, idx], generator)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        if mcfg.architecture == "reference":  # constant lr, no clipping, rolled pairs
+            loss, parts = vae.loss(s[idx], a[idx], dist[idx, idx.roll(1)], generator)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+        else:
+            for g in opt.param_groups:
+                g["lr"] = mcfg.lr * cosine_lr(step, mcfg.steps, 20)
+            loss, parts = vae.loss(s[idx], a[idx], dist[idx][:, idx], generator)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
         opt.step()
         if log is not None and step % 10 == 0:
             for k, v in parts.items():
@@ -136,6 +129,35 @@ def train_manifold(
     with torch.no_grad():
         mu, _ = vae.encode(s, a)
     return mu.numpy().astype(np.float64)
+
+
+def manifold_steps(n: int, config: ManifoldConfig) -> int:
+    """Optimiser steps of the manifold's training on ``n`` demonstrations."""
+    if config.architecture != "reference":
+        return config.steps
+    bs = min(config.batch_size, n)
+    return config.epochs * (n // bs if n >= config.batch_size else 1)
+
+
+def manifold_batches(
+    n: int, config: ManifoldConfig, generator: torch.Generator
+) -> Iterator[torch.Tensor]:
+    """Demonstration indices of each manifold step.
+
+    ``reference``: epochs of a shuffled pass in batches, the last partial batch dropped when
+    ``n >= batch_size`` (``DataLoader(shuffle=True, drop_last=len(ds) >= batch_size)``).
+    ``compact``: ``steps`` random batches.
+    """
+    bs = min(config.batch_size, n)
+    if config.architecture != "reference":
+        for _ in range(config.steps):
+            yield torch.randperm(n, generator=generator)[:bs]
+        return
+    for _ in range(config.epochs):
+        perm = torch.randperm(n, generator=generator)
+        stop = n - n % bs if n >= config.batch_size else n
+        for start in range(0, stop, bs):
+            yield perm[start : start + bs]
 
 
 def _optim_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -307,7 +329,10 @@ def train_pdp(
                 cfg, **{k: v for k, v in overrides.items() if k in ("steps",)}
             )
     else:
+        variant = (overrides or {}).get("variant")
         base = config or PDPConfig()
+        if variant is not None:  # the variant's preset under the caller's config fields
+            base = PDPConfig.for_variant(str(variant))
         spec = demonstrations.env_args
         names = spec.get("observation", {}).get("state", {}).get("names", ())
         anames = spec.get("action", {}).get("names", ())
@@ -321,6 +346,10 @@ def train_pdp(
         kw = {**base.to_dict(), **derived}
         if base.state_dim != demonstrations.state_dim:  # index fields of another state layout
             kw["obs_dims"] = kw["path_dims"] = None
+        if base.first_window_only and "horizon" not in (overrides or {}):
+            # the reference's horizon is the demonstration length: the longest one here
+            kw["horizon"] = max(len(st) for st in demonstrations.states)
+            kw["n_action_steps"] = (overrides or {}).get("n_action_steps", kw["horizon"])
         for key, value in (overrides or {}).items():
             if key == "obs_exclude":  # state dim names the denoiser must not see
                 kw["obs_dims"] = _obs_dims_without(tuple(names), demonstrations.state_dim, value)
@@ -335,7 +364,8 @@ def train_pdp(
     model = PDPModel(cfg)
     ema = PDPModel(cfg)
     model.normalizer.set_stats(**demonstrations.stats())
-    opt = torch.optim.AdamW(model.denoiser.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.AdamW
+    opt = optimizer(model.denoiser.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     writer = None
     if tensorboard and dist.is_main:
@@ -389,7 +419,9 @@ def train_pdp(
             latents_raw = tensors[LATENTS_KEY].double().numpy()
             start_step = int(state_meta["step"])
         elif cfg.uses_z:
-            task = bar.add_task("manifold", total=cfg.manifold.steps, info="")
+            task = bar.add_task(
+                "manifold", total=manifold_steps(len(demonstrations), cfg.manifold), info=""
+            )
             latents_raw = train_manifold(
                 model,
                 demonstrations,
@@ -410,7 +442,7 @@ def train_pdp(
         model.normalizer.check()
 
         # training windows, normalised once
-        obs_np, chunks_np, idx_np = make_windows(demonstrations, cfg.n_obs_steps, cfg.horizon)
+        obs_np, chunks_np, idx_np = policy_windows(demonstrations, cfg)
         with torch.no_grad():
             obs_t = model.encode_obs(torch.as_tensor(obs_np, dtype=torch.float32))
             act_t = model.normalizer.norm_action(torch.as_tensor(chunks_np, dtype=torch.float32))
@@ -447,10 +479,13 @@ def train_pdp(
                 break
             if budget_s is not None and time.perf_counter() - t0 > budget_s:
                 break
-            lr = cfg.lr * cosine_lr(step, cfg.steps, cfg.warmup_steps)
+            lr = policy_lr(cfg, step)
             for g in opt.param_groups:
                 g["lr"] = lr
-            b = torch.randint(0, n_win, (min(cfg.batch_size, n_win),), generator=gen)
+            if cfg.first_window_only:  # the reference's shuffled pass over its windows
+                b = torch.randperm(n_win, generator=gen)[: cfg.batch_size]
+            else:
+                b = torch.randint(0, n_win, (min(cfg.batch_size, n_win),), generator=gen)
             # noise and timesteps of the global batch, drawn as compute_loss would draw them;
             # each DDP rank trains on its block (same update as one process on the batch)
             noise = torch.randn(act_t[b].shape, generator=gen)
@@ -468,7 +503,8 @@ def train_pdp(
             )
             opt.zero_grad(set_to_none=True)
             dist.backward(loss)
-            dist.clip_grad_norm_(model.denoiser.parameters(), cfg.grad_clip)
+            if cfg.grad_clip > 0:
+                dist.clip_grad_norm_(model.denoiser.parameters(), cfg.grad_clip)
             opt.step()
             _ema_update(ema, model, cfg.ema_decay)
             step += 1
@@ -489,6 +525,20 @@ def train_pdp(
     return TrainResult(
         out, step, final, latents_knob, list(demonstrations.labels), time.perf_counter() - t0
     )
+
+
+def policy_lr(config: PDPConfig, step: int) -> float:
+    """Learning rate of the denoiser at ``step``.
+
+    ``warmup_cosine``: linear warm-up, then cosine decay to 0.1 lr. ``cosine_annealing``:
+    ``min_lr + (lr - min_lr) (1 + cos(pi step / steps)) / 2``, the reference's
+    ``CosineAnnealingLR`` (stepped per epoch there; one epoch is one step when the
+    demonstrations fit in one batch, as on the reference's tasks).
+    """
+    if config.lr_schedule == "cosine_annealing":
+        frac = min(1.0, step / max(1, config.steps))
+        return config.min_lr + (config.lr - config.min_lr) * 0.5 * (1.0 + math.cos(math.pi * frac))
+    return config.lr * cosine_lr(step, config.steps, config.warmup_steps)
 
 
 def load_train_latents(out_dir: str | os.PathLike[str]) -> tuple[np.ndarray, list[str]]:

@@ -133,3 +133,23 @@ def test_steering_unknown_knob_and_bad_knob_values() -> None:
         policy.set_knob("alpha", float("nan"))
     with pytest.raises(ConfigError, match="max_steps"):
         rollout(FirstOrderEnv(), GainPolicy(), max_steps=0)
+
+
+class SeedRecordingPolicy(GainPolicy):
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[object] = []
+
+    def reset(self) -> None:
+        super().reset()
+        self.events.append("reset")
+
+    def seed_episode(self, seed: int) -> None:
+        self.events.append(seed)
+
+
+def test_rollout_seeds_the_policy_after_reset_with_the_episode_seed() -> None:
+    env, policy = FirstOrderEnv(), SeedRecordingPolicy()
+    rollout(env, policy, seed=17, max_steps=2)
+    rollout(env, policy, max_steps=2)  # no seed: the policy's randomness is left alone
+    assert policy.events == ["reset", 17, "reset"]

@@ -31,7 +31,16 @@ train_app = typer.Typer(help=__doc__, no_args_is_help=True)
     PDPConfig,
     *(
         Opt(name, given_only=True)  # on --resume only the given ones override (steps)
-        for name in ("steps", "manifold.steps", "z_dim", "denoiser", "hidden_dim", "horizon")
+        for name in (
+            "variant",
+            "steps",
+            "manifold.steps",
+            "manifold.epochs",
+            "z_dim",
+            "denoiser",
+            "hidden_dim",
+            "horizon",
+        )
     ),
     *(Opt(name, given_only=True) for name in ("n_action_steps", "n_obs_steps", "batch_size", "lr")),
     "seed",
