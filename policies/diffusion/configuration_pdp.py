@@ -129,6 +129,10 @@ class ManifoldConfig:
         return 2 * self.seq_len + 1
 
 
+ACTION_SPACES = ("native", "position_targets")
+"""What the denoiser generates: the env's actions, or end-effector position targets
+``p_t = s_t[path_dims] + a_t * control_dt`` of a velocity-action env, which the policy turns
+back into velocities from the state measured at each step (see ``PDPConfig.action_space``)."""
 OPTIMIZERS = ("adamw", "adam")
 LR_SCHEDULES = ("warmup_cosine", "cosine_annealing")
 
@@ -236,6 +240,13 @@ class PDPConfig:
         lr_schedule: ``warmup_cosine`` (linear warm-up, cosine to 0.1 lr) or
             ``cosine_annealing`` (cosine from lr to ``min_lr``, the reference).
         min_lr: Final learning rate of ``cosine_annealing``.
+        action_space: ``native`` (the env's actions) or ``position_targets`` (our adaptation
+            for velocity-action envs: the denoiser generates positions
+            ``s_t[path_dims] + a_t * control_dt`` and the policy commands
+            ``(target - measured position) / control_dt``, so an open-loop plan is tracked in
+            closed loop, as the joint-position actions of the reference's RLBench tasks are).
+        control_dt: Control period in s (from the dataset's control rate); needed by
+            ``position_targets``.
     """
 
     state_dim: int = 4
@@ -276,6 +287,8 @@ class PDPConfig:
     optimizer: str = "adamw"
     lr_schedule: str = "warmup_cosine"
     min_lr: float = 1e-5
+    action_space: str = "native"
+    control_dt: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.manifold, Mapping):
@@ -286,6 +299,7 @@ class PDPConfig:
             ("variant", self.variant, VARIANTS),
             ("optimizer", self.optimizer, OPTIMIZERS),
             ("lr_schedule", self.lr_schedule, LR_SCHEDULES),
+            ("action_space", self.action_space, ACTION_SPACES),
         ):
             _check(value in known, f"PDP {key}={value!r} is unknown", f"use one of {known}")
         _check(
@@ -361,6 +375,15 @@ class PDPConfig:
             f"path_dims {self.path_dims} out of range for state_dim={self.state_dim}",
             "give indices of the end-effector position inside the state vector",
         )
+        if self.action_space == "position_targets":
+            _check(
+                self.control_dt > 0 and len(self.path_dims) == self.action_dim,
+                f"action_space='position_targets' needs control_dt > 0 (got {self.control_dt}) "
+                f"and one path dim per action dim (path_dims={self.path_dims}, "
+                f"action_dim={self.action_dim})",
+                "train on a velocity-action dataset that records its control rate, or use "
+                "action_space='native'",
+            )
         self.obs_dims = (
             tuple(range(self.state_dim))
             if self.obs_dims is None

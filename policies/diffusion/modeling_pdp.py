@@ -23,7 +23,7 @@ from policies.diffusion.modeling_manifold import (
     TrajectoryVAE,
     demonstration_tensors,
 )
-from policies.diffusion.processor_pdp import Demonstrations, hold_pad
+from policies.diffusion.processor_pdp import Demonstrations, hold_pad, to_model_space
 
 STAT_KEYS = ("state_min", "state_max", "action_min", "action_max", "z_mean", "z_whiten")
 """Normalisation statistics stored inside every checkpoint (``normalizer.<key>``)."""
@@ -189,7 +189,8 @@ class PDPModel(nn.Module):
     def manifold_inputs(
         self, states: list[np.ndarray], actions: list[np.ndarray]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Demonstrations as the manifold encoder takes them (normalised, relative to start).
+        """Demonstrations as the manifold encoder takes them (normalised, states relative to
+        the start, actions in the model's action space).
 
         ``compact``: resampled to ``manifold.seq_len`` steps; ``reference``: held/cut to the
         policy horizon (:func:`~policies.diffusion.processor_pdp.hold_pad`).
@@ -198,9 +199,11 @@ class PDPModel(nn.Module):
         norm = self.normalizer
         smin, smax = norm.state_min.double().numpy(), norm.state_max.double().numpy()
         reference = cfg.manifold.architecture == "reference"
+        demos = Demonstrations(list(states), list(actions))
         if reference:
-            padded = hold_pad(Demonstrations(list(states), list(actions)), cfg.horizon)
-            states, actions = padded.states, padded.actions
+            demos = hold_pad(demos, cfg.horizon)
+        demos = to_model_space(demos, cfg)
+        states, actions = demos.states, demos.actions
         return demonstration_tensors(
             [np.asarray(s, np.float64) for s in states],
             [np.asarray(a, np.float64) for a in actions],

@@ -28,6 +28,7 @@ from embodied.io import (
 from embodied.specs import Observation
 from policies.diffusion.configuration_pdp import PDPConfig
 from policies.diffusion.modeling_pdp import STAT_KEYS, PDPModel
+from policies.diffusion.processor_pdp import env_action
 
 POLICY_TYPE = "pdp"
 FORMAT_VERSION = 1
@@ -91,9 +92,14 @@ class PDPPolicy(KnobMixin, Policy):
         self._generator.manual_seed(int(state[0]) << 32 | int(state[1]))
 
     def select_action(self, obs: Observation) -> np.ndarray:
-        """Record ``obs`` in the history, then pop (or plan) the next action."""
+        """Record ``obs`` in the history, then pop (or plan) the next action.
+
+        With ``action_space == "position_targets"`` the popped row is a position target and
+        the action is the velocity reaching it from the state measured now.
+        """
         self._push(obs)
-        return super().select_action(obs)
+        row = super().select_action(obs)
+        return env_action(row, self._history[-1], self.config)
 
     def _push(self, obs: Observation) -> None:
         state = np.asarray(obs["state"], dtype=np.float32).reshape(-1)

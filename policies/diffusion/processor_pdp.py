@@ -177,10 +177,48 @@ def hold_pad(demonstrations: Demonstrations, length: int) -> Demonstrations:
     )
 
 
+def model_actions(states: np.ndarray, actions: np.ndarray, config: PDPConfig) -> np.ndarray:
+    """Env actions (T, action_dim) -> what the denoiser generates (``config.action_space``).
+
+    ``position_targets``: ``s_t[path_dims] + a_t * control_dt``, the position each velocity
+    command aims at one control step later (inverted by :func:`env_action`).
+    """
+    if config.action_space == "native":
+        return np.asarray(actions)
+    dims = list(config.path_dims or ())
+    return np.asarray(states)[:, dims] + np.asarray(actions) * config.control_dt
+
+
+def env_action(target: np.ndarray, state: np.ndarray, config: PDPConfig) -> np.ndarray:
+    """A generated row -> the env action, from the state measured now.
+
+    ``position_targets``: the velocity ``(target - s[path_dims]) / control_dt`` (the env or
+    the safety filter bounds it); ``native``: unchanged.
+    """
+    if config.action_space == "native":
+        return target
+    return (target - np.asarray(state)[list(config.path_dims or ())]) / config.control_dt
+
+
+def to_model_space(demonstrations: Demonstrations, config: PDPConfig) -> Demonstrations:
+    """Demonstrations with their actions replaced by :func:`model_actions`."""
+    if config.action_space == "native":
+        return demonstrations
+    return Demonstrations(
+        list(demonstrations.states),
+        [
+            model_actions(s, a, config)
+            for s, a in zip(demonstrations.states, demonstrations.actions, strict=True)
+        ],
+        list(demonstrations.labels),
+        dict(demonstrations.env_args),
+    )
+
+
 def policy_windows(
     demonstrations: Demonstrations, config: PDPConfig
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The denoiser's training windows for ``config``'s variant.
+    """The denoiser's training windows for ``config``'s variant, actions in model space.
 
     ``reference``: one window per demonstration, its first state and its whole action sequence
     (:func:`hold_pad` to the horizon), as the reference's ``build_z_dataset``. ``receding``:
@@ -190,8 +228,10 @@ def policy_windows(
         obs (N, n_obs_steps, state_dim), chunks (N, horizon, action_dim), demonstration_idx (N,).
     """
     if not config.first_window_only:
-        return make_windows(demonstrations, config.n_obs_steps, config.horizon)
-    padded = hold_pad(demonstrations, config.horizon)
+        return make_windows(
+            to_model_space(demonstrations, config), config.n_obs_steps, config.horizon
+        )
+    padded = to_model_space(hold_pad(demonstrations, config.horizon), config)
     obs = np.stack([obs_window(s, 0, config.n_obs_steps) for s in padded.states])
     return obs, np.stack(padded.actions), np.arange(len(padded))
 

@@ -45,6 +45,7 @@ from policies.diffusion.processor_pdp import (
     ee_paths,
     load_demonstrations,
     policy_windows,
+    to_model_space,
 )
 
 STATE_JSON = "train_state.json"
@@ -343,6 +344,8 @@ def train_pdp(
             "action_names": tuple(anames) if len(anames) == demonstrations.action_dim else (),
             "env_id": str(spec.get("env_id", base.env_id)),
         }
+        if spec.get("control_rate_hz"):
+            derived["control_dt"] = 1.0 / float(spec["control_rate_hz"])
         kw = {**base.to_dict(), **derived}
         if base.state_dim != demonstrations.state_dim:  # index fields of another state layout
             kw["obs_dims"] = kw["path_dims"] = None
@@ -363,7 +366,7 @@ def train_pdp(
     gen = torch.Generator().manual_seed(cfg.seed)
     model = PDPModel(cfg)
     ema = PDPModel(cfg)
-    model.normalizer.set_stats(**demonstrations.stats())
+    model.normalizer.set_stats(**to_model_space(demonstrations, cfg).stats())
     optimizer = torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.AdamW
     opt = optimizer(model.denoiser.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 

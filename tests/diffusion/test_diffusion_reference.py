@@ -15,6 +15,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from embodied.errors import ConfigError
+from embodied.specs import Observation
 from policies.diffusion.configuration_pdp import VARIANT_PRESETS, ManifoldConfig, PDPConfig
 from policies.diffusion.modeling_manifold import (
     ReferenceTrajectoryVAE,
@@ -30,7 +32,8 @@ FIXTURE = Path(__file__).parent / "fixtures" / "pdp_reference.safetensors"
 @pytest.fixture(scope="module")
 def ref() -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     with safe_open(str(FIXTURE), "pt") as f:
-        return {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is not iterable), dict(f.metadata())
+        names = list(f.keys())
+        return {k: f.get_tensor(k) for k in names}, dict(f.metadata())
 
 
 def _config(meta: dict[str, str], **kw: object) -> PDPConfig:
@@ -176,7 +179,6 @@ TINY_REFERENCE = {
 def test_reference_variant_trains_resumes_and_acts_open_loop(
     demonstrations: Demonstrations, tmp_path: Path
 ) -> None:
-    from embodied.specs import Observation
     from policies.diffusion.policy_pdp import PDPPolicy
     from policies.diffusion.training_pdp import load_train_latents, manifold_steps, train_pdp
 
@@ -219,3 +221,64 @@ def test_reference_variant_trains_resumes_and_acts_open_loop(
     policy.seed_episode(4)
     other = [policy.select_action({"state": demos.states[0][0]}) for _ in range(18)]
     assert not np.array_equal(first, other)
+
+
+def test_position_targets_round_trip_and_are_tracked_from_the_measured_state() -> None:
+    from policies.diffusion.processor_pdp import env_action, model_actions
+
+    cfg = PDPConfig(state_dim=4, action_dim=2, action_space="position_targets", control_dt=0.05)
+    rng = np.random.default_rng(0)
+    states, actions = rng.normal(size=(6, 4)), rng.normal(size=(6, 2))
+    targets = model_actions(states, actions, cfg)
+    np.testing.assert_allclose(targets, states[:, :2] + 0.05 * actions)
+    back = np.stack([env_action(t, s, cfg) for t, s in zip(targets, states, strict=True)])
+    np.testing.assert_allclose(back, actions)
+    # a plan made at the first state still aims at its targets when the agent drifted
+    drifted = states[3] + np.array([0.01, -0.02, 0.0, 0.0])
+    np.testing.assert_allclose(
+        env_action(targets[3], drifted, cfg), actions[3] - np.array([0.01, -0.02]) / 0.05
+    )
+    with pytest.raises(ConfigError, match="control_dt"):
+        PDPConfig(state_dim=4, action_dim=2, action_space="position_targets")
+    with pytest.raises(ConfigError, match="action_space"):
+        PDPConfig(state_dim=4, action_dim=2, action_space="joint")
+
+
+def test_position_target_policy_trains_on_targets_and_commands_velocities(
+    reach_dataset: Path, tmp_path: Path
+) -> None:
+    from embodied.loop import rollout
+    from policies.diffusion.policy_pdp import PDPPolicy
+    from policies.diffusion.processor_pdp import load_demonstrations, model_actions
+    from policies.diffusion.training_pdp import train_pdp
+
+    overrides = {**TINY_REFERENCE, "z_dim": 0, "action_space": "position_targets", "steps": 5}
+    train_pdp(reach_dataset, tmp_path / "p", None, overrides=overrides, progress=False)
+    policy = PDPPolicy.from_pretrained(tmp_path / "p")
+    assert policy.config.control_dt == pytest.approx(0.05)  # from the dataset's 20 Hz
+    demos = load_demonstrations(reach_dataset)
+    targets = np.concatenate(
+        [
+            model_actions(s, a, policy.config)
+            for s, a in zip(demos.states, demos.actions, strict=True)
+        ]
+    )
+    np.testing.assert_allclose(
+        policy.model.normalizer.action_min.numpy(), targets.min(0), rtol=1e-5
+    )
+    import sim
+
+    plans: list[np.ndarray] = []
+    plan = policy.predict_action_chunk
+
+    def recorded(obs: Observation) -> np.ndarray:
+        plans.append(plan(obs))
+        return plans[-1]
+
+    policy.predict_action_chunk = recorded  # type: ignore[method-assign]
+    env = sim.make("mujoco:reach_around")
+    ep = rollout(env, policy, seed=5, max_steps=6, record_images=False)
+    assert len(plans) == 1  # one open-loop plan of positions ...
+    states = ep.observations["state"]
+    expected = (plans[0][:6] - states[:6, :2]) / 0.05  # ... each tracked from the state then
+    np.testing.assert_allclose(ep.raw_actions, expected, rtol=1e-5, atol=1e-6)
