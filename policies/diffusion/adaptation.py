@@ -1,23 +1,49 @@
-"""Test-time adaptation of PDP with no weight updates: only the behaviour latent z moves.
+"""Test-time adaptation of PDP, and the weight-updating baseline of the plain diffusion policy.
 
-* :func:`adapt_z_from_demonstration` - ONE demonstration of a shifted scene; Adam on z
-  minimises the denoising loss of that demonstration (paper: lr 3e-3, ~300 steps, grad clip 1).
-* :func:`search_z_cem` - no demonstration, only a constraint: the cross-entropy method over z
-  with a user cost (e.g. sim rollouts that must avoid a wall), evaluated in batches.
+* :func:`adapt_z_from_demonstration` - the reference method (Valarzz/pdp ``adapt.py``,
+  ``ftl_igm``): ONE demonstration of a shifted scene; z is warm-started from the manifold
+  encoder on that demonstration, then Adam on z alone (lr 3e-3, 300 steps, grad clip 1, K=16
+  noise/timestep draws per step for the ``reference`` variant) minimises the frozen
+  denoiser's loss on the demonstration. No weight moves. ``z_init="zero"`` (start at the prior
+  mean) is an ablation, not the reference method.
+* :func:`search_z_cem` - the project's extension, not in the paper or the reference code: no
+  demonstration, only a constraint; the cross-entropy method over z with a user cost (e.g.
+  sim rollouts that must avoid a wall), evaluated in batches.
+* :func:`finetune_on_demonstration` - the baseline with the same information as one-demonstration
+  adaptation: a copy of the policy (e.g. the plain DP, ``z_dim=0``) whose weights are
+  fine-tuned on the demonstration with the same number of gradient steps.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import torch
 
 from embodied.errors import ConfigError
-from policies.diffusion.modeling_manifold import demonstration_tensors
 from policies.diffusion.policy_pdp import PDPPolicy
-from policies.diffusion.processor_pdp import Demonstrations, make_windows
+from policies.diffusion.processor_pdp import Demonstrations, policy_windows
+
+ADAPT_STEPS = 300
+"""Adam steps of one-demonstration adaptation (reference ``ftl_igm_epochs``)."""
+ADAPT_LR = 3e-3
+"""Adam learning rate of one-demonstration adaptation (reference ``adapt.lr``)."""
+REFERENCE_SAMPLES = 16
+"""Noise/timestep draws per adaptation step of the ``reference`` variant (reference
+``n_timestep_samples``; its one window is the whole demonstration)."""
+RECEDING_BATCH = 64
+"""Windows x noise draws per adaptation step of the ``receding`` variant (its windows are the
+demonstration's chunks, drawn with replacement)."""
+FINETUNE_LR = 1e-4
+"""Default Adam learning rate of :func:`finetune_on_demonstration` (the reference's training
+learning rate; the project's receding variant trains at 2e-3 and is fine-tuned at 1e-4 too)."""
+ZInit = Literal["encoder", "zero"]
+"""Where one-demonstration adaptation starts: the encoder's z of the demonstration (the
+reference) or the prior mean 0 (ablation)."""
 
 
 @dataclass
@@ -27,99 +53,30 @@ class AdaptResult:
     Attributes:
         z: Adapted knob-space latent (z_dim,).
         history: Objective per step (denoising loss or CEM elite cost).
-        evaluations: Number of objective evaluations (CEM: cost calls per candidate).
+        evaluations: Number of objective evaluations (gradient steps; CEM: candidates costed).
+        z_init: Knob-space start of the optimisation (gradient adaptation), else empty.
     """
 
     z: np.ndarray
     history: list[float] = field(default_factory=list)
     evaluations: int = 0
+    z_init: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def _require_z(policy: PDPPolicy) -> int:
     if not policy.config.uses_z:
         raise ConfigError(
             "this policy has no behaviour latent (z_dim=0); nothing to adapt",
-            fix="adapt a PDP trained with z_dim > 0",
+            fix="adapt a PDP trained with z_dim > 0 (fine-tune a plain DP with "
+            "finetune_on_demonstration)",
         )
     return policy.config.z_dim
 
 
-def encode_demonstration(policy: PDPPolicy, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
-    """Knob-space z of one demonstration from the manifold encoder (amortised inference, no search).
-
-    Args:
-        policy: A PDP (z_dim > 0) whose checkpoint holds the manifold.
-        states: (T, state_dim) states of the demonstration.
-        actions: (T, action_dim) actions of the demonstration.
-
-    Returns:
-        (z_dim,) encoder mean mapped to knob space, clipped to the knob bounds.
-    """
-    _require_z(policy)
-    model = policy.model
-    assert model.manifold is not None
-    norm = model.normalizer
-    smin, smax = norm.state_min.numpy(), norm.state_max.numpy()
-    scale = np.maximum((smax - smin) / 2.0, 1e-6)
-    s, a = demonstration_tensors(
-        [np.asarray(states, np.float64)],
-        [np.asarray(actions, np.float64)],
-        scale,
-        norm.action_min.numpy().astype(np.float64),
-        norm.action_max.numpy().astype(np.float64),
-        policy.config.manifold.seq_len,
-    )
-    with torch.no_grad():
-        mu, _ = model.manifold.encode(s, a)
-        k = norm.latent_to_knob(mu)[0].numpy().astype(np.float64)
-    b = policy.config.z_bound
-    return np.clip(k, -b, b)
-
-
-def adapt_z_from_demonstration(
-    policy: PDPPolicy,
-    states: np.ndarray,
-    actions: np.ndarray,
-    *,
-    steps: int = 300,
-    lr: float = 3e-3,
-    grad_clip: float = 1.0,
-    batch_size: int = 64,
-    z_init: np.ndarray | str | None = None,
-    seed: int = 0,
-    set_knob: bool = True,
-) -> AdaptResult:
-    """Fit z to one demonstration by minimising the denoising loss; weights stay frozen.
-
-    Only a fresh ``z`` tensor is given to the optimiser and every weight is detached from
-    autograd for the duration (``requires_grad`` is restored afterwards), so the network
-    is bitwise unchanged.
-
-    Args:
-        policy: A PDP (z_dim > 0).
-        states: (T, state_dim) states of the demonstration.
-        actions: (T, action_dim) actions of the demonstration.
-        steps: Adam steps.
-        lr: Adam learning rate.
-        grad_clip: Gradient-norm clip on z.
-        batch_size: Windows x noise draws per step (windows are sampled with replacement).
-        z_init: Start (knob space): None = the prior mean 0 (the paper), ``"encoder"`` =
-            the manifold encoder's guess for this demonstration (refined by the same loss), or
-            a value.
-        seed: Seed of noise/timestep/window draws.
-        set_knob: Set the policy's ``z`` knob to the result.
-
-    Returns:
-        The adapted z with the loss history.
-    """
-    z_dim = _require_z(policy)
-    if steps < 1 or lr <= 0 or grad_clip <= 0:
-        raise ConfigError(
-            f"bad adaptation settings steps={steps}, lr={lr}, grad_clip={grad_clip}",
-            fix="use steps >= 1, lr > 0, grad_clip > 0",
-        )
+def _check_demonstration(
+    policy: PDPPolicy, states: np.ndarray, actions: np.ndarray
+) -> Demonstrations:
     cfg = policy.config
-    model = policy.model
     demonstration = Demonstrations(
         [np.asarray(states, np.float64)], [np.asarray(actions, np.float64)]
     )
@@ -130,30 +87,135 @@ def adapt_z_from_demonstration(
             f"{cfg.state_dim}/{cfg.action_dim}",
             fix="record the demonstration on the policy's env",
         )
-    obs_np, chunks_np, _ = make_windows(demonstration, cfg.n_obs_steps, cfg.horizon)
+    return demonstration
+
+
+def _windows(policy: PDPPolicy, demonstration: Demonstrations) -> tuple[torch.Tensor, torch.Tensor]:
+    """The denoiser's training windows of ``demonstration`` for the policy's variant, normalised."""
+    model = policy.model
+    obs_np, chunks_np, _ = policy_windows(demonstration, policy.config)
     with torch.no_grad():
         obs = model.encode_obs(torch.as_tensor(obs_np, dtype=torch.float32))
         act = model.normalizer.norm_action(torch.as_tensor(chunks_np, dtype=torch.float32))
+    return obs, act
+
+
+def default_batch_size(policy: PDPPolicy) -> int:
+    """Noise/timestep draws per step: :data:`REFERENCE_SAMPLES` for the ``reference`` variant,
+    :data:`RECEDING_BATCH` for ``receding``."""
+    return REFERENCE_SAMPLES if policy.config.variant == "reference" else RECEDING_BATCH
+
+
+def encode_demonstration(policy: PDPPolicy, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """Knob-space z of one demonstration from the manifold encoder (amortised inference, no search).
+
+    The encoder sees the demonstration preprocessed as in the policy variant's training
+    (:meth:`PDPModel.encode_demonstrations`).
+
+    Args:
+        policy: A PDP (z_dim > 0) whose checkpoint holds the manifold.
+        states: (T, state_dim) states of the demonstration.
+        actions: (T, action_dim) actions of the demonstration.
+
+    Returns:
+        (z_dim,) encoder mean mapped to knob space, clipped to the knob bounds.
+    """
+    _require_z(policy)
+    _check_demonstration(policy, states, actions)
+    model = policy.model
+    with torch.no_grad():
+        raw = model.encode_demonstrations(
+            [np.asarray(states, np.float64)], [np.asarray(actions, np.float64)]
+        )
+        k = model.normalizer.latent_to_knob(raw)[0].numpy().astype(np.float64)
+    b = policy.config.z_bound
+    return np.clip(k, -b, b)
+
+
+def adapt_z_from_demonstration(
+    policy: PDPPolicy,
+    states: np.ndarray,
+    actions: np.ndarray,
+    *,
+    steps: int = ADAPT_STEPS,
+    lr: float = ADAPT_LR,
+    grad_clip: float = 1.0,
+    batch_size: int | None = None,
+    z_init: ZInit | np.ndarray = "encoder",
+    seed: int = 0,
+    set_knob: bool = True,
+) -> AdaptResult:
+    """Fit z to one demonstration by minimising the denoising loss; weights stay frozen.
+
+    The defaults are the reference method (``ftl_igm`` of Valarzz/pdp ``adapt.py``): z starts
+    at the encoder's z of the demonstration, then ``steps`` Adam steps at ``lr`` with the
+    gradient norm clipped to ``grad_clip``, each on ``batch_size`` noise/timestep draws. Only a
+    fresh ``z`` tensor is given to the optimiser and every weight is detached from autograd for
+    the duration (``requires_grad`` is restored afterwards), so the network is bitwise
+    unchanged. z stays inside the knob bounds.
+
+    Args:
+        policy: A PDP (z_dim > 0).
+        states: (T, state_dim) states of the demonstration.
+        actions: (T, action_dim) actions of the demonstration.
+        steps: Adam steps.
+        lr: Adam learning rate.
+        grad_clip: Gradient-norm clip on z.
+        batch_size: Windows x noise draws per step (windows drawn with replacement); None:
+            :func:`default_batch_size` (16 for ``reference``, as the reference's K).
+        z_init: Start (knob space): ``"encoder"`` = the manifold encoder's z of this
+            demonstration (the reference method), ``"zero"`` = the prior mean (ablation), or a
+            value.
+        seed: Seed of noise/timestep/window draws.
+        set_knob: Set the policy's ``z`` knob to the result.
+
+    Returns:
+        The adapted z with the loss history and the start.
+    """
+    z_dim = _require_z(policy)
+    batch = default_batch_size(policy) if batch_size is None else batch_size
+    if steps < 1 or lr <= 0 or grad_clip <= 0 or batch < 1:
+        raise ConfigError(
+            f"bad adaptation settings steps={steps}, lr={lr}, grad_clip={grad_clip}, "
+            f"batch_size={batch}",
+            fix="use steps >= 1, lr > 0, grad_clip > 0, batch_size >= 1",
+        )
+    cfg = policy.config
+    model = policy.model
+    demonstration = _check_demonstration(policy, states, actions)
+    obs, act = _windows(policy, demonstration)
     if isinstance(z_init, str):
-        if z_init != "encoder":
-            raise ConfigError(f"unknown z_init {z_init!r}", fix="use None, 'encoder' or a vector")
-        z0 = encode_demonstration(policy, states, actions)
+        if z_init not in ("encoder", "zero"):
+            raise ConfigError(
+                f"unknown z_init {z_init!r}",
+                fix="use z_init='encoder' (the reference), 'zero' (ablation) or a vector",
+            )
+        z0 = (
+            encode_demonstration(policy, states, actions)
+            if z_init == "encoder"
+            else np.zeros(z_dim)
+        )
     else:
-        z0 = np.zeros(z_dim) if z_init is None else np.asarray(z_init, dtype=np.float64)
-    z = torch.tensor(z0, dtype=torch.float32, requires_grad=True)
+        z0 = np.asarray(z_init, dtype=np.float64).reshape(-1)
+        if z0.shape != (z_dim,):
+            raise ConfigError(
+                f"z_init has shape {z0.shape}, the policy's z has ({z_dim},)",
+                fix=f"give {z_dim} numbers, 'encoder' or 'zero'",
+            )
+    bound = float(cfg.z_bound)
+    z = torch.tensor(np.clip(z0, -bound, bound), dtype=torch.float32, requires_grad=True)
     opt = torch.optim.Adam([z], lr=lr)
     gen = torch.Generator().manual_seed(seed)
     params = list(model.parameters())
     flags = [p.requires_grad for p in params]
-    bound = float(cfg.z_bound)
     history: list[float] = []
     model.eval()
     try:
         for p in params:
             p.requires_grad_(False)
         for _ in range(steps):
-            idx = torch.randint(0, len(obs), (batch_size,), generator=gen)
-            loss = model.compute_loss(obs[idx], act[idx], z[None].expand(batch_size, -1), gen)
+            idx = torch.randint(0, len(obs), (batch,), generator=gen)
+            loss = model.compute_loss(obs[idx], act[idx], z[None].expand(batch, -1), gen)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_([z], grad_clip)
@@ -167,7 +229,80 @@ def adapt_z_from_demonstration(
     result = z.detach().numpy().astype(np.float64)
     if set_knob:
         policy.set_knob("z", result)
-    return AdaptResult(result, history, steps)
+    return AdaptResult(result, history, steps, np.asarray(z0, dtype=np.float64))
+
+
+def finetune_on_demonstration(
+    policy: PDPPolicy,
+    states: np.ndarray,
+    actions: np.ndarray,
+    *,
+    steps: int = ADAPT_STEPS,
+    lr: float = FINETUNE_LR,
+    grad_clip: float = 1.0,
+    batch_size: int | None = None,
+    seed: int = 0,
+) -> tuple[PDPPolicy, list[float]]:
+    """Fine-tune a COPY of ``policy``'s denoiser on one demonstration (weights updated).
+
+    The baseline with the information of one-demonstration adaptation: the plain diffusion
+    policy (``z_dim=0``) gets the same demonstration, the same training windows of its
+    variant (:func:`~policies.diffusion.processor_pdp.policy_windows`), the same number of
+    gradient steps and draws per step as :func:`adapt_z_from_demonstration`, but moves its
+    weights instead of z (Adam, denoising loss; a PDP is fine-tuned at its current knob z).
+    ``policy`` itself is untouched.
+
+    Args:
+        policy: The policy to fine-tune (usually the plain DP).
+        states: (T, state_dim) states of the demonstration.
+        actions: (T, action_dim) actions of the demonstration.
+        steps: Adam steps (use the adaptation's, for the same budget).
+        lr: Adam learning rate.
+        grad_clip: Gradient-norm clip on the denoiser's weights.
+        batch_size: Windows x noise draws per step; None: :func:`default_batch_size`.
+        seed: Seed of noise/timestep/window draws.
+
+    Returns:
+        The fine-tuned policy (a new :class:`PDPPolicy` with the same ``noise_seed`` and knob
+        values) and the loss per step.
+    """
+    batch = default_batch_size(policy) if batch_size is None else batch_size
+    if steps < 1 or lr <= 0 or grad_clip <= 0 or batch < 1:
+        raise ConfigError(
+            f"bad fine-tuning settings steps={steps}, lr={lr}, grad_clip={grad_clip}, "
+            f"batch_size={batch}",
+            fix="use steps >= 1, lr > 0, grad_clip > 0, batch_size >= 1",
+        )
+    demonstration = _check_demonstration(policy, states, actions)
+    model = copy.deepcopy(policy.model)
+    tuned = PDPPolicy(model, noise_seed=policy.noise_seed)
+    z_value = policy.get_knob("z") if policy.config.uses_z else None
+    if z_value is not None:
+        tuned.set_knob("z", z_value)
+    obs, act = _windows(tuned, demonstration)
+    z = None if z_value is None else torch.as_tensor(z_value, dtype=torch.float32)
+    params = [p for p in model.denoiser.parameters()]
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.Adam(params, lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    history: list[float] = []
+    model.train()
+    try:
+        for _ in range(steps):
+            idx = torch.randint(0, len(obs), (batch,), generator=gen)
+            zz = None if z is None else z[None].expand(batch, -1)
+            loss = model.compute_loss(obs[idx], act[idx], zz, gen)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, grad_clip)
+            opt.step()
+            history.append(loss.item())
+    finally:
+        model.eval()
+        for p in params:
+            p.grad = None
+    return tuned, history
 
 
 def search_z_cem(
@@ -183,6 +318,9 @@ def search_z_cem(
     seed: int = 0,
 ) -> AdaptResult:
     """Cross-entropy method over z for a constraint-only objective (no demonstration).
+
+    The project's extension: neither the paper nor the reference code searches z without a
+    demonstration.
 
     Args:
         cost: ``cost(Z) -> costs`` for candidates Z (P, z_dim) (lower is better), e.g. the

@@ -47,6 +47,9 @@ class PDPPolicy(KnobMixin, Policy):
     Args:
         model: The network (EMA weights for inference).
         noise_seed: Seed of the sampling noise, re-applied at every :meth:`reset`.
+
+    Attributes:
+        noise_per_episode: Mix the episode seed into the noise (:meth:`seed_episode`).
     """
 
     def __init__(self, model: PDPModel, noise_seed: int = 0) -> None:
@@ -69,6 +72,7 @@ class PDPPolicy(KnobMixin, Policy):
             )
         self._history: deque[np.ndarray] = deque(maxlen=cfg.n_obs_steps)
         self.noise_seed = int(noise_seed)
+        self.noise_per_episode = True
         self._generator = torch.Generator().manual_seed(self.noise_seed)
         self._z_cache: tuple[bytes, torch.Tensor] | None = None
 
@@ -84,8 +88,13 @@ class PDPPolicy(KnobMixin, Policy):
 
         :func:`embodied.loop.rollout` calls it with the reset seed, so ``embodied eval`` and
         the experiments sample the same noise for the same episode; ``noise_seed`` selects
-        another noise stream for all episodes (best-of-N over the initial noise).
+        another noise stream for all episodes. With ``noise_per_episode = False`` every
+        episode draws the noise of ``noise_seed`` alone (best-of-N over the initial noise:
+        the noise found best on search episodes is the noise used on new ones).
         """
+        if not self.noise_per_episode:  # the same noise in every episode: a searched stream
+            self._generator.manual_seed(self.noise_seed)
+            return
         state = np.random.SeedSequence([self.noise_seed % 2**64, int(seed) % 2**64]).generate_state(
             2
         )

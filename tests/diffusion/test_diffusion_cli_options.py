@@ -1,9 +1,11 @@
-"""``embodied train pdp``: generated config options reach the checkpoint's config.json."""
+"""``embodied train pdp`` and ``embodied pdp experiment``: generated config options reach the
+configs."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from typer.testing import CliRunner
 
@@ -28,3 +30,33 @@ def test_train_pdp_options_reach_the_config(reach_dataset: Path, tmp_path: Path)
     assert more.exit_code == 0, more.output
     cfg = json.loads((out / "config.json").read_text())
     assert (cfg["steps"], cfg["hidden_dim"], cfg["horizon"]) == (4, 24, 4)
+
+
+def test_pdp_experiment_budget_and_options(monkeypatch: Any, tmp_path: Path) -> None:
+    """``--budget`` picks a preset; options given explicitly override it, the rest keep it."""
+    from embodied.apps.cli import app, cmd_pdp
+    from embodied.apps.experiments.pdp import BUDGETS, PDPExperimentConfig
+
+    seen: list[PDPExperimentConfig] = []
+
+    def fake(out: Path, cfg: PDPExperimentConfig) -> dict[str, Any]:
+        seen.append(cfg)
+        return {"runs": [], "aggregate": {}}
+
+    monkeypatch.setattr(cmd_pdp, "run_experiment", fake)
+    monkeypatch.setattr(cmd_pdp, "results_markdown", lambda runs, agg: "")
+    argv = ["pdp", "experiment", "--out", str(tmp_path), "--budget", "cpu"]
+    argv += ["--modes", "receding", "--seeds", "4", "--n-eval", "60"]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    (cfg,) = seen
+    cpu = BUDGETS["cpu"]
+    assert (cfg.modes, cfg.seeds, cfg.evaluation.n_eval) == (("receding",), 4, 60)
+    assert cfg.steps == cpu["steps"]  # not given: the preset's
+    assert cfg.evaluation.n_shift_eval == cpu["evaluation"]["n_shift_eval"]
+    assert cfg.evaluation.scenes == cpu["evaluation"]["scenes"]
+    result = CliRunner().invoke(app, ["pdp", "experiment", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert seen[-1] == PDPExperimentConfig()  # full budget: the protocol defaults
+    bad = CliRunner().invoke(app, ["pdp", "experiment", "--out", str(tmp_path), "--budget", "x"])
+    assert bad.exit_code != 0 and "unknown experiment budget 'x'" in str(bad.exception)

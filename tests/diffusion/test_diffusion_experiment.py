@@ -1,4 +1,5 @@
-"""The evaluation pipeline and the quick demo, end to end on mujoco:reach_around."""
+"""The evaluation pipeline (both policy variants) and the quick demo, end to end on
+mujoco:reach_around."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import numpy as np
 import pytest
 
 from embodied.apps.experiments.pdp import (
+    MODES,
     OBS_EXCLUDE,
+    SHIFT_DIAGNOSTICS,
     SHIFT_METHODS,
     PDPEvalConfig,
+    PDPExperimentConfig,
     collect_demonstrations,
     evaluate,
     quick_demo,
+    run_experiment,
 )
 from policies.diffusion.training_pdp import train_pdp
 from tests.diffusion.conftest import tiny_config
@@ -58,17 +63,18 @@ def test_evaluate_trained_pdp_succeeds_and_route_latents_choose_the_route(
         tmp_path / "eval",
         PDPEvalConfig(
             n_eval=5,
-            n_coverage=6,
             scenes=("block_left",),
             n_shift_eval=2,
             cem_iterations=1,
             cem_population=2,
             cem_rollouts=1,
             adapt_steps=3,
-            n_control=5,
+            interpolation_points=3,
+            interpolation_episodes=2,
             plot_grid=2,
         ),
     )
+    assert res["mode"] == "receding"
     control = res["route_control"]
     assert sorted(control) == list(ROUTES)
     match = {r: control[r]["route_match"] for r in ROUTES}
@@ -76,19 +82,49 @@ def test_evaluate_trained_pdp_succeeds_and_route_latents_choose_the_route(
     assert all(m >= 0.6 for m in match.values()), match  # 3 of 5 rollouts per route
     assert np.mean(list(match.values())) >= 0.7, match
     assert np.mean(list(success.values())) >= 0.6, success
-    for key in ("unshifted", "coverage", "shifted"):
+    for key in ("unshifted", "coverage", "shifted", "interpolation"):
         assert key in res
     assert res["unshifted"]["pdp_z0"]["n"] == 5
     row = res["shifted"]["block_left"]
-    for method in SHIFT_METHODS:
-        assert row[method] in (0.0, 0.5, 1.0), (method, row[method])  # 2 episodes each
+    for method in (*SHIFT_METHODS, *SHIFT_DIAGNOSTICS):
+        assert row[method]["success"] in (0.0, 0.5, 1.0), (method, row[method])  # 2 episodes
     saved = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert saved["route_control"] == json.loads(json.dumps(control))
-    assert saved["shifted"]["block_left"]["cem_rollouts"] == 2
+    assert saved["shifted"]["block_left"]["budget"]["search_rollouts"] == {
+        "dp_best_of_n": 2,
+        "pdp_search": 2,
+    }
     md = (tmp_path / "eval" / "results.md").read_text()
-    assert "PDP + one-demonstration adaptation (paper: z from 0)" in md and "block_left" in md
-    for png in ("latent_space.png", "interpolation.png"):
+    assert SHIFT_METHODS["pdp_adapt"] in md and "block_left" in md
+    for png in ("latent_space.png", "interpolation.png", "coverage.png"):
         assert (tmp_path / "eval" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_experiment_runs_both_modes_end_to_end(tmp_path: Path) -> None:
+    """The ``smoke`` budget: both variants, PDP + DP each, evaluated and tabulated (~15 s)."""
+    cfg = PDPExperimentConfig.for_budget("smoke", progress=False)
+    summary = run_experiment(tmp_path, cfg)
+    assert [(r["mode"], r["train_seed"]) for r in summary["runs"]] == [
+        ("reference", 0),
+        ("receding", 0),
+    ]
+    for mode in MODES:
+        for name in ("pdp", "dp"):
+            saved = json.loads((tmp_path / mode / "seed0" / name / "config.json").read_text())
+            assert saved["variant"] == mode and saved["z_dim"] == (0 if name == "dp" else 2)
+    first = summary["runs"][0]
+    seeds = json.loads((tmp_path / "demonstration_seeds.json").read_text())["seeds"]
+    assert len(seeds) == cfg.n_demonstrations and max(seeds) < cfg.evaluation.seed
+    assert first["unshifted"]["dp"]["seeds"] == list(range(1000, 1000 + cfg.evaluation.n_eval))
+    interp = first["interpolation"]["points"]
+    assert len(interp) == cfg.evaluation.interpolation_points
+    assert all({"alpha", "success", "routes", "n"} <= set(p) for p in interp)
+    md = (tmp_path / "results.md").read_text()
+    assert "| method | reference | receding |" in md
+    assert set(summary["aggregate"]) == set(MODES)
+    # a rerun reuses the checkpoints and reproduces the numbers (seeded episodes)
+    again = run_experiment(tmp_path, cfg)
+    assert again["aggregate"] == json.loads(json.dumps(summary["aggregate"]))
 
 
 def test_quick_demo_trains_and_rolls_out(tmp_path: Path) -> None:

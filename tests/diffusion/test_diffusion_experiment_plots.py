@@ -24,6 +24,7 @@ from embodied.apps.experiments.pdp_plots import (
     obstacle_boxes,
     plot_interpolation,
     plot_latents,
+    plot_route_histograms,
 )
 from embodied.errors import ConfigError
 from policies.diffusion.modeling_pdp import PDPModel
@@ -90,6 +91,26 @@ def test_latent_plot_renders_given_rows(tmp_path: Path) -> None:
     grid_z = [np.array([a, b]) for b in (-2.5, 2.5) for a in (-2.5, 2.5)]
     out = plot_latents(tmp_path / "l.png", latents, labels, grid_z, _rows(4), seed=3)
     assert out.read_bytes()[:8] == PNG
+
+
+def test_route_histogram_plot_draws_fractions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn: list[Any] = []
+    save = pdp_plots._save
+
+    def keep(fig: Any, path: Path) -> Path:
+        drawn.append(fig)
+        return save(fig, path)
+
+    monkeypatch.setattr(pdp_plots, "_save", keep)
+    routes = ("left", "center", "right")
+    hist = {"demonstrations": {"left": 1, "center": 2, "right": 1}, "PDP": {"center": 5}}
+    out = plot_route_histograms(tmp_path / "c.png", hist, routes)
+    assert out.read_bytes()[:8] == PNG
+    (ax,) = drawn[0].axes
+    heights = [p.get_height() for p in ax.patches]
+    np.testing.assert_allclose(heights, [0.25, 0.5, 0.25, 0.0, 1.0, 0.0])
 
 
 def test_plots_do_not_import_the_experiment() -> None:

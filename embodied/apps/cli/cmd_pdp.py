@@ -1,7 +1,8 @@
-"""Parameterized Diffusion Policy: evaluate, adapt z, demo.
+"""Parameterized Diffusion Policy: experiment, evaluate, adapt z, demo.
 
-`embodied pdp experiment` runs it all (collect demonstrations, train PDP + DP,
-evaluate); training alone is `embodied train pdp`.
+`embodied pdp experiment` runs it all (collect demonstrations, train PDP + DP in both policy
+variants and several training seeds, evaluate with equal-budget baselines, aggregate);
+training alone is `embodied train pdp`.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import typer
 
 from embodied.apps.cli._config_options import Opt, config_options
 from embodied.apps.experiments.pdp import (
+    BUDGETS,
     PDPEvalConfig,
     PDPExperimentConfig,
     aggregate,
-    aggregate_markdown,
     collect_demonstrations,
     constraint_cost,
     evaluate,
@@ -31,7 +32,7 @@ from embodied.apps.experiments.pdp import (
     success_rate,
 )
 from embodied.errors import ConfigError
-from embodied.io import write_json, write_text
+from embodied.io import read_json_file, write_json, write_text
 from policies.diffusion.adaptation import adapt_z_from_demonstration, search_z_cem
 from policies.diffusion.policy_pdp import PDPPolicy
 
@@ -43,28 +44,37 @@ def _threads(n: int) -> None:
 
 
 @pdp_app.command("experiment")
-@config_options(PDPEvalConfig, "n_eval", "n_shift_eval", "scenes", into="evaluation")
+@config_options(
+    PDPEvalConfig,
+    *(Opt(f, given_only=True) for f in ("n_eval", "n_shift_eval", "scenes", "adapt_steps")),
+    into="evaluation",
+)
 @config_options(
     PDPExperimentConfig,
-    Opt("n_demonstrations", flag="--demonstrations"),
-    "seeds",
-    "first_seed",
-    "steps",
+    Opt("n_demonstrations", flag="--demonstrations", given_only=True),
+    *(Opt(f, given_only=True) for f in ("seeds", "first_seed", "modes", "steps")),
 )
 def experiment_cmd(
     out: Path = typer.Option(
         ..., "--out", help="Output folder (demonstrations, checkpoints, results)."
+    ),
+    budget: str = typer.Option(
+        "full",
+        help=f"Budget preset {sorted(BUDGETS)}: full = 3 training seeds x both modes, 50 "
+        "episodes per cell, 6 scenes (hours on a CPU); cpu = about an hour on a CPU; smoke = "
+        "minutes. Options given explicitly override the preset.",
     ),
     threads: int = typer.Option(1, help="torch CPU threads."),
     *,
     config: dict[str, Any],
     evaluation: dict[str, Any],
 ) -> None:
-    """Full evaluation on mujoco:reach_around; writes results.json/.md and PNG plots."""
+    """Full evaluation on mujoco:reach_around (both policy variants, DP baselines with the same
+    budgets); writes results.json/.md and PNG plots."""
     _threads(threads)
-    cfg = PDPExperimentConfig(**config, evaluation=PDPEvalConfig(**evaluation))
+    cfg = PDPExperimentConfig.for_budget(budget, **config, evaluation=evaluation)
     summary = run_experiment(out, cfg)
-    print(json.dumps(summary["aggregate"], indent=1))
+    print(results_markdown(summary["runs"], summary["aggregate"]))
     print(f"wrote {out / 'results.md'}")
 
 
@@ -73,34 +83,40 @@ def aggregate_cmd(
     runs: list[Path] = typer.Argument(..., help="Output folders of `embodied pdp experiment`."),
     out: Path = typer.Option(..., "--out", help="Folder for the combined results.json/.md."),
 ) -> None:
-    """Combine experiment runs (e.g. one per training seed, run in parallel)."""
-    per_seed = []
+    """Combine experiment runs (e.g. one per training seed or mode, run in parallel)."""
+    all_runs: list[dict[str, Any]] = []
     for run in runs:
-        per_seed += json.loads((run / "results.json").read_text())["per_seed"]
-    agg = aggregate(per_seed)
+        data = read_json_file(run / "results.json", what="PDP experiment results")
+        if "runs" not in data:
+            raise ConfigError(
+                f"{run / 'results.json'} has no 'runs' (keys: {sorted(data)})",
+                fix="pass output folders of `embodied pdp experiment`",
+            )
+        all_runs += data["runs"]
+    agg = aggregate(all_runs)
     write_json(
         out / "results.json",
-        {"per_seed": per_seed, "aggregate": agg, "runs": [str(r) for r in runs]},
+        {"runs": all_runs, "aggregate": agg, "sources": [str(r) for r in runs]},
     )
-    md = aggregate_markdown(agg, len(per_seed))
-    write_text(out / "results.md", md + "\n" + "\n".join(results_markdown(r) for r in per_seed))
+    md = results_markdown(all_runs, agg)
+    write_text(out / "results.md", md)
     print(md)
 
 
 @pdp_app.command("eval")
-@config_options(PDPEvalConfig, "n_eval", "n_shift_eval", "scenes", "seed")
+@config_options(PDPEvalConfig, "n_eval", "n_shift_eval", "scenes", "seed", "adapt_steps")
 def eval_cmd(
     pdp: Path = typer.Option(..., "--pdp", help="PDP checkpoint folder (embodied train pdp)."),
-    dp: Path = typer.Option(..., "--dp", help="Same policy trained with --z-dim 0."),
+    dp: Path = typer.Option(..., "--dp", help="Same policy variant trained with --z-dim 0."),
     out: Path = typer.Option(..., "--out", help="Folder for results.json/.md and PNGs."),
     threads: int = typer.Option(1, help="torch CPU threads."),
     *,
     config: dict[str, Any],
 ) -> None:
-    """Evaluate PDP vs DP: success, mode coverage, shifted scenes, plots."""
+    """Evaluate PDP vs DP of one variant: success, mode coverage, shifted scenes, plots."""
     _threads(threads)
     res = evaluate(pdp, dp, out, PDPEvalConfig(**config))
-    print(results_markdown(res))
+    print(results_markdown([res]))
 
 
 ADAPT_DEMONSTRATION_SEED0 = 40000
@@ -113,39 +129,54 @@ ADAPT_EVAL_SEED0 = 50000
 """``pdp adapt``: first seed of the before/after evaluation episodes."""
 
 
+ADAPT_METHODS = ("demonstration", "demonstration-zero", "cem")
+"""``pdp adapt`` methods: the reference one-demonstration adaptation (encoder warm start +
+optimisation of z), the same from z = 0 (ablation), and the constraint-only CEM search (the
+project's extension)."""
+
+
 @pdp_app.command("adapt")
 def adapt_cmd(
     policy: Path = typer.Option(..., "--policy", help="PDP checkpoint folder."),
     scene: str = typer.Option("block_left", help="Shifted scene of mujoco:reach_around."),
     method: str = typer.Option(
         "demonstration",
-        help="demonstration (one expert demonstration) or cem (constraint only).",
+        help="demonstration (one expert demonstration; the reference: encoder warm start, then "
+        "Adam on z), demonstration-zero (the same from z = 0; ablation) or cem (constraint "
+        "only, no demonstration; the project's extension).",
     ),
-    steps: int = typer.Option(300, help="Adam steps (method=demonstration)."),
+    steps: int = typer.Option(300, help="Adam steps (demonstration methods)."),
     n_eval: int = typer.Option(10, help="Evaluation episodes before/after."),
     seed: int = typer.Option(0, help="Seed of the demonstration/search episodes."),
     threads: int = typer.Option(1, help="torch CPU threads."),
 ) -> None:
     """Adapt only z to a shifted scene and report success before/after (weights frozen)."""
     _threads(threads)
+    if method not in ADAPT_METHODS:
+        raise ConfigError(
+            f"unknown adaptation method --method {method!r}", fix=f"use one of {ADAPT_METHODS}"
+        )
     pol = PDPPolicy.from_pretrained(policy)
     env = make_env()
     ev = list(range(ADAPT_EVAL_SEED0 + seed, ADAPT_EVAL_SEED0 + seed + n_eval))
     before = success_rate(run_episodes(env, pol, ev, scene, z=np.zeros(pol.config.z_dim)))
-    if method == "demonstration":
-        demonstration = collect_demonstrations(
-            1, seed=ADAPT_DEMONSTRATION_SEED0 + seed, scene=scene
-        )
-        z = adapt_z_from_demonstration(
-            pol, demonstration.states[0], demonstration.actions[0], steps=steps, seed=seed
-        ).z
-    elif method == "cem":
+    if method == "cem":
         cost = constraint_cost(
             env, pol, scene, [ADAPT_CEM_SEED0 + seed, ADAPT_CEM_SEED0 + seed + 1]
         )
         z = search_z_cem(cost, pol.config.z_dim, bound=pol.config.z_bound, seed=seed).z
     else:
-        raise ConfigError(f"unknown adaptation method {method!r}", fix="use demonstration or cem")
+        demonstration = collect_demonstrations(
+            1, seed=ADAPT_DEMONSTRATION_SEED0 + seed, scene=scene
+        )
+        z = adapt_z_from_demonstration(
+            pol,
+            demonstration.states[0],
+            demonstration.actions[0],
+            steps=steps,
+            seed=seed,
+            z_init="encoder" if method == "demonstration" else "zero",
+        ).z
     after = success_rate(run_episodes(env, pol, ev, scene, z=z))
     print(
         json.dumps(

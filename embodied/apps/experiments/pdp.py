@@ -1,39 +1,77 @@
 """The PDP evaluation on ``mujoco:reach_around`` (multimodal reach around obstacles).
 
 Pipeline (``embodied pdp experiment``, :func:`run_experiment`): collect expert demonstrations
-(random route and speed) -> train PDP and the same diffusion policy without z (``z_dim=0``) ->
-evaluate (:func:`evaluate`):
+(random route and speed) -> per policy variant (:data:`MODES`: ``reference``, the reference
+code's open-loop whole-trajectory PDP, and ``receding``, the project's receding-horizon
+extension) and per training seed, train PDP and the same diffusion policy without z
+(``z_dim=0``, "DP") -> evaluate each pair (:func:`evaluate`) -> aggregate over training seeds
+(:func:`aggregate`):
 
-* success on unshifted scenes (PDP with z from the prior, PDP at z=0, plain DP);
-* mode coverage: route classes produced with z ~ N(0, I), and route control (z = the
-  mean latent of each route's demonstrations -> fraction of rollouts taking that route);
-* shifted scenes (passages closed by walls): plain DP vs PDP + one-demonstration adaptation
-  vs PDP + constraint search (CEM over z with sim rollouts);
-* plots: latent space coloured by route class, latent route map, trajectories along a
-  linear interpolation in z.
+* unshifted scene: DP, PDP with z from the prior N(0, I), PDP at z = 0, PDP at each route's
+  mean latent (route control: the fraction of rollouts taking that route);
+* mode coverage: the routes of PDP's prior rollouts next to the demonstrations' routes;
+* interpolation: success and route along the line between two route latents;
+* shifted scenes (passages closed by walls), each with one expert demonstration of the scene
+  and a search budget of simulator rollouts, the same for DP and PDP: DP; DP fine-tuned on the
+  demonstration (weights updated, same gradient steps as PDP's adaptation); DP best-of-N over
+  its sampling noise (as many search rollouts on the same seeds as PDP's search); PDP adapted
+  from z = 0 (ablation); PDP reference adaptation (encoder warm start + optimisation of z, the
+  paper's method); PDP constraint search (CEM over z, the project's extension); and, as
+  diagnostics, PDP at z = 0 and at the encoder's z without optimisation;
+* plots: latent space coloured by route class, latent route map, interpolation trajectories.
 
-Results go to ``results.json`` + ``results.md`` + PNGs in the output folder.
+Every rollout goes through :func:`embodied.loop.rollout` with the episode seed, as
+``embodied eval`` does (:func:`run_episodes`), so the same policy and seeds give the same
+per-episode outcome on both paths. Seeds of the training demonstrations, of each scene's
+demonstration and search rollouts and of the evaluation episodes are disjoint
+(:func:`seed_groups`, checked by :func:`check_disjoint`).
+
+Cells report success as mean ± std over training seeds with a Wilson 95 % interval on the
+pooled episodes. Results go to ``results.json`` + ``results.md`` (+ PNGs per run).
+
+Run time (measured on one CPU thread, 100 demonstrations): an episode takes ~0.05 s
+(``reference``, one open-loop sample) or ~0.11 s (``receding``); 300 steps of adaptation or
+fine-tuning take 4-8 s (``reference``) or 1-3 s (``receding``); a denoiser training step
+takes ~0.09 s (``reference``: 768 x 5 MLP, batch 256) or ~0.013 s (``receding``); a
+``reference`` manifold epoch takes ~6 s. The ``full`` budget (3 training seeds x 2
+variants, about 3650 episodes per run) thus spends ~40 min on evaluation in all, ~2 min of
+training per ``receding`` seed, but per ``reference`` seed ~25 min for the two denoisers
+(8000 steps each) and ~8 h for the manifold (5000 epochs): a day on one CPU thread, so train
+the reference variant on a GPU. ``cpu`` (:data:`BUDGETS`: 1500 denoiser steps, 100 manifold
+epochs, 30 episodes per cell, 3 scenes) takes about 1 h; ``smoke`` about 20 s.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import sim
-from embodied.apps.experiments.pdp_plots import obstacle_boxes, plot_interpolation, plot_latents
+from embodied.apps.evaluation.stats import wilson_interval
+from embodied.apps.experiments.pdp_plots import (
+    obstacle_boxes,
+    plot_interpolation,
+    plot_latents,
+    plot_route_histograms,
+)
 from embodied.datasets import DatasetWriter
-from embodied.io import write_json, write_text
+from embodied.errors import ConfigError
+from embodied.io import read_json_file, write_json, write_text
 from embodied.loop import rollout
 from policies.diffusion.adaptation import (
+    ADAPT_LR,
+    ADAPT_STEPS,
+    FINETUNE_LR,
     adapt_z_from_demonstration,
     encode_demonstration,
+    finetune_on_demonstration,
     search_z_cem,
 )
 from policies.diffusion.policy_pdp import PDPPolicy
@@ -45,15 +83,30 @@ ENV_ID = "mujoco:reach_around"
 OBS_EXCLUDE = ("vel_x", "vel_y", "goal_x", "goal_y")
 """State dims the experiment's policies do not see: velocity (= the last action, a copycat
 shortcut) and the absolute goal (redundant with position + goal offset)."""
+MODES = ("reference", "receding")
+"""Policy variants the experiment trains and evaluates (``PDPConfig.variant``)."""
+ROUTES = ("left", "center", "right")
+"""Route classes of reach_around (``classify_route``; ``none`` = no passage crossed)."""
+UNSHIFTED_METHODS: dict[str, str] = {
+    "dp": "DP",
+    "pdp_prior": "PDP, z ~ N(0, I) (prior)",
+    "pdp_z0": "PDP, z = 0",
+}
+"""Unshifted-scene methods (result key -> table row); route latents add ``pdp_route_<r>``."""
 SHIFT_METHODS: dict[str, str] = {
     "dp": "DP",
-    "pdp_z0": "PDP z=0",
-    "pdp_adapt_demonstration": "PDP + one-demonstration adaptation (paper: z from 0)",
-    "pdp_encoder_demonstration": "PDP + encoder z of the demonstration",
-    "pdp_adapt_demonstration_enc": "PDP + one-demonstration adaptation from encoder z",
-    "pdp_constraint_cem": "PDP + constraint search (CEM)",
+    "dp_finetune": "DP fine-tuned on the demonstration",
+    "dp_best_of_n": "DP best-of-N noise (search budget)",
+    "pdp_adapt_zero": "PDP adaptation from z = 0 [ablation]",
+    "pdp_adapt": "PDP reference adaptation (encoder + optimisation)",
+    "pdp_search": "PDP search (CEM) [extension]",
 }
-"""Shifted-scene methods (result key -> table header)."""
+"""Shifted-scene methods of the headline table (result key -> table row)."""
+SHIFT_DIAGNOSTICS: dict[str, str] = {
+    "pdp_z0": "PDP, z = 0 (no adaptation) [diagnostic]",
+    "pdp_encoder": "PDP, encoder z only (no optimisation) [diagnostic]",
+}
+"""Further shifted-scene cells reported below the headline rows."""
 SHIFTED_SCENES = (
     "block_left",
     "block_center",
@@ -62,80 +115,124 @@ SHIFTED_SCENES = (
     "block_center_right",
     "block_left_right",
 )
+DEMONSTRATION_SEED0 = 0
+"""First env seed of the training demonstrations (they take consecutive seeds)."""
+TRAIN_SEED_STRIDE = 100000
+"""Training seed ``k``'s evaluation starts at ``evaluation.seed + TRAIN_SEED_STRIDE * k``."""
+PRIOR_STREAM = 7919
+"""First entropy word of the prior draws: episode ``s`` draws z from
+``default_rng([PRIOR_STREAM, s])``, independent of which other episodes run."""
 
 
 @dataclass(frozen=True)
 class SeedOffsets:
-    """Offsets from :func:`evaluate`'s first seed of each group of rollouts (env + noise seeds).
+    """Offsets from :func:`evaluate`'s first seed of each group of rollouts (:func:`seed_groups`).
 
-    They keep the groups' seeds disjoint, so no two groups replay the same episodes and none
-    replays a training demonstration (demonstrations use seeds < 1000, the first evaluation
-    seed is 1000): the unshifted evaluation uses ``[seed, seed + n_eval)``; each shifted scene
-    ``i`` owns the block ``seed + shifted + i * scene_stride``, whose evaluation episodes start
-    at the block, whose one adaptation demonstration starts at ``+ shifted_demonstration`` and
-    whose CEM search rollouts start at ``+ cem_search``, so neither adaptation sees an episode
-    it is scored on. The groups stay disjoint with at most 500 episodes per group and 9
-    shifted scenes.
+    The unshifted evaluation (DP, PDP prior, z = 0, route latents, interpolation: a paired
+    comparison on the same episodes) uses ``[seed, seed + n_eval)``; each shifted scene ``i``
+    owns the block ``seed + shifted + i * scene_stride``: its evaluation episodes start at the
+    block, the seeds tried for its one demonstration at ``+ shifted_demonstration`` and its
+    search rollouts (PDP's CEM and DP's best-of-N, the same seeds) at ``+ search``, so no
+    adaptation or search sees an episode it is scored on. :func:`check_disjoint` verifies it
+    for the episode counts actually used, and against the training demonstrations' seeds.
     """
 
-    coverage: int = 5000
-    """Mode-coverage rollouts (z ~ N(0, I))."""
-    route_control: int = 7000
-    """Route-control rollouts (z = a route's mean latent)."""
     shifted: int = 10000
     """First shifted scene's block."""
     scene_stride: int = 1000
     """Distance between two shifted scenes' blocks."""
     shifted_demonstration: int = 500
-    """Within a scene's block: the expert demonstration of one-demonstration adaptation."""
-    cem_search: int = 600
-    """Within a scene's block: the CEM search rollouts."""
+    """Within a scene's block: seeds tried for the expert demonstration of the scene."""
+    demonstration_tries: int = 50
+    """Seeds tried at most for that demonstration (the expert avoids closed passages)."""
+    search: int = 600
+    """Within a scene's block: the search rollouts (CEM and best-of-N)."""
     latent_plot: int = 20000
     """Rollouts of the latent route-map plot."""
     interpolation_plot: int = 30000
     """Rollouts of the interpolation plot."""
 
 
+TUNING_SEEDS = range(90000, 100000)
+"""Env seeds reserved for tuning (e.g. a search over the DP's configuration or the
+fine-tuning learning rate): disjoint from the training demonstrations and from every seed
+group of every training seed's evaluation (:func:`evaluate` checks it)."""
 SEED_OFFSETS = SeedOffsets()
 """The seed offsets of the experiment."""
 CEM_STEP_COST = 1e-3
-"""CEM cost per control step of a search rollout, added to its failure (0 or 1): among z that
-succeed, prefer the faster ones; 120 steps (the horizon) cost less than one failure."""
+"""Search cost per control step of a search rollout, added to its failure (0 or 1): among z
+(or noise streams) that succeed, prefer the faster ones; 120 steps (the horizon) cost less
+than one failure."""
 LATENT_GRID_LIM = 2.5
-"""The latent route-map plot rolls out z on a grid over ``[-lim, lim]^2`` (knob space)."""
+"""The latent route-map plot rolls out z on a grid over ``[-lim, lim]^2`` (knob space), lim at
+least this, widened to cover the demonstration latents (the reference variant's raw latents)
+up to the knob bound."""
 
 
 @dataclass(frozen=True)
 class PDPEvalConfig:
-    """What :func:`evaluate` runs: episode counts, shifted scenes, search budgets, first seed.
+    """What :func:`evaluate` runs: episode counts, shifted scenes, budgets, first seed.
 
     Args:
-        n_eval: Unshifted evaluation episodes per method.
+        n_eval: Unshifted evaluation episodes per method (DP, PDP prior, z = 0, each route
+            latent).
         n_shift_eval: Episodes per shifted scene and method.
         scenes: Shifted scenes of mujoco:reach_around (passages closed by walls).
         seed: First evaluation seed (training demonstrations use seeds < 1000 by default).
-        n_coverage: Episodes with z ~ N(0, I) for mode coverage.
-        n_control: Episodes per route for route control (z = the route's mean latent).
-        adapt_steps: Adam steps of one-demonstration adaptation.
-        cem_iterations: CEM iterations of the constraint search.
-        cem_population: CEM candidates per iteration.
+        adapt_steps: Gradient steps of one-demonstration adaptation (z) and of the DP
+            fine-tuning (weights): the same budget.
+        adapt_lr: Adam learning rate of the z adaptation (the reference's 3e-3).
+        finetune_lr: Adam learning rate of the DP fine-tuning on the demonstration.
+        cem_iterations: CEM iterations of PDP's constraint search.
+        cem_population: CEM candidates per iteration; DP's best-of-N tries
+            ``cem_iterations * cem_population`` noise streams.
         cem_rollouts: Search rollouts per candidate (seeds disjoint from evaluation).
+        interpolation_points: Latents on the line between two route latents (ends included).
+        interpolation_episodes: Episodes per interpolation latent: the first evaluation seeds
+            (at most ``n_eval``).
         plot_grid: Latent grid size (per axis) of the route-map plot.
         plots: Write PNG plots.
     """
 
-    n_eval: int = 30
-    n_shift_eval: int = 15
+    n_eval: int = 50
+    n_shift_eval: int = 50
     scenes: tuple[str, ...] = SHIFTED_SCENES
     seed: int = 1000
-    n_coverage: int = 45
-    n_control: int = 15
-    adapt_steps: int = 300
+    adapt_steps: int = ADAPT_STEPS
+    adapt_lr: float = ADAPT_LR
+    finetune_lr: float = FINETUNE_LR
     cem_iterations: int = 3
     cem_population: int = 8
     cem_rollouts: int = 2
+    interpolation_points: int = 7
+    interpolation_episodes: int = 50
     plot_grid: int = 7
     plots: bool = True
+
+    def __post_init__(self) -> None:
+        for key in ("n_eval", "n_shift_eval", "adapt_steps", "cem_iterations", "cem_population"):
+            value = getattr(self, key)
+            if value < 1:
+                raise ConfigError(
+                    f"PDPEvalConfig.{key}={value} must be >= 1", fix=f"set {key} >= 1"
+                )
+        for key in ("cem_rollouts", "interpolation_episodes"):
+            value = getattr(self, key)
+            if value < 1:
+                raise ConfigError(
+                    f"PDPEvalConfig.{key}={value} must be >= 1", fix=f"set {key} >= 1"
+                )
+        if self.interpolation_points < 2:
+            raise ConfigError(
+                f"PDPEvalConfig.interpolation_points={self.interpolation_points} must be >= 2",
+                fix="use e.g. 7 (the two route latents and 5 points between them)",
+            )
+        unknown = [s for s in self.scenes if s not in SHIFTED_SCENES]
+        if unknown:
+            raise ConfigError(
+                f"PDPEvalConfig.scenes has unknown scenes {unknown}",
+                fix=f"use scenes from {SHIFTED_SCENES}",
+            )
 
 
 @dataclass(frozen=True)
@@ -144,27 +241,102 @@ class PDPExperimentConfig:
 
     Args:
         n_demonstrations: Expert demonstrations to collect.
-        seeds: Training seeds (PDP and DP trained per seed).
+        seeds: Training seeds (PDP and DP trained per seed and mode).
         first_seed: First training seed (seeds first..first+n-1).
-        steps: Diffusion training steps (None: PDPConfig's, 3000).
-        overrides: Further PDPConfig overrides of both policies, e.g. ``{"manifold.steps": 300}``.
+        modes: Policy variants to train and evaluate (``reference``, ``receding``).
+        steps: Diffusion training steps of every policy (None: each variant's own).
+        overrides: Further PDPConfig overrides of every policy, e.g. ``{"manifold.steps": 300}``.
+        mode_overrides: Per mode, PDPConfig overrides of that mode's policies.
+        dp_overrides: PDPConfig overrides of the plain DP only (e.g. a tuned configuration).
         evaluation: The evaluation of each training seed ``k``, whose first evaluation seed
             is ``evaluation.seed + 100000 * k``.
         progress: Show training progress bars.
     """
 
     n_demonstrations: int = 100
-    seeds: int = 1
+    seeds: int = 3
     first_seed: int = 0
+    modes: tuple[str, ...] = MODES
     steps: int | None = None
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    mode_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    dp_overrides: Mapping[str, Any] = field(default_factory=dict)
     evaluation: PDPEvalConfig = field(default_factory=PDPEvalConfig)
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        bad = [m for m in self.modes if m not in MODES]
+        if bad or not self.modes or len(set(self.modes)) != len(self.modes):
+            raise ConfigError(
+                f"PDPExperimentConfig.modes={self.modes!r} is invalid",
+                fix=f"give distinct modes from {MODES}",
+            )
+        if self.seeds < 1 or self.n_demonstrations < 2:
+            raise ConfigError(
+                f"PDPExperimentConfig seeds={self.seeds}, n_demonstrations="
+                f"{self.n_demonstrations} too small",
+                fix="use seeds >= 1 (3 by default) and n_demonstrations >= 2",
+            )
+        if self.seeds > 1 and self.evaluation.seed + TRAIN_SEED_STRIDE > 2**31:
+            raise ConfigError(f"evaluation seed {self.evaluation.seed} too large", fix="lower it")
 
     @property
     def train_seeds(self) -> tuple[int, ...]:
         """The training seeds ``first_seed .. first_seed + seeds - 1``."""
         return tuple(range(self.first_seed, self.first_seed + self.seeds))
+
+    @classmethod
+    def for_budget(cls, budget: str, **fields: Any) -> PDPExperimentConfig:
+        """The config of a :data:`BUDGETS` entry with ``fields`` on top (``evaluation`` fields
+        as a mapping under ``"evaluation"``).
+
+        Raises:
+            ConfigError: ``budget`` is unknown.
+        """
+        if budget not in BUDGETS:
+            raise ConfigError(
+                f"unknown experiment budget {budget!r}", fix=f"use one of {sorted(BUDGETS)}"
+            )
+        preset = dict(BUDGETS[budget])
+        ev = {**dict(preset.pop("evaluation", {})), **dict(fields.pop("evaluation", {}))}
+        return cls(**{**preset, **fields}, evaluation=PDPEvalConfig(**ev))
+
+
+BUDGETS: dict[str, dict[str, Any]] = {
+    "full": {},
+    "cpu": {
+        "steps": 1500,
+        "overrides": {"manifold.epochs": 100, "manifold.steps": 400},
+        "evaluation": {
+            "n_eval": 30,
+            "n_shift_eval": 30,
+            "scenes": ("block_left", "block_center", "block_right"),
+        },
+    },
+    "smoke": {
+        "n_demonstrations": 12,
+        "seeds": 1,
+        "steps": 30,
+        "overrides": {"manifold.epochs": 5, "manifold.steps": 10},
+        "evaluation": {
+            "n_eval": 3,
+            "n_shift_eval": 2,
+            "scenes": ("block_left",),
+            "adapt_steps": 3,
+            "cem_iterations": 1,
+            "cem_population": 2,
+            "cem_rollouts": 1,
+            "interpolation_points": 3,
+            "interpolation_episodes": 1,
+            "plots": False,
+        },
+    },
+}
+"""Experiment budgets (:meth:`PDPExperimentConfig.for_budget`): ``full`` = the defaults (3
+training seeds, 50 episodes per cell, 6 scenes, each variant's training budget); ``cpu`` = a
+run feasible on a CPU in about an hour (shorter training, 30 episodes per cell, 3 scenes;
+below the protocol's 50 episodes: for checks, not for claims); ``smoke`` = the pipeline in
+minutes (tests)."""
 
 
 def make_env(terminate_on_block: bool = True) -> Any:
@@ -183,6 +355,9 @@ def collect_demonstrations(
     out_dir: str | Path | None = None,
     scene: str = "default",
     route: str | None = None,
+    *,
+    max_seeds: int | None = None,
+    seeds_used: list[int] | None = None,
 ) -> Demonstrations:
     """Roll out the scripted expert (random route/speed) for ``n`` successful demonstrations.
 
@@ -192,6 +367,11 @@ def collect_demonstrations(
         out_dir: Also write them as a dataset folder (robomimic shards) when given.
         scene: Scene of every episode.
         route: Force one route (None: random among open passages).
+        max_seeds: Try at most this many seeds (None: no limit).
+        seeds_used: Appended with the seed of each kept demonstration.
+
+    Raises:
+        ConfigError: ``max_seeds`` seeds gave fewer than ``n`` successful demonstrations.
     """
     env = make_env()
     writer = DatasetWriter(out_dir, env_args=env.describe()) if out_dir is not None else None
@@ -200,6 +380,12 @@ def collect_demonstrations(
     labels: list[str] = []
     s = seed
     while len(states) < n:
+        if max_seeds is not None and s - seed >= max_seeds:
+            raise ConfigError(
+                f"the expert succeeded {len(states)} times in {max_seeds} seeds from {seed} "
+                f"(scene {scene!r}, route {route!r}), {n} demonstrations wanted",
+                fix="raise max_seeds (SeedOffsets.demonstration_tries) or check the scene",
+            )
         expert = env.unwrapped.expert(route=route, avoid_blocked=True)
         ep = rollout(env, expert, seed=s, reset_options={"scene": scene}, record_images=False)
         s += 1
@@ -209,10 +395,17 @@ def collect_demonstrations(
         ep.meta["speed_mps"] = expert.current_speed
         if writer is not None:
             writer.add(ep)
+        if seeds_used is not None:
+            seeds_used.append(s - 1)
         states.append(ep.observations["state"].astype(np.float64))
         actions.append(ep.actions)
         labels.append(expert.current_route)
     return Demonstrations(states, actions, labels, env.describe())
+
+
+def prior_z(seed: int, z_dim: int) -> np.ndarray:
+    """Episode ``seed``'s draw of z from the prior N(0, I) (reproducible per episode)."""
+    return np.random.default_rng([PRIOR_STREAM, int(seed)]).standard_normal(z_dim)
 
 
 def run_episodes(
@@ -222,16 +415,20 @@ def run_episodes(
     scene: str = "default",
     z: np.ndarray | Sequence[np.ndarray] | Sequence[float] | None = None,
 ) -> list[dict[str, Any]]:
-    """Roll out ``policy`` once per seed; ``z`` is one latent or one per seed."""
+    """Roll out ``policy`` once per seed, exactly as ``embodied eval`` rolls out an episode.
+
+    Each episode is ``embodied.loop.rollout(env, policy, seed=seed)`` (the rollout seeds the
+    policy's sampling noise from ``(policy.noise_seed, seed)``); the default scene passes no
+    reset options, as ``embodied eval`` does. ``z`` is one latent or one per seed (clipped to
+    the knob bounds).
+    """
     rows = []
+    options = None if scene == "default" else {"scene": scene}
     for i, seed in enumerate(seeds):
         if z is not None:
             zi = z[i] if isinstance(z, Sequence) or np.ndim(z) == 2 else z
             policy.set_knob("z", np.clip(zi, -policy.config.z_bound, policy.config.z_bound))
-        policy.noise_seed = int(seed)
-        ep = rollout(
-            env, policy, seed=int(seed), reset_options={"scene": scene}, record_images=False
-        )
+        ep = rollout(env, policy, seed=int(seed), reset_options=options, record_images=False)
         rows.append(
             {
                 "seed": int(seed),
@@ -250,23 +447,142 @@ def success_rate(rows: Sequence[dict[str, Any]]) -> float:
     return float(np.mean([r["success"] for r in rows])) if rows else float("nan")
 
 
-def constraint_cost(
-    env: Any, policy: Any, scene: str, seeds: Sequence[int]
-) -> Callable[[np.ndarray], np.ndarray]:
-    """The constraint-only CEM cost of a shifted scene (no demonstration, only sim rollouts).
+def cell(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One result cell: success rate, count, n, per-episode outcomes and seeds, and the route
+    histogram of the successful episodes."""
+    outcomes = [int(r["success"]) for r in rows]
+    return {
+        "success": success_rate(rows),
+        "successes": int(sum(outcomes)),
+        "n": len(rows),
+        "outcomes": outcomes,
+        "seeds": [int(r["seed"]) for r in rows],
+        "routes": dict(Counter(r["route"] for r in rows if r["success"])),
+    }
 
-    ``cost(Z)[k]`` is the mean over ``seeds`` of ``failure + CEM_STEP_COST * steps`` of
-    ``policy`` run at ``Z[k]`` in ``scene`` (failure: a closed passage's wall hit or timeout).
+
+def episode_cost(rows: Sequence[dict[str, Any]]) -> float:
+    """Search cost of rollouts: mean of ``failure + CEM_STEP_COST * steps``."""
+    return float(np.mean([1.0 - r["success"] + CEM_STEP_COST * r["steps"] for r in rows]))
+
+
+@dataclass
+class ConstraintCost:
+    """The constraint-only search cost of a shifted scene (no demonstration, only sim rollouts).
+
+    ``cost(Z)[k]`` is :func:`episode_cost` of ``policy`` run at ``Z[k]`` in ``scene`` on
+    ``seeds`` (failure: a closed passage's wall hit or timeout). ``rollouts`` counts the
+    simulator episodes spent.
     """
 
-    def cost(cands: np.ndarray) -> np.ndarray:
+    env: Any
+    policy: Any
+    scene: str
+    seeds: Sequence[int]
+    rollouts: int = 0
+
+    def __call__(self, cands: np.ndarray) -> np.ndarray:
+        """Costs of the candidates ``cands`` (P, z_dim)."""
         vals = []
         for zc in cands:
-            rr = run_episodes(env, policy, seeds, scene, z=zc)
-            vals.append(np.mean([1.0 - r["success"] + CEM_STEP_COST * r["steps"] for r in rr]))
+            rows = run_episodes(self.env, self.policy, self.seeds, self.scene, z=zc)
+            self.rollouts += len(rows)
+            vals.append(episode_cost(rows))
         return np.asarray(vals)
 
-    return cost
+
+def constraint_cost(env: Any, policy: Any, scene: str, seeds: Sequence[int]) -> ConstraintCost:
+    """The :class:`ConstraintCost` of ``policy`` in ``scene`` on the search ``seeds``."""
+    return ConstraintCost(env, policy, scene, list(seeds))
+
+
+@dataclass
+class NoiseSearchResult:
+    """Outcome of :func:`best_of_n_noise`.
+
+    Attributes:
+        noise_seed: The chosen noise stream (lowest cost, first on ties).
+        costs: Cost of each candidate stream ``0 .. n - 1``.
+        rollouts: Simulator episodes spent.
+    """
+
+    noise_seed: int
+    costs: list[float]
+    rollouts: int
+
+
+def best_of_n_noise(
+    env: Any, policy: PDPPolicy, scene: str, seeds: Sequence[int], n: int
+) -> NoiseSearchResult:
+    """Best-of-N over the sampling noise of a policy (e.g. the plain DP) in a shifted scene.
+
+    The DP's counterpart of PDP's constraint search with the same simulator budget: the
+    noises of ``noise_seed = 0 .. n - 1`` are each rolled out on the search ``seeds``, the
+    same noise in every episode (``noise_per_episode = False``), and scored with
+    :func:`episode_cost`; the lowest cost wins and is evaluated the same way, so the noise
+    that worked in search is the noise used on unseen episodes. The policy's noise settings
+    are restored afterwards.
+
+    Raises:
+        ConfigError: ``n < 1``.
+    """
+    if n < 1:
+        raise ConfigError(f"best-of-N needs n >= 1 candidates, got {n}", fix="use n >= 1")
+    costs: list[float] = []
+    rollouts = 0
+    saved = policy.noise_seed, policy.noise_per_episode
+    try:
+        policy.noise_per_episode = False
+        for k in range(n):
+            policy.noise_seed = k
+            rows = run_episodes(env, policy, seeds, scene)
+            rollouts += len(rows)
+            costs.append(episode_cost(rows))
+    finally:
+        policy.noise_seed, policy.noise_per_episode = saved
+    return NoiseSearchResult(int(np.argmin(costs)), costs, rollouts)
+
+
+def seed_groups(config: PDPEvalConfig, offsets: SeedOffsets = SEED_OFFSETS) -> dict[str, range]:
+    """Every group of env seeds :func:`evaluate` uses with ``config``, by name.
+
+    ``evaluation`` (unshifted, shared by all its methods), per scene ``<scene>/evaluation``,
+    ``<scene>/demonstration`` (seeds tried for its one demonstration) and ``<scene>/search``
+    (PDP's CEM and DP's best-of-N), ``latent_plot`` and ``interpolation_plot``.
+    """
+    s = config.seed
+    groups: dict[str, range] = {"evaluation": range(s, s + config.n_eval)}
+    for i, scene in enumerate(config.scenes):
+        base = s + offsets.shifted + offsets.scene_stride * i
+        groups[f"{scene}/evaluation"] = range(base, base + config.n_shift_eval)
+        d0 = base + offsets.shifted_demonstration
+        groups[f"{scene}/demonstration"] = range(d0, d0 + offsets.demonstration_tries)
+        c0 = base + offsets.search
+        groups[f"{scene}/search"] = range(c0, c0 + config.cem_rollouts)
+    if config.plots:
+        groups["latent_plot"] = range(s + offsets.latent_plot, s + offsets.latent_plot + 1)
+        p0 = s + offsets.interpolation_plot
+        groups["interpolation_plot"] = range(p0, p0 + 1)
+    return groups
+
+
+def check_disjoint(groups: Mapping[str, Sequence[int]]) -> None:
+    """Raise if two seed groups share a seed.
+
+    Raises:
+        ConfigError: naming the two groups and a shared seed.
+    """
+    owner: dict[int, str] = {}
+    for name, seeds in groups.items():
+        for seed in seeds:
+            other = owner.setdefault(int(seed), name)
+            if other != name:
+                raise ConfigError(
+                    f"seed groups {other!r} and {name!r} share env seed {seed}",
+                    fix="lower n_eval / n_shift_eval / cem_rollouts, move evaluation.seed, or "
+                    "widen SeedOffsets, so training, adaptation, search and evaluation episodes "
+                    "stay disjoint",
+                )
 
 
 def latent_grid_rollouts(
@@ -279,6 +595,14 @@ def latent_grid_rollouts(
     return zs, run_episodes(env, policy, [seed] * len(zs), z=zs)
 
 
+def interpolation_ends(centroids: Mapping[str, np.ndarray]) -> tuple[str, str]:
+    """The two route latents interpolated: left and right, else the first two routes."""
+    keys = [k for k in ("left", "right") if k in centroids]
+    if len(keys) < 2:
+        keys = sorted(centroids)[:2]
+    return keys[0], keys[-1]
+
+
 def interpolation_rollouts(
     env: Any, policy: Any, centroids: Mapping[str, np.ndarray], seed: int, n: int = 7
 ) -> tuple[tuple[str, str], np.ndarray, list[dict[str, Any]]]:
@@ -289,13 +613,32 @@ def interpolation_rollouts(
         The two routes interpolated, the weights a and the rows (for
         :func:`plot_interpolation`).
     """
-    keys = [k for k in ("left", "right") if k in centroids]
-    if len(keys) < 2:
-        keys = sorted(centroids)[:2]
-    za, zb = centroids[keys[0]], centroids[keys[-1]]
+    a, b = interpolation_ends(centroids)
     alphas = np.linspace(0.0, 1.0, n)
-    zs = [(1 - a) * za + a * zb for a in alphas]
-    return (keys[0], keys[-1]), alphas, run_episodes(env, policy, [seed] * n, z=zs)
+    zs = [(1 - w) * centroids[a] + w * centroids[b] for w in alphas]
+    return (a, b), alphas, run_episodes(env, policy, [seed] * n, z=zs)
+
+
+def interpolation_results(
+    env: Any,
+    policy: Any,
+    centroids: Mapping[str, np.ndarray],
+    seeds: Sequence[int],
+    n: int = 7,
+) -> dict[str, Any]:
+    """Success and routes at ``n`` latents on the line between two route latents.
+
+    Returns:
+        ``{"ends": [a, b], "points": [{"alpha", "z", **cell}, ...]}`` with one
+        :func:`cell` per point over ``seeds``.
+    """
+    a, b = interpolation_ends(centroids)
+    points = []
+    for w in np.linspace(0.0, 1.0, n):
+        z = (1 - w) * centroids[a] + w * centroids[b]
+        rows = run_episodes(env, policy, seeds, z=z)
+        points.append({"alpha": float(w), "z": z.tolist(), **cell(rows)})
+    return {"ends": [a, b], "points": points}
 
 
 def write_interpolation_plot(
@@ -315,142 +658,231 @@ def route_centroids(latents: np.ndarray, labels: Sequence[str]) -> dict[str, np.
     return out
 
 
+def coverage_of(routes: Mapping[str, int]) -> dict[str, Any]:
+    """Route classes covered (of :data:`ROUTES`) and the entropy of a route histogram."""
+    p = np.array([routes.get(k, 0) for k in ROUTES], float)
+    q = p[p > 0] / max(p.sum(), 1.0)
+    return {
+        "route_counts": {k: int(routes.get(k, 0)) for k in ROUTES},
+        "classes_covered": int((p > 0).sum()),
+        "entropy_nats": max(0.0, float(-(q * np.log(q)).sum())),
+    }
+
+
+def shifted_scene(
+    env: Any,
+    pdp: PDPPolicy,
+    dp: PDPPolicy,
+    scene: str,
+    index: int,
+    config: PDPEvalConfig,
+    groups: Mapping[str, range],
+) -> dict[str, Any]:
+    """Every shifted-scene method in ``scene`` (see :data:`SHIFT_METHODS`), same budgets.
+
+    Information: DP gets nothing; DP fine-tuned, PDP adaptation from z = 0 and PDP reference
+    adaptation get the scene's one demonstration and ``adapt_steps`` gradient steps; DP
+    best-of-N and PDP search get the same search rollouts (``cem_iterations *
+    cem_population`` candidates x ``cem_rollouts`` seeds, the same seeds).
+
+    Returns:
+        One :func:`cell` per method and a ``budget`` record of what each method spent.
+
+    Raises:
+        RuntimeError: the two searches spent different numbers of rollouts (a bug).
+    """
+    ev = list(groups[f"{scene}/evaluation"])
+    demo_seeds = groups[f"{scene}/demonstration"]
+    search_seeds = list(groups[f"{scene}/search"])
+    used: list[int] = []
+    demonstration = collect_demonstrations(
+        1, seed=demo_seeds.start, scene=scene, max_seeds=len(demo_seeds), seeds_used=used
+    )
+    states, actions = demonstration.states[0], demonstration.actions[0]
+    entry: dict[str, Any] = {"dp": cell(run_episodes(env, dp, ev, scene))}
+    t = time.perf_counter()
+    tuned, ft_loss = finetune_on_demonstration(
+        dp, states, actions, steps=config.adapt_steps, lr=config.finetune_lr, seed=index
+    )
+    ft_s = time.perf_counter() - t
+    entry["dp_finetune"] = cell(run_episodes(env, tuned, ev, scene))
+    z_dim = pdp.config.z_dim
+    entry["pdp_z0"] = cell(run_episodes(env, pdp, ev, scene, z=np.zeros(z_dim)))
+    z_enc = encode_demonstration(pdp, states, actions)
+    entry["pdp_encoder"] = cell(run_episodes(env, pdp, ev, scene, z=z_enc))
+    t = time.perf_counter()
+    ad = adapt_z_from_demonstration(
+        pdp, states, actions, steps=config.adapt_steps, lr=config.adapt_lr, seed=index
+    )
+    ad_s = time.perf_counter() - t
+    entry["pdp_adapt"] = cell(run_episodes(env, pdp, ev, scene, z=ad.z))
+    ad0 = adapt_z_from_demonstration(
+        pdp,
+        states,
+        actions,
+        steps=config.adapt_steps,
+        lr=config.adapt_lr,
+        seed=index,
+        z_init="zero",
+    )
+    entry["pdp_adapt_zero"] = cell(run_episodes(env, pdp, ev, scene, z=ad0.z))
+    cost = constraint_cost(env, pdp, scene, search_seeds)
+    t = time.perf_counter()
+    cem = search_z_cem(
+        cost,
+        z_dim,
+        bound=pdp.config.z_bound,
+        iterations=config.cem_iterations,
+        population=config.cem_population,
+        elites=max(1, config.cem_population // 4),
+        seed=index,
+    )
+    cem_s = time.perf_counter() - t
+    entry["pdp_search"] = cell(run_episodes(env, pdp, ev, scene, z=cem.z))
+    t = time.perf_counter()
+    bon = best_of_n_noise(env, dp, scene, search_seeds, cem.evaluations)
+    bon_s = time.perf_counter() - t
+    saved = dp.noise_seed, dp.noise_per_episode
+    try:
+        dp.noise_seed, dp.noise_per_episode = bon.noise_seed, False
+        entry["dp_best_of_n"] = cell(run_episodes(env, dp, ev, scene))
+    finally:
+        dp.noise_seed, dp.noise_per_episode = saved
+    if bon.rollouts != cost.rollouts:
+        raise RuntimeError(
+            f"unequal search budgets in {scene}: DP best-of-N {bon.rollouts} rollouts, "
+            f"PDP search {cost.rollouts}"
+        )
+    entry["budget"] = {
+        "demonstration_seed": used[0],
+        "demonstration_route": demonstration.labels[0],
+        "demonstration_steps": len(states),
+        "gradient_steps": config.adapt_steps,
+        "search_seeds": search_seeds,
+        "search_rollouts": {"dp_best_of_n": bon.rollouts, "pdp_search": cost.rollouts},
+        "seconds": {
+            "dp_finetune": ft_s,
+            "pdp_adapt": ad_s,
+            "pdp_search": cem_s,
+            "dp_best_of_n": bon_s,
+        },
+    }
+    entry["latents"] = {
+        "encoder": z_enc.tolist(),
+        "pdp_adapt": ad.z.tolist(),
+        "pdp_adapt_zero": ad0.z.tolist(),
+        "pdp_search": cem.z.tolist(),
+    }
+    entry["dp_best_of_n_noise_seed"] = bon.noise_seed
+    entry["dp_finetune_loss"] = [ft_loss[0], ft_loss[-1]]
+    return entry
+
+
 def evaluate(
     pdp_dir: str | Path,
     dp_dir: str | Path,
     out_dir: str | Path,
     config: PDPEvalConfig | None = None,
+    *,
+    training_seeds: Sequence[int] = (),
 ) -> dict[str, Any]:
-    """Evaluate a trained PDP against the plain DP and write results + plots.
+    """Evaluate a trained PDP against the plain DP of the same variant; write results + plots.
 
     Args:
         pdp_dir: PDP checkpoint (``embodied train pdp``; its train state holds the latents).
         dp_dir: The same policy trained with ``--z-dim 0``.
         out_dir: Where ``results.json``, ``results.md`` and PNGs go.
-        config: Episode counts, scenes, search budgets and the first seed.
+        config: Episode counts, scenes, budgets and the first seed.
+        training_seeds: Env seeds of the training demonstrations (checked disjoint from
+            every seed used here and from :data:`TUNING_SEEDS`).
+
+    Raises:
+        ConfigError: The two checkpoints are of different variants, or seed groups overlap.
     """
     cfg = config or PDPEvalConfig()
     t0 = time.perf_counter()
+    groups = seed_groups(cfg)
+    check_disjoint(
+        {"training demonstrations": list(training_seeds), "tuning": TUNING_SEEDS, **groups}
+    )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     env = make_env()
     pdp = PDPPolicy.from_pretrained(pdp_dir)
     dp = PDPPolicy.from_pretrained(dp_dir)
+    mode = str(pdp.config.variant)
+    if dp.config.variant != mode or dp.config.uses_z or not pdp.config.uses_z:
+        raise ConfigError(
+            f"evaluate needs a PDP and a plain DP of one variant; got {pdp_dir} "
+            f"({pdp.config.variant}, z_dim={pdp.config.z_dim}) and {dp_dir} "
+            f"({dp.config.variant}, z_dim={dp.config.z_dim})",
+            fix="train both with the same variant, the DP with --z-dim 0",
+        )
     latents, labels = load_train_latents(pdp_dir)
     centroids = route_centroids(latents, labels)
-    rng = np.random.default_rng(cfg.seed)
-    eval_seeds = list(range(cfg.seed, cfg.seed + cfg.n_eval))
-    res: dict[str, Any] = {"env_id": ENV_ID, "pdp": str(pdp_dir), "dp": str(dp_dir)}
+    z_dim = pdp.config.z_dim
+    ev = list(groups["evaluation"])
+    res: dict[str, Any] = {
+        "env_id": ENV_ID,
+        "mode": mode,
+        "pdp": str(pdp_dir),
+        "dp": str(dp_dir),
+        "config": asdict(cfg),
+        "seed_groups": {k: [v.start, v.stop] for k, v in groups.items()},
+    }
 
-    # ---- unshifted success -----------------------------------------------------------------
-    prior_z = [rng.standard_normal(pdp.config.z_dim) for _ in eval_seeds]
+    # ---- unshifted: success, route control, coverage, interpolation ------------------------
     rows = {
-        "dp": run_episodes(env, dp, eval_seeds),
-        "pdp_prior": run_episodes(env, pdp, eval_seeds, z=prior_z),
-        "pdp_z0": run_episodes(env, pdp, eval_seeds, z=np.zeros(pdp.config.z_dim)),
+        "dp": run_episodes(env, dp, ev),
+        "pdp_prior": run_episodes(env, pdp, ev, z=[prior_z(s, z_dim) for s in ev]),
+        "pdp_z0": run_episodes(env, pdp, ev, z=np.zeros(z_dim)),
     }
-    res["unshifted"] = {
-        k: {"success": success_rate(v), "n": len(v), "routes": dict(Counter(r["route"] for r in v))}
-        for k, v in rows.items()
-    }
-
-    # ---- mode coverage and route control --------------------------------------------------
-    off = SEED_OFFSETS
-    cov_seeds = list(range(cfg.seed + off.coverage, cfg.seed + off.coverage + cfg.n_coverage))
-    cov_z = [rng.standard_normal(pdp.config.z_dim) for _ in cov_seeds]
-    cov_pdp = run_episodes(env, pdp, cov_seeds, z=cov_z)
-    cov_dp = run_episodes(env, dp, cov_seeds)
-    n_routes = 3
-    res["coverage"] = {}
-    for name, rr in (("pdp_prior", cov_pdp), ("dp", cov_dp)):
-        ok = [r["route"] for r in rr if r["success"]]
-        counts = Counter(ok)
-        p = np.array([counts.get(k, 0) for k in ("left", "center", "right")], float)
-        q = p[p > 0] / max(p.sum(), 1.0)
-        ent = max(0.0, float(-(q * np.log(q)).sum()))
-        res["coverage"][name] = {
-            "classes_covered": int((p > 0).sum()),
-            "coverage": float((p > 0).sum() / n_routes),
-            "route_counts": dict(counts),
-            "entropy_nats": ent,
+    control: dict[str, Any] = {}
+    for route, zc in centroids.items():
+        rr = run_episodes(env, pdp, ev, z=zc)
+        rows[f"pdp_route_{route}"] = rr
+        matches = int(sum(r["route"] == route for r in rr))
+        control[route] = {
+            "z": zc.tolist(),
+            "route_match": matches / len(rr),
+            "matches": matches,
             "n": len(rr),
             "success": success_rate(rr),
         }
-    res["coverage"]["demonstrations"] = {"route_counts": dict(Counter(labels))}
-    control = {}
-    control_seeds = list(
-        range(cfg.seed + off.route_control, cfg.seed + off.route_control + cfg.n_control)
-    )
-    for route, zc in centroids.items():
-        rr = run_episodes(env, pdp, control_seeds, z=zc)
-        control[route] = {
-            "z": zc.tolist(),
-            "route_match": float(np.mean([r["route"] == route for r in rr])),
-            "success": success_rate(rr),
-        }
+    res["unshifted"] = {k: cell(v) for k, v in rows.items()}
     res["route_control"] = control
+    res["coverage"] = {
+        "demonstrations": coverage_of(Counter(labels)),
+        "pdp_prior": coverage_of(res["unshifted"]["pdp_prior"]["routes"]),
+        "dp": coverage_of(res["unshifted"]["dp"]["routes"]),
+    }
+    res["interpolation"] = interpolation_results(
+        env, pdp, centroids, ev[: cfg.interpolation_episodes], cfg.interpolation_points
+    )
 
-    # ---- shifted scenes -------------------------------------------------------------------------
-    shifted: dict[str, Any] = {}
-    for si, scene in enumerate(cfg.scenes):
-        base = cfg.seed + off.shifted + off.scene_stride * si
-        ev = list(range(base, base + cfg.n_shift_eval))
-        entry: dict[str, Any] = {}
-        entry["dp"] = success_rate(run_episodes(env, dp, ev, scene))
-        entry["pdp_z0"] = success_rate(run_episodes(env, pdp, ev, scene, z=np.zeros(2)))
-        # one demonstration of the shifted scene (expert through an open passage), adapt z only
-        demonstration = collect_demonstrations(
-            1, seed=base + off.shifted_demonstration, scene=scene
-        )
-        t_a = time.perf_counter()
-        ad = adapt_z_from_demonstration(
-            pdp, demonstration.states[0], demonstration.actions[0], steps=cfg.adapt_steps, seed=si
-        )
-        entry["adapt_seconds"] = time.perf_counter() - t_a
-        entry["pdp_adapt_demonstration"] = success_rate(run_episodes(env, pdp, ev, scene, z=ad.z))
-        entry["adapt_z"] = ad.z.tolist()
-        entry["adapt_demonstration_route"] = demonstration.labels[0]
-        # beyond the paper: the encoder's guess for the demonstration, alone and refined
-        z_enc = encode_demonstration(pdp, demonstration.states[0], demonstration.actions[0])
-        entry["pdp_encoder_demonstration"] = success_rate(
-            run_episodes(env, pdp, ev, scene, z=z_enc)
-        )
-        ad_enc = adapt_z_from_demonstration(
-            pdp,
-            demonstration.states[0],
-            demonstration.actions[0],
-            steps=cfg.adapt_steps,
-            seed=si,
-            z_init=z_enc,
-        )
-        entry["pdp_adapt_demonstration_enc"] = success_rate(
-            run_episodes(env, pdp, ev, scene, z=ad_enc.z)
-        )
-        entry["encoder_z"] = z_enc.tolist()
-        entry["adapt_enc_z"] = ad_enc.z.tolist()
-        # constraint only: CEM over z, cost = failure (wall hit / timeout) of search rollouts
-        search_seeds = list(range(base + off.cem_search, base + off.cem_search + cfg.cem_rollouts))
-        t_c = time.perf_counter()
-        cem = search_z_cem(
-            constraint_cost(env, pdp, scene, search_seeds),
-            pdp.config.z_dim,
-            bound=pdp.config.z_bound,
-            iterations=cfg.cem_iterations,
-            population=cfg.cem_population,
-            elites=max(1, cfg.cem_population // 4),
-            seed=si,
-        )
-        entry["cem_seconds"] = time.perf_counter() - t_c
-        entry["cem_rollouts"] = cem.evaluations * cfg.cem_rollouts
-        entry["pdp_constraint_cem"] = success_rate(run_episodes(env, pdp, ev, scene, z=cem.z))
-        entry["cem_z"] = cem.z.tolist()
-        shifted[scene] = entry
-    res["shifted"] = shifted
-    res["seconds"] = time.perf_counter() - t0
+    # ---- shifted scenes -------------------------------------------------------------------
+    res["shifted"] = {
+        scene: shifted_scene(env, pdp, dp, scene, i, cfg, groups)
+        for i, scene in enumerate(cfg.scenes)
+    }
     if cfg.plots:
-        grid_seed = cfg.seed + off.latent_plot
-        grid_z, grid_rows = latent_grid_rollouts(env, pdp, grid_seed, grid=cfg.plot_grid)
+        grid_seed = groups["latent_plot"].start
+        lim = float(np.abs(latents).max()) * 1.2 if latents.size else LATENT_GRID_LIM
+        lim = min(max(LATENT_GRID_LIM, lim), float(pdp.config.z_bound))
+        grid_z, grid_rows = latent_grid_rollouts(env, pdp, grid_seed, grid=cfg.plot_grid, lim=lim)
+        cov = res["coverage"]
         res["plots"] = {
+            "coverage": str(
+                plot_route_histograms(
+                    out / "coverage.png",
+                    {
+                        "demonstrations": cov["demonstrations"]["route_counts"],
+                        "PDP z ~ N(0, I)": cov["pdp_prior"]["route_counts"],
+                        "DP": cov["dp"]["route_counts"],
+                    },
+                    ROUTES,
+                )
+            ),
             "latents": str(
                 plot_latents(
                     out / "latent_space.png", latents, labels, grid_z, grid_rows, seed=grid_seed
@@ -462,187 +894,343 @@ def evaluate(
                     env,
                     pdp,
                     centroids,
-                    cfg.seed + off.interpolation_plot,
+                    groups["interpolation_plot"].start,
                 )
             ),
         }
+    res["seconds"] = time.perf_counter() - t0
     write_json(out / "results.json", res)
-    write_text(out / "results.md", results_markdown(res))
+    write_text(out / "results.md", results_markdown([res]))
     return res
 
 
-def results_markdown(res: dict[str, Any]) -> str:
-    """The results as markdown tables."""
-    pct = lambda x: f"{100 * x:.0f}%"  # noqa: E731
-    u = res["unshifted"]
-    lines = [
-        f"# PDP on `{res['env_id']}`",
-        "",
-        "## Unshifted scenes",
-        "",
-        "| method | success | routes |",
-        "|---|---|---|",
-    ]
-    names = {"dp": "DP (no z)", "pdp_prior": "PDP, z ~ N(0, I)", "pdp_z0": "PDP, z = 0"}
-    for k, label in names.items():
-        lines.append(f"| {label} | {pct(u[k]['success'])} (n={u[k]['n']}) | {u[k]['routes']} |")
-    c = res["coverage"]
-    lines += [
-        "",
-        "## Mode coverage (successful episodes' route classes)",
-        "",
-        "| method | classes covered | entropy (nats, max 1.10) | counts |",
-        "|---|---|---|---|",
-    ]
-    for k, label in (("pdp_prior", "PDP, z ~ N(0, I)"), ("dp", "DP (noise only)")):
-        lines.append(
-            f"| {label} | {c[k]['classes_covered']}/3 | {c[k]['entropy_nats']:.2f} | "
-            f"{c[k]['route_counts']} |"
-        )
-    lines += [
-        "",
-        f"Demonstrations: {c['demonstrations']['route_counts']}",
-        "",
-        "## Route control (z = mean latent of a route's demonstrations)",
-        "",
-        "| route | rollouts taking it | success |",
-        "|---|---|---|",
-    ]
-    for r, v in res["route_control"].items():
-        lines.append(f"| {r} | {pct(v['route_match'])} | {pct(v['success'])} |")
-    lines += [
-        "",
-        "## Shifted scenes (success)",
-        "",
-        "| scene | " + " | ".join(SHIFT_METHODS.values()) + " |",
-        "|---|" + "---|" * len(SHIFT_METHODS),
-    ]
-    means: dict[str, list[float]] = {k: [] for k in SHIFT_METHODS}
-    for scene, v in res["shifted"].items():
-        lines.append(f"| {scene} | " + " | ".join(pct(v[k]) for k in SHIFT_METHODS) + " |")
-        for k in means:
-            means[k].append(v[k])
-    if res["shifted"]:
-        lines.append(
-            "| **mean** | "
-            + " | ".join(f"**{pct(float(np.mean(means[k])))}**" for k in means)
-            + " |"
-        )
-    lines += ["", f"Evaluation wall time: {res['seconds']:.0f} s.", ""]
-    return "\n".join(lines)
+# ---- aggregation and tables -------------------------------------------------------------------
 
 
-def aggregate(per_seed: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Mean and std over training seeds of the headline numbers."""
+def pooled_stat(per_seed: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    """Statistics of one cell over training seeds, from ``(successes, n)`` per seed.
 
-    def stat(values: list[float]) -> dict[str, float]:
-        return {"mean": float(np.mean(values)), "std": float(np.std(values)), "n": len(values)}
+    Returns:
+        ``mean`` and ``std`` (sample std, ddof=1; 0 for one seed) of the per-seed rates,
+        pooled ``successes`` and ``n``, the Wilson 95 % interval of the pooled episodes and the
+        number of seeds.
+    """
+    rates = [k / n for k, n in per_seed if n > 0]
+    k_all = int(sum(k for k, _ in per_seed))
+    n_all = int(sum(n for _, n in per_seed))
+    lo, hi = wilson_interval(k_all, n_all)
+    return {
+        "mean": float(np.mean(rates)) if rates else math.nan,
+        "std": float(np.std(rates, ddof=1)) if len(rates) > 1 else 0.0,
+        "successes": k_all,
+        "n": n_all,
+        "wilson": [lo, hi],
+        "seeds": len(per_seed),
+    }
 
-    out: dict[str, Any] = {"unshifted": {}, "coverage": {}, "route_control": {}, "shifted": {}}
-    for k in per_seed[0]["unshifted"]:
-        out["unshifted"][k] = stat([r["unshifted"][k]["success"] for r in per_seed])
-    for k in ("pdp_prior", "dp"):
-        out["coverage"][k] = stat([r["coverage"][k]["coverage"] for r in per_seed])
-        out["coverage"][k + "_entropy"] = stat([r["coverage"][k]["entropy_nats"] for r in per_seed])
-    for route in per_seed[0]["route_control"]:
-        out["route_control"][route] = stat(
-            [
-                r["route_control"][route]["route_match"]
-                for r in per_seed
-                if route in r["route_control"]
-            ]
-        )
-    methods = tuple(SHIFT_METHODS)
-    for scene in per_seed[0]["shifted"]:
-        out["shifted"][scene] = {
-            m: stat([r["shifted"][scene][m] for r in per_seed]) for m in methods
-        }
-    if per_seed[0]["shifted"]:
-        out["shifted"]["mean"] = {
-            m: stat([float(np.mean([v[m] for v in r["shifted"].values()])) for r in per_seed])
-            for m in methods
-        }
+
+def format_stat(stat: Mapping[str, Any]) -> str:
+    """``"mean ± std [Wilson lo–hi] (n)"`` in percent."""
+    lo, hi = stat["wilson"]
+    return (
+        f"{100 * stat['mean']:.0f} ± {100 * stat['std']:.0f} "
+        f"[{100 * lo:.0f}–{100 * hi:.0f}] ({stat['n']})"
+    )
+
+
+def _by_mode(runs: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for r in runs:
+        out.setdefault(str(r.get("mode", "receding")), []).append(r)
     return out
 
 
-def aggregate_markdown(agg: dict[str, Any], n_seeds: int) -> str:
-    """Markdown of :func:`aggregate` (mean +- std over training seeds)."""
-    f = lambda s: f"{100 * s['mean']:.0f} ± {100 * s['std']:.0f}%"  # noqa: E731
-    lines = [
-        f"# PDP on `{ENV_ID}`: mean ± std over {n_seeds} training seed(s)",
-        "",
-        "| unshifted success | " + " | ".join(agg["unshifted"]) + " |",
-        "|---|" + "---|" * len(agg["unshifted"]),
-        "| | " + " | ".join(f(v) for v in agg["unshifted"].values()) + " |",
-        "",
-        "| mode coverage (of 3 routes) | PDP z ~ N(0, I) | DP (noise only) |",
-        "|---|---|---|",
-        f"| classes covered | {f(agg['coverage']['pdp_prior'])} | {f(agg['coverage']['dp'])} |",
-        "",
-        "| route control: z = route's mean latent | " + " | ".join(agg["route_control"]) + " |",
-        "|---|" + "---|" * len(agg["route_control"]),
-        "| rollouts taking that route | "
-        + " | ".join(f(v) for v in agg["route_control"].values())
-        + " |",
-        "",
-        "| shifted scene | " + " | ".join(SHIFT_METHODS.values()) + " |",
-        "|---|" + "---|" * len(SHIFT_METHODS),
+def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per mode, every cell's :func:`pooled_stat` over the runs (one per training seed).
+
+    Returns:
+        ``{mode: {"seeds", "unshifted", "route_control", "coverage", "interpolation",
+        "shifted": {scene | "all": {method: stat}}, "budget"}}``; ``all`` pools the scenes (a
+        seed's rate is its success over all scenes' episodes); ``budget`` holds the gradient
+        steps and search rollouts per scene.
+    """
+    out: dict[str, Any] = {}
+    for mode, rr in _by_mode(runs).items():
+        agg: dict[str, Any] = {"seeds": [r.get("train_seed") for r in rr]}
+        keys = [k for k in rr[0]["unshifted"] if all(k in r["unshifted"] for r in rr)]
+        agg["unshifted"] = {
+            k: pooled_stat([(r["unshifted"][k]["successes"], r["unshifted"][k]["n"]) for r in rr])
+            for k in keys
+        }
+        routes = sorted({k for r in rr for k in r["route_control"]})
+        agg["route_control"] = {
+            route: pooled_stat(
+                [
+                    (r["route_control"][route]["matches"], r["route_control"][route]["n"])
+                    for r in rr
+                    if route in r["route_control"]
+                ]
+            )
+            for route in routes
+        }
+        agg["coverage"] = {}
+        for name in ("demonstrations", "pdp_prior", "dp"):
+            counts: Counter[str] = Counter()
+            for r in rr:
+                counts.update(r["coverage"][name]["route_counts"])
+            covered = [r["coverage"][name]["classes_covered"] for r in rr]
+            agg["coverage"][name] = {
+                "route_counts": {k: int(counts.get(k, 0)) for k in ROUTES},
+                "classes_covered_mean": float(np.mean(covered)),
+                "classes_covered_min": int(np.min(covered)),
+            }
+        points = []
+        n_points = min(len(r["interpolation"]["points"]) for r in rr)
+        for i in range(n_points):
+            pts = [r["interpolation"]["points"][i] for r in rr]
+            counts = Counter()
+            for p in pts:
+                counts.update(p["routes"])
+            points.append(
+                {
+                    "alpha": pts[0]["alpha"],
+                    "success": pooled_stat([(p["successes"], p["n"]) for p in pts]),
+                    "routes": dict(counts),
+                }
+            )
+        agg["interpolation"] = {"ends": rr[0]["interpolation"]["ends"], "points": points}
+        methods = [*SHIFT_METHODS, *SHIFT_DIAGNOSTICS]
+        scenes = [s for s in rr[0]["shifted"] if all(s in r["shifted"] for r in rr)]
+        shifted: dict[str, Any] = {
+            s: {
+                m: pooled_stat(
+                    [(r["shifted"][s][m]["successes"], r["shifted"][s][m]["n"]) for r in rr]
+                )
+                for m in methods
+            }
+            for s in scenes
+        }
+        if scenes:
+            shifted["all"] = {
+                m: pooled_stat(
+                    [
+                        (
+                            sum(r["shifted"][s][m]["successes"] for s in scenes),
+                            sum(r["shifted"][s][m]["n"] for s in scenes),
+                        )
+                        for r in rr
+                    ]
+                )
+                for m in methods
+            }
+            budget = rr[0]["shifted"][scenes[0]]["budget"]
+            agg["budget"] = {
+                "search_rollouts_per_scene": budget["search_rollouts"]["pdp_search"],
+                "gradient_steps": budget["gradient_steps"],
+            }
+        agg["shifted"] = shifted
+        out[mode] = agg
+    return out
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(r) + " |" for r in rows),
     ]
-    for scene, v in agg["shifted"].items():
-        lines.append(f"| {scene} | " + " | ".join(f(v[m]) for m in SHIFT_METHODS) + " |")
-    return "\n".join(lines) + "\n"
+
+
+def results_markdown(
+    runs: Sequence[Mapping[str, Any]], agg: Mapping[str, Any] | None = None
+) -> str:
+    """The results as markdown: unshifted and shifted tables with a column per mode.
+
+    Args:
+        runs: :func:`evaluate` results (one per mode and training seed).
+        agg: Their :func:`aggregate` (computed when not given).
+    """
+    agg = aggregate(runs) if agg is None else agg
+    modes = [m for m in MODES if m in agg] + [m for m in agg if m not in MODES]
+    dash = "–"
+
+    def get(d: Mapping[str, Any], *keys: str) -> str:
+        for k in keys:
+            if not isinstance(d, Mapping) or k not in d:
+                return dash
+            d = d[k]
+        return format_stat(d)  # type: ignore[arg-type]
+
+    n_seeds = {m: len(agg[m]["seeds"]) for m in modes}
+    lines = [
+        f"# PDP on `{ENV_ID}`: " + ", ".join(f"{m} ({n_seeds[m]} training seed(s))" for m in modes),
+        "",
+        "Cells: success in %, mean ± std over training seeds [Wilson 95 % interval of the pooled "
+        "episodes] (pooled episodes). `reference` = the reference code's open-loop "
+        "whole-trajectory PDP; `receding` = the project's receding-horizon extension. DP = the "
+        "same policy without z (`z_dim=0`).",
+        "",
+        "## Unshifted scene",
+        "",
+    ]
+    routes = sorted({r for m in modes for r in agg[m]["route_control"]})
+    rows = [
+        [label, *(get(agg[m], "unshifted", k) for m in modes)]
+        for k, label in UNSHIFTED_METHODS.items()
+    ]
+    rows += [
+        [f"PDP, z = {r} route latent", *(get(agg[m], "unshifted", f"pdp_route_{r}") for m in modes)]
+        for r in routes
+    ]
+    lines += _table(["method", *modes], rows)
+    lines += ["", "## Shifted scenes (all scenes pooled)", ""]
+    rows = [
+        [label, *(get(agg[m], "shifted", "all", k) for m in modes)]
+        for k, label in SHIFT_METHODS.items()
+    ]
+    rows += [
+        [label, *(get(agg[m], "shifted", "all", k) for m in modes)]
+        for k, label in SHIFT_DIAGNOSTICS.items()
+    ]
+    lines += _table(["method", *modes], rows)
+    budget = [
+        f"{m}: {agg[m].get('budget', {}).get('gradient_steps', dash)} gradient steps on the one "
+        f"demonstration (z adaptation and DP fine-tuning), "
+        f"{agg[m].get('budget', {}).get('search_rollouts_per_scene', dash)} search rollouts per "
+        "scene (PDP search and DP best-of-N, the same seeds)"
+        for m in modes
+    ]
+    lines += ["", "Budgets per scene: " + "; ".join(budget) + ".", ""]
+    lines += ["## Mode coverage (routes of successful unshifted episodes)", ""]
+    cov_rows = []
+    for m in modes:
+        c = agg[m]["coverage"]
+        for name, label in (
+            ("demonstrations", "training demonstrations"),
+            ("pdp_prior", "PDP, z ~ N(0, I)"),
+            ("dp", "DP"),
+        ):
+            if name == "demonstrations" and m != modes[0]:
+                continue
+            counts = c[name]["route_counts"]
+            cov_rows.append(
+                [
+                    label if name == "demonstrations" else f"{m}: {label}",
+                    *(str(counts.get(r, 0)) for r in ROUTES),
+                    f"{c[name]['classes_covered_min']}/3",
+                ]
+            )
+    lines += _table(["", *ROUTES, "classes covered (min over seeds)"], cov_rows)
+    lines += ["", "## Route control (z = a route's mean latent: rollouts taking that route)", ""]
+    lines += _table(
+        ["route", *modes], [[r, *(get(agg[m], "route_control", r) for m in modes)] for r in routes]
+    )
+    for m in modes:
+        itp = agg[m]["interpolation"]
+        a, b = itp["ends"]
+        lines += ["", f"## Interpolation {m}: z = (1 - a) z_{a} + a z_{b}", ""]
+        lines += _table(
+            ["a", "success", "routes (successful)"],
+            [
+                [f"{p['alpha']:.2f}", format_stat(p["success"]), str(p["routes"])]
+                for p in itp["points"]
+            ],
+        )
+    for m in modes:
+        scenes = [s for s in agg[m]["shifted"] if s != "all"]
+        if not scenes:
+            continue
+        methods = {**SHIFT_METHODS, **SHIFT_DIAGNOSTICS}
+        lines += ["", f"## Shifted scenes per scene ({m})", ""]
+        lines += _table(
+            ["scene", *methods.values()],
+            [[s, *(get(agg[m], "shifted", s, k) for k in methods)] for s in scenes],
+        )
+    seconds = sum(float(r.get("seconds", 0.0)) for r in runs)
+    lines += ["", f"Evaluation wall time: {seconds:.0f} s.", ""]
+    return "\n".join(lines)
+
+
+def _train(
+    data_dir: Path,
+    ckpt: Path,
+    overrides: Mapping[str, Any],
+    progress: bool,
+) -> None:
+    if (ckpt / "config.json").exists() and not _unfinished(ckpt):
+        return
+    train_pdp(
+        data_dir,
+        ckpt,
+        None,
+        overrides=dict(overrides),
+        resume=(ckpt / "train_state.json").exists(),
+        progress=progress,
+    )
+
+
+def policy_overrides(config: PDPExperimentConfig, mode: str, seed: int, dp: bool) -> dict[str, Any]:
+    """The ``train_pdp`` overrides of one policy of the experiment (PDP or DP)."""
+    return {
+        "obs_exclude": list(OBS_EXCLUDE),
+        "variant": mode,
+        **dict(config.overrides),
+        **({"steps": config.steps} if config.steps else {}),
+        **dict(config.mode_overrides.get(mode, {})),
+        **(dict(config.dp_overrides) if dp else {}),
+        "z_dim": 0 if dp else 2,
+        "seed": seed,
+    }
 
 
 def run_experiment(
     out_dir: str | Path, config: PDPExperimentConfig | None = None
 ) -> dict[str, Any]:
-    """Collect demonstrations, train PDP and DP per training seed, evaluate, aggregate.
+    """Collect demonstrations, train PDP and DP per mode and training seed, evaluate, aggregate.
 
-    Writes ``OUT/demonstrations`` (dataset), ``OUT/seed<k>/{pdp,dp,eval}`` and
-    ``OUT/results.json`` + ``OUT/results.md`` (mean ± std over seeds). Existing checkpoints
-    are reused.
+    Writes ``OUT/demonstrations`` (dataset) + ``OUT/demonstration_seeds.json``,
+    ``OUT/<mode>/seed<k>/{pdp,dp,eval}`` and ``OUT/results.json`` + ``OUT/results.md``.
+    Existing checkpoints are reused (unfinished ones resumed).
     """
     cfg = config or PDPExperimentConfig()
     out = Path(out_dir)
     data_dir = out / "demonstrations"
-    if not (data_dir / "meta.json").exists():
-        collect_demonstrations(cfg.n_demonstrations, seed=0, out_dir=data_dir)
-    overrides = {**cfg.overrides, **({"steps": cfg.steps} if cfg.steps else {})}
-    per_seed = []
-    for s in cfg.train_seeds:
-        root = out / f"seed{s}"
-        for name, z_dim in (("pdp", 2), ("dp", 0)):
-            if not (root / name / "config.json").exists() or _unfinished(root / name):
-                resume = (root / name / "train_state.json").exists()
-                train_pdp(
-                    data_dir,
-                    root / name,
-                    None,
-                    overrides={
-                        "obs_exclude": list(OBS_EXCLUDE),
-                        **overrides,
-                        "z_dim": z_dim,
-                        "seed": s,
-                    },
-                    resume=resume,
-                    progress=cfg.progress,
-                )
-        evaluation = replace(cfg.evaluation, seed=cfg.evaluation.seed + 100000 * s)
-        res = evaluate(root / "pdp", root / "dp", root / "eval", evaluation)
-        per_seed.append(res)
+    seeds_file = out / "demonstration_seeds.json"
+    if not (data_dir / "meta.json").exists() or not seeds_file.exists():
+        # a run from before the seeds file: replay the (deterministic) collection to learn them
+        used: list[int] = []
+        collect_demonstrations(
+            cfg.n_demonstrations,
+            seed=DEMONSTRATION_SEED0,
+            out_dir=None if (data_dir / "meta.json").exists() else data_dir,
+            seeds_used=used,
+        )
+        write_json(seeds_file, {"seeds": used})
+    demo_seeds = list(read_json_file(seeds_file, what="demonstration seeds")["seeds"])
+    runs = []
+    for mode in cfg.modes:
+        for s in cfg.train_seeds:
+            root = out / mode / f"seed{s}"
+            for name, is_dp in (("pdp", False), ("dp", True)):
+                _train(data_dir, root / name, policy_overrides(cfg, mode, s, is_dp), cfg.progress)
+            evaluation = replace(cfg.evaluation, seed=cfg.evaluation.seed + TRAIN_SEED_STRIDE * s)
+            res = evaluate(
+                root / "pdp", root / "dp", root / "eval", evaluation, training_seeds=demo_seeds
+            )
+            res["train_seed"] = s
+            write_json(root / "eval" / "results.json", res)
+            runs.append(res)
+    agg = aggregate(runs)
     summary: dict[str, Any] = {
-        "per_seed": per_seed,
-        "aggregate": aggregate(per_seed),
+        "runs": runs,
+        "aggregate": agg,
+        "modes": list(cfg.modes),
         "train_seeds": list(cfg.train_seeds),
         "n_demonstrations": cfg.n_demonstrations,
+        "demonstration_seeds": [min(demo_seeds), max(demo_seeds)],
     }
     write_json(out / "results.json", summary)
-    write_text(
-        out / "results.md",
-        aggregate_markdown(summary["aggregate"], len(per_seed))
-        + "\n"
-        + "\n".join(results_markdown(r) for r in per_seed),
-    )
+    write_text(out / "results.md", results_markdown(runs, agg))
     return summary
 
 

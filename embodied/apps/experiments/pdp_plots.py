@@ -166,3 +166,29 @@ def plot_interpolation(
     ax.set_title(f"z = (1-a) z_{ends[0]} + a z_{ends[1]}")
     ax.legend(fontsize=7, loc="lower left")
     return _save(fig, Path(path))
+
+
+def plot_route_histograms(
+    path: str | Path, histograms: Mapping[str, Mapping[str, int]], routes: Sequence[str]
+) -> Path:
+    """Grouped bars: per source (e.g. demonstrations, PDP with z from the prior, DP) the
+    fraction of its episodes taking each route.
+
+    Args:
+        path: PNG written.
+        histograms: Source name -> route -> count.
+        routes: Route classes on the x axis, in order.
+    """
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    width = 0.8 / max(len(histograms), 1)
+    x = np.arange(len(routes))
+    for i, (name, counts) in enumerate(histograms.items()):
+        total = max(sum(counts.get(r, 0) for r in routes), 1)
+        frac = [counts.get(r, 0) / total for r in routes]
+        ax.bar(x + (i - (len(histograms) - 1) / 2) * width, frac, width, label=f"{name} ({total})")
+    ax.set_xticks(x, list(routes))
+    ax.set_ylabel("fraction of successful episodes")
+    ax.set_ylim(0.0, 1.0)
+    ax.legend(fontsize=8)
+    ax.set_title("route coverage")
+    return _save(fig, Path(path))
