@@ -52,8 +52,8 @@ def test_pdp_experiment_budget_and_options(monkeypatch: Any, tmp_path: Path) -> 
     (cfg,) = seen
     cpu = BUDGETS["cpu"]
     assert (cfg.modes, cfg.seeds, cfg.evaluation.n_eval) == (("receding",), 4, 60)
-    assert cfg.steps == cpu["steps"]  # not given: the preset's
-    assert cfg.evaluation.n_shift_eval == cpu["evaluation"]["n_shift_eval"]
+    assert cfg.overrides == cpu["overrides"]  # not given: the preset's
+    assert cfg.evaluation.n_shift_eval == 50  # the protocol's floor, kept by the cpu budget
     assert cfg.evaluation.scenes == cpu["evaluation"]["scenes"]
     result = CliRunner().invoke(app, ["pdp", "experiment", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output

@@ -61,8 +61,9 @@ def experiment_cmd(
     budget: str = typer.Option(
         "full",
         help=f"Budget preset {sorted(BUDGETS)}: full = 3 training seeds x both modes, 50 "
-        "episodes per cell, 6 scenes (hours on a CPU); cpu = about an hour on a CPU; smoke = "
-        "minutes. Options given explicitly override the preset.",
+        "episodes per cell, 6 scenes, the reference's 5000 manifold epochs (a GPU job); cpu = "
+        "the same protocol on the 3 one-wall scenes with 100 manifold epochs (hours on 2 CPU "
+        "cores); smoke = minutes. Options given explicitly override the preset.",
     ),
     threads: int = typer.Option(1, help="torch CPU threads."),
     *,
