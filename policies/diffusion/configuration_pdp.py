@@ -241,8 +241,8 @@ class PDPConfig:
             ``cosine_annealing`` (cosine from lr to ``min_lr``, the reference).
         min_lr: Final learning rate of ``cosine_annealing``.
         action_space: ``native`` (the env's actions) or ``position_targets`` (our adaptation
-            for velocity-action envs: the denoiser generates positions
-            ``s_t[path_dims] + a_t * control_dt`` and the policy commands
+            for velocity-action envs: the denoiser generates the positions
+            ``p_t + a_t * control_dt``, ``p_t`` the state's ``path_dims``, and the policy commands
             ``(target - measured position) / control_dt``, so an open-loop plan is tracked in
             closed loop, as the joint-position actions of the reference's RLBench tasks are).
         control_dt: Control period in s (from the dataset's control rate); needed by

@@ -33,6 +33,7 @@ train_app = typer.Typer(help=__doc__, no_args_is_help=True)
         Opt(name, given_only=True)  # on --resume only the given ones override (steps)
         for name in (
             "variant",
+            "action_space",
             "steps",
             "manifold.steps",
             "manifold.epochs",
