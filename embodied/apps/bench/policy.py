@@ -1,9 +1,10 @@
 """``embodied bench policy``: chunk latency of policies at batch 1 on one thread.
 
-Key ``pdp``: the default low-dimensional PDP (residual-MLP denoiser, 8 DDIM steps, sized for
-``mujoco:reach_around``: 8-dim state, 2-dim actions), random-initialised weights (speed
-does not depend on the values). ``pdp_unet`` is the 1D-conv U-Net option and ``dp`` the
-same policy without z. Each entry reports ``chunk_latency_ms_p50`` (median of
+Key ``pdp``: the default low-dimensional PDP (``receding`` variant: residual-MLP denoiser,
+20 DDIM steps, sized for ``mujoco:reach_around``: 8-dim state, 2-dim actions),
+random-initialised weights (speed does not depend on the values). ``pdp_unet`` is the 1D-conv
+U-Net option, ``dp`` the same policy without z, and ``pdp_reference`` the ``reference``
+variant planning a whole 100-step trajectory (once per episode). Each entry reports ``chunk_latency_ms_p50`` (median of
 ``predict_action_chunk`` calls, including normalisation), ``chunks_per_s`` (= 1000 / p50)
 and ``params``.
 """
@@ -24,7 +25,8 @@ def _policy(**overrides: Any) -> Any:
     import torch
 
     torch.manual_seed(0)
-    cfg = PDPConfig(state_dim=8, action_dim=2, **overrides)
+    variant = overrides.pop("variant", "receding")
+    cfg = PDPConfig.for_variant(variant, state_dim=8, action_dim=2, **overrides)
     model = PDPModel(cfg)
     model.normalizer.set_stats(
         state_min=-np.ones(8),
@@ -71,6 +73,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         "pdp": _time(_policy(), runs),
         "pdp_unet": _time(_policy(denoiser="unet"), max(10, runs // 3)),
         "dp": _time(_policy(z_dim=0), runs),
+        "pdp_reference": _time(
+            _policy(variant="reference", horizon=100, n_action_steps=100), max(10, runs // 3)
+        ),
         "batch": 1,
         "threads": 1,
     }

@@ -43,7 +43,17 @@ train_app = typer.Typer(help=__doc__, no_args_is_help=True)
             "horizon",
         )
     ),
-    *(Opt(name, given_only=True) for name in ("n_action_steps", "n_obs_steps", "batch_size", "lr")),
+    *(
+        Opt(name, given_only=True)
+        for name in (
+            "n_action_steps",
+            "n_obs_steps",
+            "batch_size",
+            "lr",
+            "cond_dim",
+            "num_inference_steps",
+        )
+    ),
     "seed",
 )
 def train_pdp_cmd(
