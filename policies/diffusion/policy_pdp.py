@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 from embodied.contracts import Env, Knob, KnobMixin, Policy
-from embodied.errors import CheckpointError, CompatibilityError
+from embodied.errors import CheckpointError, CompatibilityError, ConfigError
 from embodied.io import (
     atomic_path,
     build_from_file,
@@ -30,11 +30,20 @@ from policies.diffusion.configuration_pdp import PDPConfig
 from policies.diffusion.modeling_pdp import STAT_KEYS, PDPModel
 from policies.diffusion.processor_pdp import env_action
 
+PRIOR_STREAM = 7919
+"""First entropy word of the prior draws: episode ``s`` draws z from
+``default_rng([PRIOR_STREAM, s])``, independent of which other episodes run."""
+Z_SOURCES = ("knob", "prior")
 POLICY_TYPE = "pdp"
 FORMAT_VERSION = 1
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
 RESAVE_FIX = "re-save the checkpoint with save_pretrained / `embodied train pdp`, or restore it"
+
+
+def prior_z(seed: int, z_dim: int) -> np.ndarray:
+    """Episode ``seed``'s draw of z from the prior N(0, I) (reproducible per episode)."""
+    return np.random.default_rng([PRIOR_STREAM, int(seed)]).standard_normal(z_dim)
 
 
 class PDPPolicy(KnobMixin, Policy):
@@ -47,13 +56,29 @@ class PDPPolicy(KnobMixin, Policy):
     Args:
         model: The network (EMA weights for inference).
         noise_seed: Seed of the sampling noise, re-applied at every :meth:`reset`.
+        z: ``"knob"`` (z stays where it is set, 0 by default) or ``"prior"`` (each seeded
+            episode starts from its own draw :func:`prior_z`, the PDP's behaviour
+            distribution; a controller may still set the knob during the episode).
+            ``embodied eval --policy DIR --policy-arg z=prior``.
 
     Attributes:
         noise_per_episode: Mix the episode seed into the noise (:meth:`seed_episode`).
     """
 
-    def __init__(self, model: PDPModel, noise_seed: int = 0) -> None:
+    def __init__(self, model: PDPModel, noise_seed: int = 0, z: str = "knob") -> None:
         super().__init__()
+        if z not in Z_SOURCES:
+            raise ConfigError(
+                f"PDP policy option z={z!r} is unknown",
+                fix=f"use one of {Z_SOURCES} (e.g. --policy-arg z=prior)",
+            )
+        if z == "prior" and not model.config.uses_z:
+            raise ConfigError(
+                "PDP policy option z='prior' needs a PDP with a behaviour latent; this one "
+                "has z_dim=0",
+                fix="drop z=prior for a plain diffusion policy",
+            )
+        self.z_source = z
         model.normalizer.check()
         self.model = model.eval()
         self.config: PDPConfig = model.config
@@ -92,6 +117,9 @@ class PDPPolicy(KnobMixin, Policy):
         episode draws the noise of ``noise_seed`` alone (best-of-N over the initial noise:
         the noise found best on search episodes is the noise used on new ones).
         """
+        if self.z_source == "prior":
+            b = float(self.config.z_bound)
+            self.set_knob("z", np.clip(prior_z(seed, self.config.z_dim), -b, b))
         if not self.noise_per_episode:  # the same noise in every episode: a searched stream
             self._generator.manual_seed(self.noise_seed)
             return
@@ -162,10 +190,10 @@ class PDPPolicy(KnobMixin, Policy):
 
     @classmethod
     def from_pretrained(
-        cls, path: str | os.PathLike[str], noise_seed: int = 0, **_: Any
+        cls, path: str | os.PathLike[str], noise_seed: int = 0, z: str = "knob", **_: Any
     ) -> PDPPolicy:
         """Load from a local folder or a Hugging Face hub id (``owner/name``)."""
-        return cls(load_model(path), noise_seed=noise_seed)
+        return cls(load_model(path), noise_seed=int(noise_seed), z=z)
 
 
 def save_model(model: PDPModel, path: str | os.PathLike[str]) -> Path:

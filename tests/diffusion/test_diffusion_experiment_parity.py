@@ -61,12 +61,17 @@ def test_embodied_eval_and_the_experiment_give_the_same_episodes(
         plots=False,
     )
     res = evaluate(checkpoints / "pdp", checkpoints / "dp", tmp_path / "exp", cfg)
-    # `embodied eval` (CLI) on the DP and the PDP (knob z at its default 0)
+    # `embodied eval` (CLI) on the DP, the PDP (knob z at its default 0) and the PDP drawing
+    # each episode's z from the prior
     from embodied.apps.cli import app
 
-    for name, key in (("dp", "dp"), ("pdp", "pdp_z0")):
-        out = tmp_path / f"eval_{name}"
-        argv = ["eval", "--env", ENV_ID, "--policy", str(checkpoints / name)]
+    for name, key, extra in (
+        ("dp", "dp", []),
+        ("pdp", "pdp_z0", []),
+        ("pdp", "pdp_prior", ["--policy-arg", "z=prior"]),
+    ):
+        out = tmp_path / f"eval_{key}"
+        argv = ["eval", "--env", ENV_ID, "--policy", str(checkpoints / name), *extra]
         argv += ["--episodes", str(EPISODES), "--seed", str(SEED), "--workers", "0"]
         argv += ["--out", str(out)]
         result = CliRunner().invoke(app, argv)
@@ -74,7 +79,7 @@ def test_embodied_eval_and_the_experiment_give_the_same_episodes(
         episodes = json.loads((out / "results.json").read_text())["episodes"]
         seeds = [e["spec"]["seed"] for e in episodes]
         assert seeds == res["unshifted"][key]["seeds"] == list(range(SEED, SEED + EPISODES))
-        assert [int(e["success"]) for e in episodes] == res["unshifted"][key]["outcomes"], name
+        assert [int(e["success"]) for e in episodes] == res["unshifted"][key]["outcomes"], key
 
 
 def test_eval_runner_and_run_episodes_roll_out_identical_trajectories(checkpoints: Path) -> None:

@@ -13,7 +13,7 @@ from embodied.errors import CompatibilityError, ConfigError
 from embodied.loop import rollout
 from policies.diffusion.modeling_denoiser import ZFiLM
 from policies.diffusion.modeling_pdp import PDPModel
-from policies.diffusion.policy_pdp import PDPPolicy
+from policies.diffusion.policy_pdp import PDPPolicy, prior_z
 from tests.diffusion.conftest import tiny_config
 
 
@@ -129,3 +129,28 @@ def test_closed_loop_controller_drives_knob_z() -> None:
     np.testing.assert_allclose(
         ep.measurements[1:], np.linalg.norm(ep.observations["state"][1:, 2:4], axis=1), atol=1e-5
     )
+
+
+def test_z_from_the_prior_is_drawn_per_seeded_episode() -> None:
+    model = PDPModel(tiny_config())
+    model.normalizer.set_stats(
+        state_min=-np.ones(4), state_max=np.ones(4), action_min=-np.ones(2), action_max=np.ones(2)
+    )
+    policy = PDPPolicy(model, z="prior")
+    policy.reset()
+    policy.seed_episode(11)
+    np.testing.assert_allclose(policy.get_knob("z"), prior_z(11, 2))
+    policy.seed_episode(12)
+    assert not np.allclose(policy.get_knob("z"), prior_z(11, 2))
+    assert np.array_equal(PDPPolicy(model).get_knob("z"), np.zeros(2))  # knob: stays at 0
+    with pytest.raises(ConfigError, match="z='uniform'"):
+        PDPPolicy(model, z="uniform")
+    with pytest.raises(ConfigError, match="z_dim=0"):
+        dp = PDPModel(tiny_config(z_dim=0))
+        dp.normalizer.set_stats(
+            state_min=-np.ones(4),
+            state_max=np.ones(4),
+            action_min=-np.ones(2),
+            action_max=np.ones(2),
+        )
+        PDPPolicy(dp, z="prior")

@@ -74,7 +74,7 @@ from policies.diffusion.adaptation import (
     finetune_on_demonstration,
     search_z_cem,
 )
-from policies.diffusion.policy_pdp import PDPPolicy
+from policies.diffusion.policy_pdp import PDPPolicy, prior_z
 from policies.diffusion.processor_pdp import Demonstrations
 from policies.diffusion.training_pdp import _read_train_state, load_train_latents, train_pdp
 from sim.mujoco import classify_route
@@ -119,9 +119,6 @@ DEMONSTRATION_SEED0 = 0
 """First env seed of the training demonstrations (they take consecutive seeds)."""
 TRAIN_SEED_STRIDE = 100000
 """Training seed ``k``'s evaluation starts at ``evaluation.seed + TRAIN_SEED_STRIDE * k``."""
-PRIOR_STREAM = 7919
-"""First entropy word of the prior draws: episode ``s`` draws z from
-``default_rng([PRIOR_STREAM, s])``, independent of which other episodes run."""
 
 
 @dataclass(frozen=True)
@@ -414,11 +411,6 @@ def collect_demonstrations(
         actions.append(ep.actions)
         labels.append(expert.current_route)
     return Demonstrations(states, actions, labels, env.describe())
-
-
-def prior_z(seed: int, z_dim: int) -> np.ndarray:
-    """Episode ``seed``'s draw of z from the prior N(0, I) (reproducible per episode)."""
-    return np.random.default_rng([PRIOR_STREAM, int(seed)]).standard_normal(z_dim)
 
 
 def run_episodes(
