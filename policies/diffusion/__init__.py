@@ -1,14 +1,20 @@
 """Parameterized Diffusion Policy (PDP): a diffusion policy steered by a behaviour latent z.
 
-Following "From Noise to Control: Parameterized Diffusion Policies" (Zhang et al., 2026):
+Following "From Noise to Control: Parameterized Diffusion Policies" (Zhang et al., 2026) in
+two variants (``PDPConfig.variant``): ``reference``, the reference code (Valarzz/pdp) point by
+point (one open-loop trajectory from the first state), and ``receding``, the project's
+receding-horizon extension:
 
-* :mod:`~policies.diffusion.configuration_pdp` - configs (validated, JSON round-trip);
-* :mod:`~policies.diffusion.modeling_manifold` - trajectory VAE + soft-DTW geometric loss;
-* :mod:`~policies.diffusion.modeling_denoiser` - residual MLP / 1D U-Net with FiLM(z);
+* :mod:`~policies.diffusion.configuration_pdp` - configs, variant presets (validated, JSON);
+* :mod:`~policies.diffusion.modeling_manifold` - trajectory VAEs (reference, compact) +
+  soft-DTW geometric loss;
+* :mod:`~policies.diffusion.modeling_denoiser` - residual MLP / 1D U-Net with FiLM(z), and the
+  reference's FiLMDiffusionMLP (z-MLP, z concatenated and FiLM);
 * :mod:`~policies.diffusion.modeling_pdp` - normaliser, DDPM training, DDIM sampling;
 * :mod:`~policies.diffusion.policy_pdp` - the :class:`~embodied.contracts.Policy` with knob z;
 * :mod:`~policies.diffusion.training_pdp` - ``embodied train pdp`` (checkpoints, resume, TB);
-* :mod:`~policies.diffusion.adaptation` - z from one demonstration, z from a constraint (CEM);
+* :mod:`~policies.diffusion.adaptation` - z from one demonstration (the reference: encoder
+  warm start + optimisation), z from a constraint (CEM, extension), DP fine-tuning (baseline);
 * :mod:`~embodied.apps.experiments.pdp` - the multimodal-task evaluation and quick demo;
 * :mod:`~embodied.apps.experiments.pdp_plots` - latent-space and interpolation PNGs.
 
