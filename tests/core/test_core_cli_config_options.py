@@ -193,8 +193,9 @@ def test_every_config_field_has_a_doc(config: type) -> None:
 
 def test_field_docs_join_continuation_lines() -> None:
     docs = field_docs(ManifoldConfig)
-    assert docs["seq_len"].startswith("Demonstrations are resampled")
-    assert docs["standardize_z"].endswith("(the KL weight is small).")
+    assert docs["seq_len"].startswith("compact: demonstrations are resampled to this many steps")
+    assert docs["seq_len"].endswith("at the policy horizon's length.")
+    assert "(the KL weight is small). The project's extension" in docs["standardize_z"]
     assert "Derived" not in " ".join(field_docs(EvalConfig).values())
 
 
@@ -322,7 +323,7 @@ def test_pdp_options_reach_the_experiment_and_eval_configs(
 
     def fake_run(out: Path, config: Any) -> dict[str, Any]:
         seen["experiment"] = config
-        return {"aggregate": {}}
+        return {"runs": [], "aggregate": {}}
 
     def fake_evaluate(pdp: Path, dp: Path, out: Path, config: Any) -> dict[str, Any]:
         seen["eval"] = config
@@ -330,7 +331,7 @@ def test_pdp_options_reach_the_experiment_and_eval_configs(
 
     monkeypatch.setattr(cmd_pdp, "run_experiment", fake_run)
     monkeypatch.setattr(cmd_pdp, "evaluate", fake_evaluate)
-    monkeypatch.setattr(cmd_pdp, "results_markdown", lambda res: "table")
+    monkeypatch.setattr(cmd_pdp, "results_markdown", lambda runs, agg=None: "table")
     argv = ["pdp", "experiment", "--out", str(tmp_path), "--demonstrations", "7", "--seeds", "2"]
     argv += ["--first-seed", "3", "--steps", "5", "--n-eval", "4", "--scenes", "block_left"]
     result = CliRunner().invoke(app, argv)
