@@ -29,16 +29,12 @@ demonstration and search rollouts and of the evaluation episodes are disjoint
 Cells report success as mean ± std over training seeds with a Wilson 95 % interval on the
 pooled episodes. Results go to ``results.json`` + ``results.md`` (+ PNGs per run).
 
-Run time (measured on one CPU thread, 100 demonstrations): an episode takes ~0.05 s
-(``reference``, one open-loop sample) or ~0.11 s (``receding``); 300 steps of adaptation or
-fine-tuning take 4-8 s (``reference``) or 1-3 s (``receding``); a denoiser training step
-takes ~0.09 s (``reference``: 768 x 5 MLP, batch 256) or ~0.013 s (``receding``); a
-``reference`` manifold epoch takes ~6 s. The ``full`` budget (3 training seeds x 2
-variants, about 3650 episodes per run) thus spends ~40 min on evaluation in all, ~2 min of
-training per ``receding`` seed, but per ``reference`` seed ~25 min for the two denoisers
-(8000 steps each) and ~8 h for the manifold (5000 epochs): a day on one CPU thread, so train
-the reference variant on a GPU. ``cpu`` (:data:`BUDGETS`: 1500 denoiser steps, 100 manifold
-epochs, 30 episodes per cell, 3 scenes) takes about 1 h; ``smoke`` about 20 s.
+Run time (measured on this project's 2-core machine, one thread per process, 3-4 processes
+at once): with ``--budget cpu``, one training seed of the ``reference`` variant took 47 min
+(VAE 100 epochs ~14 min, PDP and DP 8000 steps each ~13 min, evaluation 6 min) and one of the
+``receding`` variant ~25 min (PDP 8 min, DP 7 min, evaluation 10 min). ``full`` trains the
+reference VAE for the reference's 5000 epochs (~2 s per step on one CPU thread: ~8 h per seed)
+and evaluates all six scenes: a GPU job. ``smoke`` takes about 30 s.
 """
 
 from __future__ import annotations
