@@ -194,16 +194,7 @@ class TrajectoryVAE(nn.Module):
         l_state = torch.mean((rec_s - states) ** 2)
         l_action = torch.mean((rec_a - actions) ** 2)
         kl = torch.mean(-0.5 * torch.sum(1 + logvar - mu**2 - logvar.exp(), dim=-1))
-        l_geo = geometric_loss(mu, path_dist)
-        total = l_action + l_state + cfg.kl_weight * kl + cfg.geo_weight * l_geo
-        parts = {
-            "loss": total.item(),
-            "action": l_action.item(),
-            "state": l_state.item(),
-            "kl": kl.item(),
-            "geo": l_geo.item(),
-        }
-        return total, parts
+        return manifold_total(cfg, l_action, l_state, kl, geometric_loss(mu, path_dist))
 
 
 class _PositionalEncoding(nn.Module):
@@ -333,16 +324,20 @@ class ReferenceTrajectoryVAE(nn.Module):
         l_action = torch.nn.functional.mse_loss(rec_a, actions)
         l_state = torch.nn.functional.mse_loss(rec_s, states[:, 1:])
         kl = (-0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp(), dim=1)).mean()
-        l_geo = rolled_geometric_loss(mu, path_dist)
-        total = l_action + l_state + cfg.kl_weight * kl + cfg.geo_weight * l_geo
-        parts = {
-            "loss": total.item(),
-            "action": l_action.item(),
-            "state": l_state.item(),
-            "kl": kl.item(),
-            "geo": l_geo.item(),
-        }
-        return total, parts
+        return manifold_total(cfg, l_action, l_state, kl, rolled_geometric_loss(mu, path_dist))
+
+
+def manifold_total(
+    config: ManifoldConfig,
+    l_action: torch.Tensor,
+    l_state: torch.Tensor,
+    kl: torch.Tensor,
+    l_geo: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Both VAEs' loss: reconstruction + ``kl_weight`` KL + ``geo_weight`` L_geo, and its parts."""
+    total = l_action + l_state + config.kl_weight * kl + config.geo_weight * l_geo
+    parts = {"loss": total, "action": l_action, "state": l_state, "kl": kl, "geo": l_geo}
+    return total, {k: v.item() for k, v in parts.items()}
 
 
 def rolled_geometric_loss(z: torch.Tensor, path_dist: torch.Tensor) -> torch.Tensor:
