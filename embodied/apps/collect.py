@@ -58,6 +58,7 @@ class CollectConfig:
         route: reach_around expert route (left/center/right; default random).
         scene: Reset scene (reach_around).
         camera: Record camera images (default: the task's).
+        cameras: Names of the cameras to record (e.g. ``front,top``); implies ``camera``.
         image_size: Camera size (px).
         keep_failures: Also keep episodes that did not succeed.
         max_attempts: Give up after this many episodes (default 3x + 10).
@@ -75,6 +76,7 @@ class CollectConfig:
     route: str | None = None
     scene: str | None = None
     camera: bool | None = None
+    cameras: tuple[str, ...] = ()
     image_size: int | None = None
     keep_failures: bool = False
     max_attempts: int | None = None
@@ -100,12 +102,19 @@ class CollectConfig:
                 fix=f"pass --max-attempts {self.episodes} or more",
             )
         object.__setattr__(self, "attempts", attempts)
+        object.__setattr__(self, "cameras", tuple(self.cameras))
+        if self.cameras and self.camera is False:
+            raise ConfigError(
+                f"cameras={list(self.cameras)} with camera=False records nothing",
+                fix="drop --no-camera to record those cameras",
+            )
         parse_speed(self.speed)  # raises on a bad value
         object.__setattr__(self, "policy_kwargs", dict(self.policy_kwargs))
 
     def env_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``sim.make`` (only the options that were set)."""
-        given = {"camera": self.camera, "image_size": self.image_size, "scene": self.scene}
+        camera: bool | list[str] | None = list(self.cameras) if self.cameras else self.camera
+        given = {"camera": camera, "image_size": self.image_size, "scene": self.scene}
         return {k: v for k, v in given.items() if v is not None}
 
     def make_policy_kwargs(self) -> dict[str, Any]:

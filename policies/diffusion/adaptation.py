@@ -77,6 +77,13 @@ def _check_demonstration(
     policy: PDPPolicy, states: np.ndarray, actions: np.ndarray
 ) -> Demonstrations:
     cfg = policy.config
+    if cfg.vision.enabled:
+        raise ConfigError(
+            f"adaptation from a demonstration takes states and actions only; this policy also "
+            f"sees cameras {list(cfg.vision.cameras)} / the instruction "
+            f"({cfg.vision.text_model or 'none'})",
+            fix="adapt a state-only PDP, or search z with rollouts (search_z_cem)",
+        )
     demonstration = Demonstrations(
         [np.asarray(states, np.float64)], [np.asarray(actions, np.float64)]
     )

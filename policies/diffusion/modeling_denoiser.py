@@ -176,7 +176,7 @@ class ResidualMLPDenoiser(nn.Module):
         Args:
             x: (B, horizon, action_dim) noisy normalised actions.
             t: (B,) diffusion steps.
-            obs: (B, n_obs_steps * state_dim) normalised observation history.
+            obs: (B, obs_cond_dim) conditioning (state history, camera and instruction features).
             z: (B, z_dim) behaviour latent, or None for the plain policy.
 
         Returns:

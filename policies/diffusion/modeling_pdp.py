@@ -23,6 +23,7 @@ from policies.diffusion.modeling_manifold import (
     TrajectoryVAE,
     demonstration_tensors,
 )
+from policies.diffusion.modeling_vision import ObservationEncoder
 from policies.diffusion.processor_pdp import Demonstrations, hold_pad, to_model_space
 
 STAT_KEYS = ("state_min", "state_max", "action_min", "action_max", "z_mean", "z_whiten")
@@ -132,6 +133,9 @@ class PDPModel(nn.Module):
         self.config = config
         self.normalizer = Normalizer(config.state_dim, config.action_dim, config.z_dim)
         self.denoiser = DENOISER_CLASSES[config.denoiser](config)
+        self.obs_encoder: ObservationEncoder | None = None
+        if config.vision.enabled:
+            self.obs_encoder = ObservationEncoder(config.vision, config.n_obs_steps)
         self.manifold: TrajectoryVAE | ReferenceTrajectoryVAE | None = None
         if config.uses_z:
             vae = (
@@ -238,13 +242,50 @@ class PDPModel(nn.Module):
         return mu
 
     # ---- conditioning helpers -------------------------------------------------------------
-    def encode_obs(self, history: torch.Tensor) -> torch.Tensor:
-        """Raw state history (B, n_obs_steps, state_dim) -> flat normalised denoiser input."""
+    def encode_state(self, history: torch.Tensor) -> torch.Tensor:
+        """Raw state history (B, n_obs_steps, state_dim) -> flat normalised state conditioning."""
         dims = self.config.obs_dims
         obs = self.normalizer.norm_state(history)
         if dims is not None and len(dims) != self.config.state_dim:
             obs = obs[..., list(dims)]
         return obs.reshape(history.shape[0], -1)
+
+    def encode_obs(
+        self,
+        history: torch.Tensor,
+        images: torch.Tensor | None = None,
+        text: torch.Tensor | None = None,
+        offsets: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The denoiser's conditioning (B, obs_cond_dim) from raw observations.
+
+        Args:
+            history: (B, n_obs_steps, state_dim) raw states.
+            images: (B, n_cams, n_obs_steps, H, W, 3) uint8 frames (visuomotor policies).
+            text: (B, text_dim) instruction embeddings (language-conditioned policies).
+            offsets: Crop corners for training (:func:`~policies.diffusion.modeling_vision.
+                crop_offsets`); None = the centre crop.
+        """
+        return self.join_obs(self.encode_state(history), images, text, offsets)
+
+    def join_obs(
+        self,
+        state_cond: torch.Tensor,
+        images: torch.Tensor | None = None,
+        text: torch.Tensor | None = None,
+        offsets: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Encoded state history (:meth:`encode_state`) + camera/instruction features."""
+        if self.obs_encoder is None:
+            return state_cond
+        return torch.cat((state_cond, self.obs_encoder(images, text, offsets)), dim=1)
+
+    def policy_parameters(self) -> list[nn.Parameter]:
+        """What policy training optimises: the denoiser and the observation encoder."""
+        params = list(self.denoiser.parameters())
+        if self.obs_encoder is not None:
+            params += list(self.obs_encoder.parameters())
+        return params
 
     def _z(self, z: torch.Tensor | None, batch: int) -> torch.Tensor | None:
         if not self.config.uses_z:
@@ -268,17 +309,26 @@ class PDPModel(nn.Module):
         generator: torch.Generator | None = None,
         timesteps: torch.Tensor | None = None,
         noise: torch.Tensor | None = None,
+        images: torch.Tensor | None = None,
+        text: torch.Tensor | None = None,
+        offsets: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Denoising (epsilon-prediction) MSE.
 
         Args:
-            obs: (B, n_obs_steps * state_dim) normalised observation history.
+            obs: (B, n_obs_steps * len(obs_dims)) encoded state history (:meth:`encode_state`);
+                visuomotor/language policies add their camera and instruction features from
+                ``images``/``text`` here, so the observation encoder trains with the denoiser.
             actions: (B, horizon, action_dim) normalised action chunks.
             z: (B, z_dim) knob-space latents (None for the plain policy).
             generator: Generator for noise and timesteps.
             timesteps: Optional fixed diffusion steps (B,).
             noise: Optional fixed noise like ``actions``.
+            images: (B, n_cams, n_obs_steps, H, W, 3) uint8 frames.
+            text: (B, text_dim) instruction embeddings.
+            offsets: Crop corners (random crops in training).
         """
+        obs = self.join_obs(obs, images, text, offsets)
         b = actions.shape[0]
         if noise is None:
             noise = torch.randn(actions.shape, generator=generator)
@@ -299,7 +349,7 @@ class PDPModel(nn.Module):
         """DDIM-sample normalised action chunks.
 
         Args:
-            obs: (B, n_obs_steps * state_dim) normalised observation history.
+            obs: (B, obs_cond_dim) conditioning from :meth:`encode_obs`.
             z: (B, z_dim) or (z_dim,) knob-space latent (PDP); ignored by the plain policy.
             generator: Noise generator.
             noise: Optional initial noise (B, horizon, action_dim).

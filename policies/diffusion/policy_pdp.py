@@ -25,7 +25,7 @@ from embodied.io import (
     read_json_file,
     write_json,
 )
-from embodied.specs import Observation
+from embodied.specs import Observation, image_key
 from policies.diffusion.configuration_pdp import PDPConfig
 from policies.diffusion.modeling_pdp import STAT_KEYS, PDPModel
 from policies.diffusion.processor_pdp import env_action
@@ -80,6 +80,8 @@ class PDPPolicy(KnobMixin, Policy):
             )
         self.z_source = z
         model.normalizer.check()
+        if model.obs_encoder is not None:
+            model.obs_encoder.check()
         self.model = model.eval()
         self.config: PDPConfig = model.config
         cfg = self.config
@@ -96,6 +98,10 @@ class PDPPolicy(KnobMixin, Policy):
                 description="behaviour latent (standardised; prior N(0, I))",
             )
         self._history: deque[np.ndarray] = deque(maxlen=cfg.n_obs_steps)
+        self._frames: dict[str, deque[np.ndarray]] = {
+            c: deque(maxlen=cfg.n_obs_steps) for c in cfg.vision.cameras
+        }
+        self._text_encoder: Any = None  # the frozen sentence encoder, loaded on first use
         self.noise_seed = int(noise_seed)
         self.noise_per_episode = True
         self._generator = torch.Generator().manual_seed(self.noise_seed)
@@ -106,6 +112,8 @@ class PDPPolicy(KnobMixin, Policy):
         """Clear queue and observation history; re-seed the sampling noise."""
         super().reset()
         self._history.clear()
+        for frames in self._frames.values():
+            frames.clear()
         self._generator.manual_seed(self.noise_seed)
 
     def seed_episode(self, seed: int) -> None:
@@ -146,7 +154,23 @@ class PDPPolicy(KnobMixin, Policy):
                 f"{self.config.state_dim} ({list(self.config.state_names)})",
                 fix="run the policy on the env it was trained on",
             )
-        if not self._history:
+        fresh = not self._history
+        for cam, frames in self._frames.items():
+            img = obs.get(image_key(cam))
+            expected = (*self.config.vision.image_shape, 3)
+            if img is None or np.shape(img) != expected:
+                raise CompatibilityError(
+                    f"observation {image_key(cam)!r} is "
+                    f"{'missing' if img is None else np.shape(img)}; the policy was trained on "
+                    f"{expected} frames of camera {cam!r}",
+                    fix="run the env with that camera at the training image size "
+                    "(e.g. --env-arg image_size=...)",
+                )
+            frame = np.asarray(img, dtype=np.uint8)
+            for _ in range(self.config.n_obs_steps - 1 if fresh else 0):
+                frames.append(frame)
+            frames.append(frame)
+        if fresh:
             for _ in range(self.config.n_obs_steps - 1):
                 self._history.append(state)
         self._history.append(state)
@@ -165,16 +189,51 @@ class PDPPolicy(KnobMixin, Policy):
         if not self._history:
             self._push(obs)
         hist = torch.from_numpy(np.concatenate(self._history))[None]
+        images = None
+        if self._frames:  # (1, n_cams, n_obs_steps, H, W, 3) uint8
+            images = torch.from_numpy(np.stack([np.stack(f) for f in self._frames.values()])[None])
         with torch.inference_mode():
             model = self.model
-            obs_n = model.encode_obs(hist.view(1, -1, self.config.state_dim))
+            obs_n = model.encode_obs(
+                hist.view(1, -1, self.config.state_dim), images, self._text(obs)
+            )
             chunk = model.sample(obs_n, self._z_tensor(), generator=self._generator)
             actions = model.normalizer.unnorm_action(chunk)[0]
         return actions.numpy().astype(np.float64)
 
+    def _text(self, obs: Observation) -> torch.Tensor | None:
+        """(1, text_dim) embedding of the observation's instruction (cached per string)."""
+        vision = self.config.vision
+        if not vision.text_model:
+            return None
+        text = str(obs.get("instruction", "")).strip()
+        if not text:
+            raise CompatibilityError(
+                "the policy is language-conditioned but the observation has no 'instruction'",
+                fix="run it on an env that gives instructions (or pass one in the observation)",
+            )
+        if self._text_encoder is None:
+            from embodied.text import TextEncoder
+
+            self._text_encoder = TextEncoder(vision.text_model)
+        return self._text_encoder.encode([text])  # type: ignore[no-any-return]
+
     def check_compatible(self, env: Env) -> None:
-        """Also refuse envs whose state size differs from the training data."""
+        """Also refuse envs whose state size or cameras differ from the training data."""
         super().check_compatible(env)
+        cams = env.observation_spec.cameras
+        for cam in self.config.vision.cameras:
+            spec = cams.get(cam)
+            shape = None if spec is None else (spec.height, spec.width)
+            if shape != self.config.vision.image_shape:
+                raise CompatibilityError(
+                    f"the policy sees camera {cam!r} at {self.config.vision.image_shape} px but "
+                    f"env {env.env_id!r} gives {'no such camera' if shape is None else shape} "
+                    f"(cameras: {sorted(cams)})",
+                    fix="turn the env's cameras on at the training image size (e.g. --env-arg "
+                    f"camera={','.join(self.config.vision.cameras)} --env-arg "
+                    f"image_size={self.config.vision.image_shape[0]})",
+                )
         if env.observation_spec.state.dim != self.config.state_dim:
             raise CompatibilityError(
                 f"PDP was trained on {self.config.state_dim}-dim states but env "
@@ -277,4 +336,6 @@ def load_model(path: str | os.PathLike[str]) -> PDPModel:
             )
     model.load_state_dict(state)
     model.normalizer.check()
+    if model.obs_encoder is not None:
+        model.obs_encoder.check()
     return model.eval()

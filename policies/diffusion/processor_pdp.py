@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from embodied.datasets import Dataset
+from embodied.datasets import open_dataset
 from embodied.errors import DatasetError
+from embodied.specs import image_key
 from policies.diffusion.configuration_pdp import PDPConfig
 from policies.diffusion.modeling_manifold import resample
 
@@ -24,12 +25,17 @@ class Demonstrations:
         actions: Per demonstration, (T_i, action_dim) float64 actions.
         labels: Per demonstration, a label such as the route class ("" when unknown).
         env_args: Env description from the dataset (env_id, specs).
+        images: Camera name -> per demonstration, (T_i, H, W, 3) uint8 frames (visuomotor
+            policies; empty for state-only ones).
+        instructions: Per demonstration, the task instruction (empty when not loaded).
     """
 
     states: list[np.ndarray]
     actions: list[np.ndarray]
     labels: list[str] = field(default_factory=list)
     env_args: dict[str, Any] = field(default_factory=dict)
+    images: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    instructions: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if len(self.states) != len(self.actions):
@@ -56,6 +62,26 @@ class Demonstrations:
                     f"demonstration 0 has {sd}/{ad}",
                     fix="train on demonstrations of one env",
                 )
+        for cam, frames in self.images.items():
+            shapes = {f.shape[1:] for f in frames}
+            if len(frames) != len(self.states) or len(shapes) != 1:
+                raise DatasetError(
+                    f"camera {cam!r} has {len(frames)} frame sequences of shapes {sorted(shapes)} "
+                    f"for {len(self.states)} demonstrations",
+                    fix="give one (T_i, H, W, 3) uint8 sequence per demonstration, one size",
+                )
+            for i, (f, st) in enumerate(zip(frames, self.states, strict=True)):
+                if f.shape[0] != st.shape[0] or f.ndim != 4 or f.shape[3] != 3:
+                    raise DatasetError(
+                        f"demonstration {i}: camera {cam!r} frames {f.shape} do not match "
+                        f"its {st.shape[0]} states",
+                        fix="record one RGB frame per step",
+                    )
+        if self.instructions and len(self.instructions) != len(self.states):
+            raise DatasetError(
+                f"{len(self.instructions)} instructions for {len(self.states)} demonstrations",
+                fix="give one instruction per demonstration",
+            )
 
     def __len__(self) -> int:
         return len(self.states)
@@ -88,7 +114,26 @@ class Demonstrations:
             [self.actions[i] for i in idx],
             [self.labels[i] for i in idx],
             dict(self.env_args),
+            {cam: [frames[i] for i in idx] for cam, frames in self.images.items()},
+            [self.instructions[i] for i in idx] if self.instructions else [],
         )
+
+    def image_stats(self, cameras: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Per-camera, per-channel mean and std (in [0, 1]) of the frames: (n_cams, 3) each."""
+        mean, std = [], []
+        for cam in cameras:
+            total = np.zeros(3)
+            sq = np.zeros(3)
+            count = 0
+            for f in self.images[cam]:  # per demonstration: bounded memory, float64 sums
+                x = f.reshape(-1, 3).astype(np.float64) / 255.0
+                total += x.sum(0)
+                sq += (x * x).sum(0)
+                count += x.shape[0]
+            m = total / count
+            mean.append(m)
+            std.append(np.sqrt(np.maximum(sq / count - m * m, 0.0)))
+        return np.array(mean), np.array(std)
 
 
 def load_demonstrations(
@@ -96,32 +141,43 @@ def load_demonstrations(
     label_key: str = "route",
     successful_only: bool = True,
     label_fn: Callable[[np.ndarray], str] | None = None,
+    cameras: Sequence[str] = (),
 ) -> Demonstrations:
-    """Read demonstrations from a dataset folder/file written by ``embodied collect``.
+    """Read demonstrations from a dataset: ``embodied collect`` shards, a robomimic/LIBERO
+    HDF5 file, or a LeRobotDataset v3 folder (:func:`embodied.datasets.open_dataset`).
 
     Args:
-        path: Dataset folder of shards or one robomimic HDF5 file.
+        path: Dataset folder or file.
         label_key: Demonstration attribute (or ``meta`` entry) holding the behaviour label.
         successful_only: Skip demonstrations whose ``success`` attribute is False.
         label_fn: Labels the demonstrations from their ``(T, state_dim)`` states when none records a
             label (e.g. ``sim.mujoco.classify_route`` for reach_around); labels only feed
             diagnostics (mode coverage), never training.
+        cameras: Cameras whose frames (``image.<camera>``) to load, for visuomotor policies.
     """
-    ds = Dataset(path, obs_keys=["state"])
-    states, actions, labels = [], [], []
+    keys = ["state", *(image_key(c) for c in cameras)]
+    ds = open_dataset(path, obs_keys=keys)
+    states, actions, labels, instructions = [], [], [], []
+    images: dict[str, list[np.ndarray]] = {c: [] for c in cameras}
     for ep in ds:
-        if "state" not in ep.obs:
+        missing = [k for k in keys if k not in ep.obs]
+        if missing:
             raise DatasetError(
-                f"{ep.source} has no 'state' observation (keys: {sorted(ep.obs)})",
-                fix="PDP trains on low-dimensional state; collect with state observations",
+                f"{ep.source} lacks observation(s) {missing} (keys: {sorted(ep.obs)})",
+                fix="collect with state observations (and `--camera` for the cameras the policy "
+                "sees), or train on the cameras the dataset has",
             )
         if successful_only and ep.attrs.get("success") is not None and not ep.attrs["success"]:
             continue
         states.append(np.asarray(ep.obs["state"], dtype=np.float64))
         actions.append(np.asarray(ep.actions, dtype=np.float64))
+        for c in cameras:
+            images[c].append(np.asarray(ep.obs[image_key(c)], dtype=np.uint8))
         meta = ep.attrs.get("meta") if isinstance(ep.attrs.get("meta"), dict) else {}
         label = ep.attrs.get(label_key, meta.get(label_key, ""))  # type: ignore[union-attr]
         labels.append(str(label.decode() if isinstance(label, bytes) else label))
+        text = ep.attrs.get("instruction", "")
+        instructions.append(str(text.decode() if isinstance(text, bytes) else text))
     if not states:
         raise DatasetError(
             f"dataset {str(path)!r} has no successful demonstrations",
@@ -129,7 +185,8 @@ def load_demonstrations(
         )
     if not any(labels) and label_fn is not None:
         labels = [str(label_fn(s)) for s in states]
-    return Demonstrations(states, actions, labels, dict(ds.env_args))
+    env_args = dict(getattr(ds, "env_args", {}) or {})
+    return Demonstrations(states, actions, labels, env_args, images, instructions)
 
 
 def obs_window(states: np.ndarray, t: int, n_obs_steps: int) -> np.ndarray:
@@ -212,6 +269,8 @@ def to_model_space(demonstrations: Demonstrations, config: PDPConfig) -> Demonst
         ],
         list(demonstrations.labels),
         dict(demonstrations.env_args),
+        demonstrations.images,
+        list(demonstrations.instructions),
     )
 
 
@@ -234,6 +293,19 @@ def policy_windows(
     padded = to_model_space(hold_pad(demonstrations, config.horizon), config)
     obs = np.stack([obs_window(s, 0, config.n_obs_steps) for s in padded.states])
     return obs, np.stack(padded.actions), np.arange(len(padded))
+
+
+def window_frames(demonstrations: Demonstrations, config: PDPConfig) -> np.ndarray:
+    """(N, n_obs_steps) indices into the demonstrations' concatenated frames, one row per
+    window of :func:`policy_windows` (same order, same start padding as :func:`obs_window`)."""
+    starts = np.concatenate(([0], np.cumsum([len(s) for s in demonstrations.states])[:-1]))
+    if config.first_window_only:
+        return np.repeat(starts[:, None], config.n_obs_steps, axis=1)
+    rows = []
+    for start, s in zip(starts, demonstrations.states, strict=True):
+        t = np.arange(len(s))[:, None]
+        rows.append(start + np.clip(t + np.arange(1 - config.n_obs_steps, 1), 0, None))
+    return np.concatenate(rows)
 
 
 def ee_paths(demonstrations: Demonstrations, path_dims: Sequence[int], n_points: int) -> np.ndarray:

@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import save_file
 
 from embodied.distributed import Distributed, LossModule
-from embodied.errors import CheckpointError, ConfigError
+from embodied.errors import CheckpointError, ConfigError, DatasetError
 from embodied.io import (
     atomic_path,
     build_from_file,
@@ -39,6 +39,7 @@ from embodied.io import (
 from policies.diffusion.configuration_pdp import ManifoldConfig, PDPConfig
 from policies.diffusion.modeling_manifold import cosine_lr, soft_dtw_divergence_matrix
 from policies.diffusion.modeling_pdp import PDPModel
+from policies.diffusion.modeling_vision import crop_offsets
 from policies.diffusion.policy_pdp import save_model
 from policies.diffusion.processor_pdp import (
     Demonstrations,
@@ -46,6 +47,7 @@ from policies.diffusion.processor_pdp import (
     load_demonstrations,
     policy_windows,
     to_model_space,
+    window_frames,
 )
 
 STATE_JSON = "train_state.json"
@@ -268,8 +270,45 @@ def _obs_dims_without(names: tuple[str, ...], state_dim: int, exclude: Any) -> t
 
 def _ema_update(ema: PDPModel, model: PDPModel, decay: float) -> None:
     with torch.no_grad():
-        for e, p in zip(ema.denoiser.parameters(), model.denoiser.parameters(), strict=True):
+        for e, p in zip(ema.policy_parameters(), model.policy_parameters(), strict=True):
             e.lerp_(p, 1.0 - decay)
+
+
+def _cameras(
+    out: Path, resume: bool, config: PDPConfig | None, overrides: dict[str, Any] | None
+) -> tuple[str, ...]:
+    """The cameras whose frames training loads (from the resumed run's config, else given)."""
+    if resume and (out / STATE_JSON).exists():
+        vision = _read_train_state(out)["config"].get("vision", {})
+        return tuple(vision.get("cameras", ()))
+    given = (overrides or {}).get("vision.cameras")
+    if given is not None:
+        return (given,) if isinstance(given, str) else tuple(given)
+    return tuple((config or PDPConfig()).vision.cameras)
+
+
+def _text_embeddings(cfg: PDPConfig, demonstrations: Demonstrations) -> torch.Tensor | None:
+    """(n_demonstrations, text_dim) frozen sentence embeddings of the instructions."""
+    if not cfg.vision.text_model:
+        return None
+    from embodied.text import TextEncoder
+
+    texts = demonstrations.instructions
+    empty = [i for i, t in enumerate(texts) if not t.strip()] if texts else [0]
+    if empty:
+        raise DatasetError(
+            f"language-conditioned training needs an instruction per demonstration; "
+            f"demonstration(s) {empty[:5]} have none",
+            fix="collect from an env that sets 'instruction' or train without --language",
+        )
+    emb = TextEncoder(cfg.vision.text_model).encode(texts)
+    if emb.shape[1] != cfg.vision.text_dim:
+        raise ConfigError(
+            f"text encoder {cfg.vision.text_model!r} embeds to {emb.shape[1]} dims but "
+            f"vision.text_dim={cfg.vision.text_dim}",
+            fix=f"set vision.text_dim={emb.shape[1]}",
+        )
+    return emb
 
 
 def train_pdp(
@@ -306,7 +345,11 @@ def train_pdp(
     dist = Distributed.from_env()  # under torchrun / accelerate launch: DDP
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    demonstrations = data if isinstance(data, Demonstrations) else load_demonstrations(data)
+    demonstrations = (
+        data
+        if isinstance(data, Demonstrations)
+        else load_demonstrations(data, cameras=_cameras(out, resume, config, overrides))
+    )
     if checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every={checkpoint_every} must be >= 1", fix="use e.g. 500")
 
@@ -347,6 +390,15 @@ def train_pdp(
         if spec.get("control_rate_hz"):
             derived["control_dt"] = 1.0 / float(spec["control_rate_hz"])
         kw = {**base.to_dict(), **derived}
+        if demonstrations.images:  # the frames' size: one size for all cameras
+            sizes = {c: f[0].shape[1:3] for c, f in demonstrations.images.items()}
+            if len(set(sizes.values())) > 1:
+                raise DatasetError(
+                    f"the cameras' frames differ in size ({sizes}); the policy's encoder "
+                    "takes one image size",
+                    fix="record all cameras at one --image-size",
+                )
+            kw["vision"]["image_shape"] = tuple(next(iter(sizes.values())))
         if base.state_dim != demonstrations.state_dim:  # index fields of another state layout
             kw["obs_dims"] = kw["path_dims"] = None
         if base.first_window_only and "horizon" not in (overrides or {}):
@@ -356,8 +408,9 @@ def train_pdp(
         for key, value in (overrides or {}).items():
             if key == "obs_exclude":  # state dim names the denoiser must not see
                 kw["obs_dims"] = _obs_dims_without(tuple(names), demonstrations.state_dim, value)
-            elif key.startswith("manifold."):  # e.g. {"manifold.steps": 300}
-                kw["manifold"][key.split(".", 1)[1]] = value
+            elif key.startswith(("manifold.", "vision.")):  # e.g. {"manifold.steps": 300}
+                group, name = key.split(".", 1)
+                kw[group][name] = value
             else:
                 kw[key] = value
         cfg = PDPConfig.from_dict(kw)
@@ -367,8 +420,22 @@ def train_pdp(
     model = PDPModel(cfg)
     ema = PDPModel(cfg)
     model.normalizer.set_stats(**to_model_space(demonstrations, cfg).stats())
+    cams = cfg.vision.cameras
+    missing_cams = [c for c in cams if c not in demonstrations.images]
+    if missing_cams:
+        raise DatasetError(
+            f"the policy sees cameras {list(cams)} but the demonstrations carry "
+            f"{sorted(demonstrations.images)}",
+            fix="load the demonstrations with those cameras (load_demonstrations(cameras=...))",
+        )
+    if model.obs_encoder is not None and cams:
+        mean, std = demonstrations.image_stats(cams)
+        model.obs_encoder.set_image_stats(
+            torch.as_tensor(mean, dtype=torch.float32), torch.as_tensor(std, dtype=torch.float32)
+        )
+    text_demo = _text_embeddings(cfg, demonstrations)
     optimizer = torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.AdamW
-    opt = optimizer(model.denoiser.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = optimizer(model.policy_parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     writer = None
     if tensorboard and dist.is_main:
@@ -443,11 +510,16 @@ def train_pdp(
             latents_raw = np.zeros((len(demonstrations), 0))
             ema.load_state_dict(model.state_dict())
         model.normalizer.check()
+        if model.obs_encoder is not None:
+            model.obs_encoder.check()
 
-        # training windows, normalised once
+        # training windows, normalised once; frames stay uint8 and are gathered per batch
         obs_np, chunks_np, idx_np = policy_windows(demonstrations, cfg)
+        frames = [torch.from_numpy(np.concatenate(demonstrations.images[c])) for c in cams]
+        frame_idx = torch.from_numpy(window_frames(demonstrations, cfg))
+        idx_t = torch.from_numpy(idx_np)
         with torch.no_grad():
-            obs_t = model.encode_obs(torch.as_tensor(obs_np, dtype=torch.float32))
+            obs_t = model.encode_state(torch.as_tensor(obs_np, dtype=torch.float32))
             act_t = model.normalizer.norm_action(torch.as_tensor(chunks_np, dtype=torch.float32))
             if cfg.uses_z:
                 zk = model.normalizer.latent_to_knob(
@@ -476,7 +548,11 @@ def train_pdp(
         model.train()
         model.to(dist.device)
         ema.to(dist.device)
-        loss_fn, opt = dist.prepare(LossModule(model, model.denoiser), opt)
+        trainable: torch.nn.Module = model.denoiser
+        if model.obs_encoder is not None:
+            trainable = torch.nn.ModuleList([model.denoiser, model.obs_encoder])
+        loss_fn, opt = dist.prepare(LossModule(model, trainable), opt)
+        vcfg = cfg.vision
         while step < cfg.steps:
             if stop_after is not None and step - start_step >= stop_after:
                 break
@@ -494,6 +570,18 @@ def train_pdp(
             noise = torch.randn(act_t[b].shape, generator=gen)
             ts = torch.randint(0, cfg.num_train_timesteps, (len(b),), generator=gen)
             r = dist.shard(len(b))
+            images = offsets = None
+            if cams:  # (B, n_cams, n_obs_steps, H, W, 3) uint8, crops drawn from ``gen``
+                fi = frame_idx[b][r]
+                images = torch.stack([f[fi] for f in frames], dim=1)
+                offsets = crop_offsets(
+                    images.shape[0] * images.shape[1] * images.shape[2],
+                    vcfg.image_shape,
+                    vcfg.crop,
+                    vcfg.crop_is_random,
+                    gen,
+                )
+            text = None if text_demo is None else text_demo[idx_t[b][r]]
             loss = loss_fn(
                 *dist.to_device(
                     obs_t[b][r],
@@ -502,12 +590,15 @@ def train_pdp(
                     None,
                     ts[r],
                     noise[r],
+                    images,
+                    text,
+                    offsets,
                 )
             )
             opt.zero_grad(set_to_none=True)
             dist.backward(loss)
             if cfg.grad_clip > 0:
-                dist.clip_grad_norm_(model.denoiser.parameters(), cfg.grad_clip)
+                dist.clip_grad_norm_(model.policy_parameters(), cfg.grad_clip)
             opt.step()
             _ema_update(ema, model, cfg.ema_decay)
             step += 1

@@ -10,7 +10,12 @@ Actions are Cartesian fingertip velocities (m/s, world frame) plus a gripper com
 kinematics, holding the hand vertical (pointing down) with the redundant DoF.
 Rates: control 20 Hz, physics 2 ms (25 substeps), horizon 300 steps (15 s, enough for the
 expert at 0.02 m/s). Cameras: ``front`` (default, 128x128), ``top`` and ``wrist``. ``info`` carries
-caption-friendly state: target colour, distances, the closest cube, the fingertip height.
+caption-friendly state: target colour, distances, the closest cube, the fingertip height, and
+which cube was reached (see :meth:`ArmReachTask.evaluate`): ``reached`` (the colour of the first
+cube whose grasp point the fingertip came within ``SUCCESS_RADIUS_M`` of this episode, latched;
+``""`` before any) and ``wrong_cube_reached`` (bool, latched: a non-target cube's grasp point was
+reached at some step). A cube's grasp point is the point ``TARGET_ABOVE_TOP_M`` above its top
+face, as for the target. Success still ends the episode; a wrong reach does not.
 """
 
 from __future__ import annotations
@@ -130,6 +135,9 @@ class ArmReachTask(Task):
         self._ee_xyz = (0.0, 0.0, 0.0)
         self._target_xyz = (0.0, 0.0, 0.0)
         self._cube_xyz: list[tuple[float, float, float]] = []
+        self._target_idx = 0
+        self._reached = ""
+        self._wrong_cube_reached = False
 
     def options(self) -> dict[str, Any]:
         """Construction options."""
@@ -212,6 +220,8 @@ class ArmReachTask(Task):
         tx, ty, tz = self._target_point.tolist()
         self._target_xyz = (tx, ty, tz)
         self._cube_xyz = [(p[0], p[1], p[2]) for p in self.cube_pos.tolist()]
+        self._reached = ""
+        self._wrong_cube_reached = False
 
     def instruction(self) -> str:
         """``"reach the <colour> cube"``."""
@@ -263,7 +273,17 @@ class ArmReachTask(Task):
     def evaluate(
         self, model: mujoco.MjModel, data: mujoco.MjData, info: dict[str, Any]
     ) -> tuple[float, bool]:
-        """Fingertip position/velocity (Jacobian), success and caption state into ``info``."""
+        """Fingertip position/velocity (Jacobian), success and caption state into ``info``.
+
+        ``info`` keys: ``success`` (fingertip within ``SUCCESS_RADIUS_M`` of the target's grasp
+        point), ``ee_pos``, ``ee_vel``, ``target``, ``target_dist`` (m), ``closest`` (colour of
+        the cube whose centre is nearest the fingertip), ``closest_dist`` (m), ``ee_height``
+        (m), and two latched (reset with the episode) outcome keys: ``reached``, the colour of
+        the first cube whose grasp point (``TARGET_ABOVE_TOP_M`` above its top face) the
+        fingertip came within ``SUCCESS_RADIUS_M`` of this episode (``""`` before any), and
+        ``wrong_cube_reached``, True once the fingertip has come within ``SUCCESS_RADIUS_M`` of
+        a non-target cube's grasp point.
+        """
         mujoco.mj_kinematics(model, data)
         mujoco.mj_comPos(model, data)
         mujoco.mj_jacSite(model, data, self._jacp, None, self._site)
@@ -272,13 +292,27 @@ class ArmReachTask(Task):
         self.ee_vel = self._jacp @ data.qvel
         ex, ey, ez = self._ee_xyz = tuple(ee.tolist())
         best, best_d2 = 0, math.inf
+        grasp_dz = CUBE_HALF_M + TARGET_ABOVE_TOP_M
+        reach2 = SUCCESS_RADIUS_M * SUCCESS_RADIUS_M
+        hit, hit_d2 = -1, reach2  # the nearest grasp point within reach this step
         for i, (cx, cy, cz) in enumerate(self._cube_xyz):
-            d2 = (cx - ex) ** 2 + (cy - ey) ** 2 + (cz - ez) ** 2
+            dxy2 = (cx - ex) ** 2 + (cy - ey) ** 2
+            d2 = dxy2 + (cz - ez) ** 2
             if d2 < best_d2:
                 best, best_d2 = i, d2
+            g2 = dxy2 + (cz + grasp_dz - ez) ** 2  # to this cube's grasp point
+            if g2 < reach2:
+                if i != self._target_idx:
+                    self._wrong_cube_reached = True
+                if g2 < hit_d2:
+                    hit, hit_d2 = i, g2
+        if hit >= 0 and not self._reached:
+            self._reached = COLORS[hit]
         tx, ty, tz = self._target_xyz
         target_dist = math.sqrt((tx - ex) ** 2 + (ty - ey) ** 2 + (tz - ez) ** 2)
         success = target_dist < SUCCESS_RADIUS_M
+        if success and not self._reached:  # same test as the loop's, rounding aside
+            self._reached = self.target
         info["success"] = success
         info["ee_pos"] = ee
         info["ee_vel"] = self.ee_vel
@@ -287,6 +321,8 @@ class ArmReachTask(Task):
         info["closest"] = COLORS[best]
         info["closest_dist"] = math.sqrt(best_d2)
         info["ee_height"] = ez
+        info["reached"] = self._reached
+        info["wrong_cube_reached"] = self._wrong_cube_reached
         return (1.0 if success else 0.0), False
 
     def caption_state(self) -> dict[str, Any]:

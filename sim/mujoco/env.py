@@ -33,7 +33,8 @@ class MujocoEnv(Env):
     Args:
         task: The task logic (model file, specs, success, expert).
         camera: Cameras to render into observations: ``True`` for the task's default camera,
-            a camera name or a list of names, ``False`` for none, ``None`` for the task default.
+            a camera name, comma-separated names (``"front,top"``) or a list of names,
+            ``False`` for none, ``None`` for the task default.
         image_size: Image size in pixels, ``int`` (square) or ``(height, width)``.
         max_episode_steps: Episode horizon in control steps (default: the task's).
         terminate_on_success: End the episode (``terminated=True``) when the task succeeds.
@@ -128,7 +129,11 @@ class MujocoEnv(Env):
             if not cams:
                 raise ConfigError(f"task {self.task.name!r} has no camera")
             return [cams[0]]
-        names = [camera] if isinstance(camera, str) else list(camera)
+        names = (
+            [c.strip() for c in camera.split(",") if c.strip()]
+            if isinstance(camera, str)
+            else list(camera)
+        )
         bad = [c for c in names if c not in cams]
         if bad:
             raise ConfigError(

@@ -3,7 +3,9 @@ worker processes, a killed worker's episode rerun, and compatibility refusal."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import signal
 import subprocess
@@ -18,14 +20,21 @@ import pytest
 import policies
 import sim
 from embodied.apps.evaluation import (
+    EpisodeRecord,
+    EpisodeSpec,
     EvalConfig,
+    EvalResult,
     EvaluationError,
     PolicyLoader,
     evaluate,
+    summarize,
     wilson_interval,
 )
+from embodied.apps.evaluation.report import write_results
+from embodied.apps.evaluation.worker import record_fields
 from embodied.contracts import Env, Observation, Policy
 from embodied.errors import CompatibilityError, ConfigError
+from embodied.loop import rollout
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -163,6 +172,12 @@ def test_inline_eval_writes_results_tables_and_video(tmp_path: Path) -> None:
     assert [e["spec"]["seed"] for e in data["episodes"][:3]] == [0, 1, 2]
     md = (tmp_path / "results.md").read_text()
     assert "| mujoco:arm_reach |" in md and "95% CI" in md and "3/3 (100.0%)" in md
+    for e in data["episodes"][3:]:  # arm_reach: the expert reaches the named cube only
+        assert e["outcome"]["reached"] == e["instruction"].split()[2], e["outcome"]
+        assert e["outcome"]["wrong_cube_reached"] is False
+    wrong = data["tasks"][1]["outcome_rates"]["wrong_cube_reached"]
+    assert (wrong["count"], wrong["rate"]) == (0, 0.0)
+    assert "| mujoco:arm_reach | default | wrong_cube_reached | 0/3 (0.0%) |" in md
     videos = data["files"]["videos"]
     assert len(videos) == 2 and all(v.endswith("__default__ep001.mp4") for v in videos)
     ep1 = next(e for e in data["episodes"] if e["video"] == videos[0])
@@ -174,6 +189,87 @@ def test_inline_eval_writes_results_tables_and_video(tmp_path: Path) -> None:
     t = zero.task("mujoco:reach_around")
     assert (t.successes, t.mean_steps) == (0, 15.0)
     assert zero.groups[0].mean_task_success == 0.0
+
+
+def test_record_outcome_keeps_plain_scalars_of_the_final_info() -> None:
+    env = sim.make("mujoco:arm_reach", camera=False)
+    ep = rollout(env, policies.load("zero", env=env), seed=0, max_steps=2)
+    env.close()
+    assert ep.final_info["reached"] == "" and ep.final_info["wrong_cube_reached"] is False
+    spec = EpisodeSpec(0, "mujoco:arm_reach", "mujoco:arm_reach", 0, 0, None, "default", {})
+    out = record_fields(spec, ep, 0.0)["outcome"]
+    assert out["reached"] == "" and out["wrong_cube_reached"] is False
+    assert "success" not in out and "ee_pos" not in out and out["target"] in ep.instruction
+    info = {
+        "success": np.bool_(True),
+        "wrong_cube_reached": np.bool_(True),
+        "dist": np.float32(0.5),
+        "count": np.int64(3),
+        "gap": float("nan"),
+        "reached": "green",
+        "ee_pos": np.zeros(3),
+        "cubes": {"red": 1},
+        "nothing": None,
+    }
+    out = record_fields(spec, dataclasses.replace(ep, final_info=info), 0.0)["outcome"]
+    assert set(out) == {"wrong_cube_reached", "dist", "count", "gap", "reached"}
+    assert out["wrong_cube_reached"] is True and type(out["dist"]) is float
+    assert type(out["count"]) is int and out["count"] == 3 and math.isnan(out["gap"])
+    json.dumps({k: v for k, v in out.items() if k != "gap"})  # plain Python types
+
+
+def test_boolean_outcome_rates_in_results_json_and_markdown(tmp_path: Path) -> None:
+    """One wrong-cube episode of four (one of them errored) is 1/4 with its Wilson interval
+    in the stats, results.json and results.md; string outcomes are not counted."""
+    outcomes: list[dict[str, Any]] = [
+        {"reached": "red", "wrong_cube_reached": False},
+        {"reached": "green", "wrong_cube_reached": True},
+        {"reached": "red", "wrong_cube_reached": False},
+        {},
+    ]
+    records = [
+        EpisodeRecord(
+            spec=EpisodeSpec(i, "mujoco:arm_reach", "mujoco:arm_reach", i, i, None, "default", {}),
+            success=i in (0, 2),
+            steps=30,
+            instruction="reach the red cube",
+            outcome=o,
+            error="RuntimeError: broke" if i == 3 else None,
+        )
+        for i, o in enumerate(outcomes)
+    ]
+    tasks, groups = summarize(records)
+    lo, hi = wilson_interval(1, 4)
+    assert tasks[0].outcome_rates == {
+        "wrong_cube_reached": {"count": 1, "rate": 0.25, "ci_low": lo, "ci_high": hi}
+    }
+    assert (tasks[0].n, tasks[0].successes, tasks[0].errors) == (4, 2, 1)
+    result = EvalResult({}, {}, {}, {}, records, tasks, groups, 1.0)
+    write_results(result, tmp_path)
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["tasks"][0]["outcome_rates"]["wrong_cube_reached"] == {
+        "count": 1,
+        "rate": 0.25,
+        "ci_low": lo,
+        "ci_high": hi,
+    }
+    assert [e["outcome"].get("wrong_cube_reached") for e in data["episodes"]] == [
+        False,
+        True,
+        False,
+        None,
+    ]
+    md = (tmp_path / "results.md").read_text()
+    row = "| mujoco:arm_reach | default | wrong_cube_reached | 1/4 (25.0%) | [4.6%, 69.9%] |"
+    assert (f"{100 * lo:.1f}%", f"{100 * hi:.1f}%") == ("4.6%", "69.9%")
+    assert "## Outcomes" in md and row in md and "| reached |" not in md
+    # Without boolean outcomes the report has no outcome section.
+    for r in records:
+        r.outcome = {k: v for k, v in r.outcome.items() if k != "wrong_cube_reached"}
+    tasks, groups = summarize(records)
+    assert tasks[0].outcome_rates == {}
+    plain = EvalResult({}, {}, {}, {}, records, tasks, groups, 1.0).markdown()
+    assert "Outcomes" not in plain and "wrong_cube_reached" not in plain
 
 
 def test_killed_worker_episode_is_rerun_not_lost() -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from embodied.apps.evaluation import wilson_interval
-from embodied.apps.evaluation.stats import group_stats, task_stats
+from embodied.apps.evaluation.stats import group_stats, outcome_rates, task_stats
 from embodied.errors import ConfigError
 
 
@@ -66,3 +67,41 @@ def test_task_and_group_stats() -> None:
     assert (g.ci_low, g.ci_high) == wilson_interval(3, 6)
     empty = task_stats("x:y", "x:y", "default", "", [], [])
     assert empty.n == 0 and math.isnan(empty.success_rate)
+
+
+def test_boolean_outcomes_are_counted_over_all_episodes() -> None:
+    """Each boolean outcome key gets count, rate over n (errored episodes included, as for
+    success_rate) and its Wilson interval; other keys are not counted."""
+    outcomes = [
+        {"wrong_cube_reached": False, "reached": "red", "target_dist": 0.01},
+        {"wrong_cube_reached": np.bool_(True), "reached": "green", "collided": False},
+        {"wrong_cube_reached": False, "reached": "red"},
+        {},  # an episode that could not be run
+    ]
+    t = task_stats(
+        "mujoco:arm_reach",
+        "mujoco:arm_reach",
+        "default",
+        "reach the red cube",
+        [True, False, True, False],
+        [20, 300, 25],
+        errors=1,
+        outcomes=outcomes,
+    )
+    lo, hi = wilson_interval(1, 4)
+    assert t.outcome_rates == {
+        "collided": {
+            "count": 0,
+            "rate": 0.0,
+            **dict(zip(("ci_low", "ci_high"), wilson_interval(0, 4), strict=True)),
+        },
+        "wrong_cube_reached": {"count": 1, "rate": 0.25, "ci_low": lo, "ci_high": hi},
+    }
+    assert t.to_dict()["outcome_rates"]["wrong_cube_reached"]["count"] == 1
+    assert (
+        outcome_rates([{"wrong_cube_reached": True}] * 3, n=5)["wrong_cube_reached"]["rate"] == 0.6
+    )
+    assert task_stats("x:y", "x:y", "default", "", [True], [3]).outcome_rates == {}
+    assert outcome_rates([{"reached": "red"}]) == {}
+    with pytest.raises(ConfigError, match="one outcome per episode"):
+        task_stats("x:y", "x:y", "default", "", [True, False], [3, 4], outcomes=[{}])

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
 
 import policies
 import sim
-from embodied.contracts import Policy
+from embodied.contracts import Env, Policy
 from embodied.errors import ActionError, ConfigError, RenderError, UnknownNameError
 from embodied.loop import rollout
 from sim.mujoco import MujocoEnv
@@ -118,6 +119,78 @@ def test_arm_reach_tracks_cartesian_velocity_and_reports_caption_state() -> None
     obs, info = env.reset(seed=2, options={"target": "red"})
     assert obs["instruction"] == "reach the red cube"
     assert set(env.unwrapped.task.caption_state()["cubes"]) == {"red", "green", "blue", "yellow"}
+
+
+ARM_CUBES = {
+    "red": (0.25, -0.12),
+    "green": (0.38, 0.1),
+    "blue": (0.40, -0.12),
+    "yellow": (0.25, 0.12),
+}
+
+
+def _drive_to(
+    env: Env, info: dict[str, Any], point: np.ndarray, max_steps: int = 100
+) -> list[tuple[bool, dict[str, Any]]]:
+    """Step velocity actions (from ``info["ee_pos"]``) until the fingertip is at ``point``;
+    returns each step's ``(terminated, info)``."""
+    out: list[tuple[bool, dict[str, Any]]] = []
+    for _ in range(max_steps):
+        delta = point - info["ee_pos"]
+        dist = float(np.linalg.norm(delta))
+        if dist < 0.004:
+            break
+        v = delta / max(dist, 1e-9) * min(0.2, 3.0 * dist)
+        _obs, _r, terminated, _trunc, info = env.step(np.r_[v, -1.0])
+        out.append((terminated, info))
+        if terminated:
+            break
+    return out
+
+
+def test_arm_reach_reports_which_cube_was_reached() -> None:
+    from sim.mujoco.arm_reach import CUBE_HALF_M, TARGET_ABOVE_TOP_M
+
+    env = sim.make("mujoco:arm_reach", camera=False)
+    # The expert reaches the target: reached names it, no wrong cube.
+    opts = {"cubes": ARM_CUBES, "target": "blue"}
+    ep = rollout(env, policies.load("expert", env=env, speed=0.2), seed=0, reset_options=opts)
+    assert ep.success and ep.meta["reason"] in ("success", "terminated")
+    assert ep.final_info["reached"] == "blue" and ep.final_info["wrong_cube_reached"] is False
+
+    # Target red, but the fingertip goes to green's grasp point (above its top face).
+    _obs, info = env.reset(seed=0, options={"cubes": ARM_CUBES, "target": "red"})
+    assert info["reached"] == "" and info["wrong_cube_reached"] is False
+    above = CUBE_HALF_M * 2 + TARGET_ABOVE_TOP_M  # grasp point height above the table
+    green = np.array([*ARM_CUBES["green"], above])
+    steps = _drive_to(env, info, green + np.array([0.0, 0.0, 0.08]))  # hover: nothing reached yet
+    info = steps[-1][1]
+    assert info["reached"] == "" and info["wrong_cube_reached"] is False
+    steps = _drive_to(env, info, green)
+    info = steps[-1][1]
+    hits = [i for i, (_t, inf) in enumerate(steps) if inf["wrong_cube_reached"]]
+    assert hits and hits[0] > 0, "never came within reach of green's grasp point"
+    first = steps[hits[0]][1]
+    assert np.linalg.norm(first["ee_pos"] - green) < 0.025  # latched exactly when in reach
+    assert np.linalg.norm(steps[hits[0] - 1][1]["ee_pos"] - green) >= 0.025
+    assert info["reached"] == "green" and info["wrong_cube_reached"] is True
+    assert not any(t for t, _ in steps) and not any(inf["success"] for _, inf in steps)
+    steps = _drive_to(env, info, green + np.array([0.0, 0.0, 0.1]))  # away again: still latched
+    info = steps[-1][1]
+    assert np.linalg.norm(info["ee_pos"] - green) > 0.09
+    assert info["reached"] == "green" and info["wrong_cube_reached"] is True
+    assert info["success"] is False
+    # Then the target: success ends the episode; the first cube reached stays green.
+    red = np.array([*ARM_CUBES["red"], above])
+    steps = _drive_to(env, info, red + np.array([0.0, 0.0, 0.08]))
+    steps = _drive_to(env, steps[-1][1], red)
+    terminated, info = steps[-1]
+    assert terminated and info["success"] is True
+    assert info["reached"] == "green" and info["wrong_cube_reached"] is True
+    # A new episode starts unlatched.
+    _obs, info = env.reset(seed=0, options={"cubes": ARM_CUBES, "target": "red"})
+    assert info["reached"] == "" and info["wrong_cube_reached"] is False
+    env.close()
 
 
 def test_unknown_names_list_what_exists() -> None:

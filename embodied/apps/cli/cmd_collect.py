@@ -32,6 +32,7 @@ def register(app: typer.Typer) -> None:
         "route",
         "scene",
         "camera",
+        "cameras",
         "image_size",
         Opt("keep_failures", negatable=False),
         "max_attempts",

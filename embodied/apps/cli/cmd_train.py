@@ -54,6 +54,17 @@ train_app = typer.Typer(help=__doc__, no_args_is_help=True)
             "num_inference_steps",
         )
     ),
+    *(
+        Opt(name, flag=flag, given_only=True)
+        for name, flag in (
+            ("vision.cameras", "--cameras"),
+            ("vision.text_model", "--text-model"),
+            ("vision.crop_shape", "--crop-shape"),
+            ("vision.backbone_width", "--backbone-width"),
+            ("vision.backbone_stages", "--backbone-stages"),
+            ("vision.use_separate_rgb_encoder_per_camera", "--separate-camera-encoders"),
+        )
+    ),
     "seed",
 )
 def train_pdp_cmd(

@@ -54,7 +54,9 @@ def summarize(
 
     An episode that raised or could not be run (``error`` set) counts in ``n`` as a
     failure, as OpenVLA's LIBERO evaluation counts an episode that raised, and in
-    ``errors``; its steps are left out of ``mean_steps``.
+    ``errors``; its steps are left out of ``mean_steps``. Boolean entries of the records'
+    ``outcome`` (e.g. arm_reach's ``wrong_cube_reached``) are counted over the same n
+    (:attr:`TaskStats.outcome_rates`; an episode that could not be run counts as False).
     """
     by_task: dict[tuple[str, str], list[EpisodeRecord]] = defaultdict(list)
     for r in records:
@@ -71,6 +73,7 @@ def summarize(
                 [r.success and r.error is None for r in recs],
                 [r.steps for r in ok],
                 errors=len(recs) - len(ok),
+                outcomes=[r.outcome for r in recs],
             )
         )
     by_group: dict[tuple[str, str], list[TaskStats]] = defaultdict(list)

@@ -159,6 +159,7 @@ def to_markdown(result: EvalResult) -> str:
         )
     if any(t.errors for t in result.tasks):
         lines += ["", "Episodes that could not be run (errors) count in n as failures."]
+    lines += outcome_lines(result.tasks)
     lines += error_lines(result.episodes)
     agr = result.judge_agreement()
     if agr is not None:
@@ -183,6 +184,30 @@ def to_markdown(result: EvalResult) -> str:
     lines += ["", "## Versions", ""]
     lines += [f"- {k}: {v}" for k, v in result.versions.items()]
     return "\n".join(lines) + "\n"
+
+
+def outcome_lines(tasks: Sequence[TaskStats]) -> list[str]:
+    """Markdown ``## Outcomes`` section: one row per (task, variant, boolean outcome key),
+    e.g. arm_reach's ``wrong_cube_reached``, with its count, rate and Wilson 95% interval
+    over all n episodes (empty when no task has boolean outcomes)."""
+    rows = [
+        f"| {t.env_id} | {t.variant} | {key} | {int(r['count'])}/{t.n} ({_pct(r['rate'])}) | "
+        f"[{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] |"
+        for t in tasks
+        for key, r in t.outcome_rates.items()
+    ]
+    if not rows:
+        return []
+    return [
+        "",
+        "## Outcomes",
+        "",
+        "Episodes whose final step reported the outcome true, out of all n episodes.",
+        "",
+        "| task | variant | outcome | episodes | 95% CI (Wilson) |",
+        "|---|---|---|---:|---|",
+        *rows,
+    ]
 
 
 def preflight_lines(record: Mapping[str, Any] | None) -> list[str]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import numpy as np
 
 from embodied.errors import ConfigError
 
@@ -55,6 +57,11 @@ class TaskStats:
         mean_steps: Mean episode length in control steps (episodes that ran).
         errors: Episodes that raised or could not be run (worker died ``max_retries + 1``
             times); included in ``n`` as failures.
+        outcome_rates: For every boolean outcome key in the episodes' records (e.g.
+            arm_reach's ``wrong_cube_reached``), ``{"count": episodes where it is True,
+            "rate": count / n, "ci_low", "ci_high": its Wilson 95% interval}``, over the same
+            ``n`` as ``success_rate`` (an episode that could not be run counts as False).
+            Empty when no episode reported a boolean outcome.
     """
 
     env_id: str
@@ -68,6 +75,7 @@ class TaskStats:
     ci_high: float
     mean_steps: float
     errors: int = 0
+    outcome_rates: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -105,6 +113,40 @@ class GroupStats:
         return asdict(self)
 
 
+def outcome_rates(
+    outcomes: Sequence[Mapping[str, Any]], n: int | None = None
+) -> dict[str, dict[str, float]]:
+    """Rate and Wilson 95% interval of every boolean outcome key.
+
+    Args:
+        outcomes: One outcome mapping per episode (``EpisodeRecord.outcome``; empty for an
+            episode that could not be run).
+        n: Episodes the rates are over (default ``len(outcomes)``).
+
+    Returns:
+        Key -> ``{"count", "rate", "ci_low", "ci_high"}`` for every key whose value is a
+        bool (or ``np.bool_``) in at least one episode, sorted by key; an episode without
+        the key, or with a non-bool value, counts as False.
+    """
+    n = len(outcomes) if n is None else n
+    keys = sorted({k for o in outcomes for k, v in o.items() if _is_bool(v)})
+    out: dict[str, dict[str, float]] = {}
+    for key in keys:
+        count = sum(1 for o in outcomes if _is_bool(o.get(key)) and bool(o[key]))
+        lo, hi = wilson_interval(count, n)
+        out[key] = {
+            "count": count,
+            "rate": count / n if n else float("nan"),
+            "ci_low": lo,
+            "ci_high": hi,
+        }
+    return out
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool | np.bool_)
+
+
 def task_stats(
     env_id: str,
     group: str,
@@ -113,6 +155,7 @@ def task_stats(
     successes: Sequence[bool],
     steps: Sequence[int],
     errors: int = 0,
+    outcomes: Sequence[Mapping[str, Any]] = (),
 ) -> TaskStats:
     """Summarise one (task, variant) from its episodes' success flags and lengths.
 
@@ -120,8 +163,17 @@ def task_stats(
         successes: One flag per episode, False for an episode that could not be run.
         steps: Lengths of the episodes that ran.
         errors: How many of the episodes could not be run.
+        outcomes: One outcome mapping per episode (``EpisodeRecord.outcome``), or empty for
+            none; boolean keys give :attr:`TaskStats.outcome_rates` over the same n.
+
+    Raises:
+        ConfigError: ``outcomes`` given with another length than ``successes``.
     """
     n, k = len(successes), int(sum(bool(s) for s in successes))
+    if outcomes and len(outcomes) != n:
+        raise ConfigError(
+            f"task_stats needs one outcome per episode, got {len(outcomes)} for {n} episodes"
+        )
     lo, hi = wilson_interval(k, n)
     return TaskStats(
         env_id=env_id,
@@ -135,6 +187,7 @@ def task_stats(
         ci_high=hi,
         mean_steps=sum(steps) / len(steps) if steps else float("nan"),
         errors=errors,
+        outcome_rates=outcome_rates(outcomes, n) if outcomes else {},
     )
 
 

@@ -64,6 +64,11 @@ class EpisodeRecord:
         env_description: ``env.describe()`` (first episode of each env per worker only).
         judge_prob: The judge's success probability of the final clip (with a judge), or None.
         judge_success: ``judge_prob >= judge.threshold`` (with a judge), or None.
+        outcome: The env's final-step info entries that are plain scalars (str, bool, int,
+            float; not arrays), e.g. arm_reach's ``reached`` / ``wrong_cube_reached``; numpy
+            scalars become Python ones, ``success`` is left out (see ``success``); empty for
+            an episode that could not be run. Boolean entries are counted per task in
+            :attr:`~embodied.apps.evaluation.stats.TaskStats.outcome_rates`.
     """
 
     spec: EpisodeSpec
@@ -83,6 +88,7 @@ class EpisodeRecord:
     env_description: dict[str, Any] | None = field(default=None, repr=False)
     judge_prob: float | None = None
     judge_success: bool | None = None
+    outcome: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (without the env description, stored once per env in the results)."""
@@ -137,6 +143,30 @@ def video_name(spec: EpisodeSpec) -> str:
     return f"{safe}__{spec.variant}__ep{spec.episode:03d}.mp4"
 
 
+def scalar_outcome(info: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of an env's ``info`` that are plain scalars, as Python values.
+
+    Keeps str, bool, int and float values (numpy scalars converted: ``np.bool_`` -> bool,
+    ``np.integer`` -> int, ``np.floating`` -> float; non-finite floats are kept, and written
+    as null in ``results.json``); drops arrays, sequences, mappings, None and ``success``
+    (an :class:`EpisodeRecord` field of its own). Keys are sorted.
+    """
+    out: dict[str, Any] = {}
+    for key in sorted(info, key=str):
+        value = info[key]
+        if key == "success":
+            continue
+        if isinstance(value, bool | np.bool_):
+            out[str(key)] = bool(value)
+        elif isinstance(value, int | np.integer):
+            out[str(key)] = int(value)
+        elif isinstance(value, float | np.floating):
+            out[str(key)] = float(value)
+        elif isinstance(value, str):
+            out[str(key)] = str(value)
+    return out
+
+
 def record_fields(spec: EpisodeSpec, ep: Episode, t0: float) -> dict[str, Any]:
     """The :class:`EpisodeRecord` fields every runner fills from a finished episode.
 
@@ -158,6 +188,7 @@ def record_fields(spec: EpisodeSpec, ep: Episode, t0: float) -> dict[str, Any]:
         "env_ms_per_step": float(np.median(timings["env"])) if len(ep) else float("nan"),
         "policy_ms_per_step": float(np.median(timings["policy"])) if len(ep) else float("nan"),
         "worker": os.getpid(),
+        "outcome": scalar_outcome(ep.final_info),
     }
 
 

