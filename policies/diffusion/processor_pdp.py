@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from embodied.datasets import open_dataset
+from embodied.datasets import EpisodeData, open_dataset
 from embodied.errors import DatasetError
 from embodied.specs import image_key
 from policies.diffusion.configuration_pdp import PDPConfig
@@ -137,17 +137,19 @@ class Demonstrations:
 
 
 def load_demonstrations(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Sequence[EpisodeData],
     label_key: str = "route",
     successful_only: bool = True,
     label_fn: Callable[[np.ndarray], str] | None = None,
     cameras: Sequence[str] = (),
 ) -> Demonstrations:
-    """Read demonstrations from a dataset: ``embodied collect`` shards, a robomimic/LIBERO
-    HDF5 file, or a LeRobotDataset v3 folder (:func:`embodied.datasets.open_dataset`).
+    """Read demonstrations from a dataset: ``embodied collect`` shards, a robomimic HDF5 file,
+    a LeRobotDataset v3 folder (:func:`embodied.datasets.open_dataset`), or an opened dataset
+    (e.g. ``sim.libero.load_demonstrations(file)`` for LIBERO's demonstration files, whose keys
+    it renames to ours).
 
     Args:
-        path: Dataset folder or file.
+        path: Dataset folder or file, or a sequence of episodes.
         label_key: Demonstration attribute (or ``meta`` entry) holding the behaviour label.
         successful_only: Skip demonstrations whose ``success`` attribute is False.
         label_fn: Labels the demonstrations from their ``(T, state_dim)`` states when none records a
@@ -156,7 +158,7 @@ def load_demonstrations(
         cameras: Cameras whose frames (``image.<camera>``) to load, for visuomotor policies.
     """
     keys = ["state", *(image_key(c) for c in cameras)]
-    ds = open_dataset(path, obs_keys=keys)
+    ds = open_dataset(path, obs_keys=keys) if isinstance(path, str | os.PathLike) else path
     states, actions, labels, instructions = [], [], [], []
     images: dict[str, list[np.ndarray]] = {c: [] for c in cameras}
     for ep in ds:
@@ -180,7 +182,7 @@ def load_demonstrations(
         instructions.append(str(text.decode() if isinstance(text, bytes) else text))
     if not states:
         raise DatasetError(
-            f"dataset {str(path)!r} has no successful demonstrations",
+            f"dataset {str(getattr(ds, 'path', path))!r} has no successful demonstrations",
             fix="collect successful expert demonstrations",
         )
     if not any(labels) and label_fn is not None:

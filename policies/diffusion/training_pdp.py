@@ -18,7 +18,7 @@ import dataclasses
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from embodied.datasets import EpisodeData
 from embodied.distributed import Distributed, LossModule
 from embodied.errors import CheckpointError, ConfigError, DatasetError
 from embodied.io import (
@@ -312,7 +313,7 @@ def _text_embeddings(cfg: PDPConfig, demonstrations: Demonstrations) -> torch.Te
 
 
 def train_pdp(
-    data: str | os.PathLike[str] | Demonstrations,
+    data: str | os.PathLike[str] | Sequence[EpisodeData] | Demonstrations,
     out_dir: str | os.PathLike[str],
     config: PDPConfig | None = None,
     *,
@@ -327,7 +328,9 @@ def train_pdp(
     """Train a PDP (or, with ``z_dim=0``, the plain diffusion policy) on expert demonstrations.
 
     Args:
-        data: Dataset folder/file (``embodied collect``) or in-memory :class:`Demonstrations`.
+        data: Dataset folder/file (``embodied collect``, robomimic, LeRobotDataset v3), an
+            opened dataset (e.g. LIBERO's files through ``sim.libero.load_demonstrations``)
+            or in-memory :class:`Demonstrations`.
         out_dir: Output folder (checkpoint, train state, TensorBoard logs).
         config: Base config; dims, names and env id are derived from the data.
         overrides: Config fields to override (e.g. ``{"steps": 2000, "z_dim": 0}``).

@@ -37,7 +37,11 @@ from embodied.contracts import Env
 from embodied.errors import ConfigError
 from sim import ENVS, EnvFamily
 from sim.libero.configuration_libero import DEFAULT_MAX_STEPS, SUITES, LiberoProtocol
-from sim.libero.demonstrations import LIBERO_OBS_KEY_MAP, load_demonstrations
+from sim.libero.demonstrations import (
+    LIBERO_OBS_KEY_MAP,
+    is_libero_demonstration_file,
+    load_demonstrations,
+)
 from sim.libero.env import LiberoEnv
 from sim.libero.resources import (
     ASSETS_ENV_VAR,
@@ -106,6 +110,7 @@ __all__ = [
     "LiberoTask",
     "ensure_config",
     "expand",
+    "is_libero_demonstration_file",
     "load_demonstrations",
     "make",
     "resolve_assets",

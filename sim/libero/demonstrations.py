@@ -110,6 +110,15 @@ class LiberoDemonstrations(Dataset):
         return replace(ep, obs=obs, actions=actions, attrs=attrs)
 
 
+def is_libero_demonstration_file(path: str | os.PathLike[str]) -> bool:
+    """True for an HDF5 file in LIBERO's demonstration layout (``data.attrs["problem_info"]``)."""
+    p = os.fspath(path)
+    if not os.path.isfile(p) or not h5py.is_hdf5(p):
+        return False
+    with h5py.File(p, "r") as h:
+        return "data" in h and "problem_info" in h["data"].attrs
+
+
 def load_demonstrations(
     path: str | os.PathLike[str],
     obs_keys: Sequence[str] | None = None,

@@ -530,6 +530,26 @@ def test_cli_export_and_info(tmp_path: Path) -> None:
     assert summary["frames"] == 11 and summary["fps"] == 20
     assert summary["tasks"] == ["reach target 0", "reach target 1"]
     assert summary["features"]["observation.images.front"]["codec"] == "h264"
+    # the CLI writes float32 columns by default (lerobot's training expects them)
+    info = json.loads((out / "meta" / "info.json").read_text())
+    assert info["features"]["action"]["dtype"] == "float32"
+    exact = tmp_path / "lr64"
+    result = runner.invoke(
+        app,
+        [
+            "datasets",
+            "export",
+            str(tmp_path / "shards"),
+            "--out",
+            str(exact),
+            "--format",
+            "lerobot",
+            "--keep-dtypes",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    info = json.loads((exact / "meta" / "info.json").read_text())
+    assert info["features"]["action"]["dtype"] == "float64"
     text = runner.invoke(app, ["datasets", "info", str(tmp_path / "shards")])
     assert text.exit_code == 0 and "robomimic shards" in text.output
     hdf5 = tmp_path / "all.hdf5"

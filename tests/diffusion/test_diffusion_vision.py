@@ -282,3 +282,57 @@ def test_demonstration_adaptation_refuses_a_visuomotor_policy(
     demos = load_demonstrations(camera_dataset)
     with pytest.raises(ConfigError, match="cameras"):
         finetune_on_demonstration(policy, demos.states[0], demos.actions[0], steps=1)
+
+
+def test_trains_from_a_libero_demonstration_file(tmp_path: Path) -> None:
+    from embodied.apps.cli import app
+    from tests.libero.test_libero_demonstrations import (
+        INSTRUCTION,
+        write_libero_demonstration_file,
+    )
+
+    data = tmp_path / "put_the_black_bowl_on_the_plate_demo.hdf5"
+    write_libero_demonstration_file(data, lengths=(6, 9))
+    ckpt = tmp_path / "ckpt"
+    result = CliRunner().invoke(
+        app,
+        [
+            "train", "pdp", "--data", str(data), "--out", str(ckpt), "--z-dim", "0",
+            "--steps", "2", "--batch-size", "4", "--hidden-dim", "32", "--cond-dim", "16",
+            "--cameras", "agentview,eye_in_hand", "--text-model", TEXT_MODEL,
+            "--crop-shape", "28,28", "--backbone-width", "8", "--backbone-stages", "2",
+            "--no-progress",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    policy = PDPPolicy(load_model(ckpt))
+    cfg = policy.config
+    assert (cfg.state_dim, cfg.action_dim) == (8, 7)  # LIBERO's 8-dim state, 7-dim actions
+    assert cfg.vision.cameras == ("agentview", "eye_in_hand")
+    rng = np.random.default_rng(1)
+    obs = {
+        "state": np.zeros(8, np.float32),
+        "image.agentview": rng.integers(0, 256, (32, 32, 3), dtype=np.uint8),
+        "image.eye_in_hand": rng.integers(0, 256, (32, 32, 3), dtype=np.uint8),
+        "instruction": INSTRUCTION,
+    }
+    policy.reset()
+    chunk = policy.predict_action_chunk(obs)
+    assert chunk.shape == (cfg.horizon, 7) and np.isfinite(chunk).all()
+
+
+def test_trains_from_a_lerobot_v3_export(camera_dataset: Path, tmp_path: Path) -> None:
+    from embodied.datasets import Dataset, export_lerobot
+
+    lerobot = export_lerobot(Dataset(camera_dataset), tmp_path / "lerobot")
+    ours = load_demonstrations(camera_dataset, cameras=("front", "top"))
+    theirs = load_demonstrations(lerobot, cameras=("front", "top"))
+    assert theirs.instructions == ours.instructions
+    for a, b in zip(theirs.states, ours.states, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    frames = np.concatenate(theirs.images["front"]).astype(float)
+    # h264 yuv420p at 32x32 px: chroma subsampling of 4-px cubes (2.4 at 84x84)
+    assert np.abs(frames - np.concatenate(ours.images["front"])).mean() < 6.0
+    _train(lerobot, tmp_path / "ckpt")
+    cfg = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    assert cfg["vision"]["image_shape"] == [SIZE, SIZE] and cfg["state_dim"] == 15

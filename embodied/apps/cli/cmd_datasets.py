@@ -46,7 +46,10 @@ def export(
     ),
     crf: int = typer.Option(23, "--crf", help="Video quality (lower is better)."),
     float32: bool = typer.Option(
-        False, "--float32", help="Store float columns as float32 (lerobot's usual dtype)."
+        True,
+        "--float32/--keep-dtypes",
+        help="Store float columns as float32, as lerobot's own datasets do (its training "
+        "expects float32); --keep-dtypes keeps float64 actions for an exact round trip.",
     ),
     repo_id: str = typer.Option(None, "--repo-id", help="Hub id to record (informational)."),
 ) -> None:

@@ -22,6 +22,8 @@ from embodied.errors import ConfigError
 from policies.diffusion.configuration_pdp import PDPConfig
 from policies.diffusion.training_pdp import train_pdp
 from policies.openvla.training_openvla import BCSettings
+from sim.libero import is_libero_demonstration_file
+from sim.libero import load_demonstrations as load_libero_demonstrations
 
 train_app = typer.Typer(help=__doc__, no_args_is_help=True)
 
@@ -68,7 +70,11 @@ train_app = typer.Typer(help=__doc__, no_args_is_help=True)
     "seed",
 )
 def train_pdp_cmd(
-    data: Path = typer.Option(..., "--data", help="Dataset folder (embodied collect) or .hdf5."),
+    data: Path = typer.Option(
+        ...,
+        "--data",
+        help="Dataset: an embodied collect folder, a robomimic or LIBERO .hdf5, a LeRobotDataset v3 folder.",
+    ),
     out: Path = typer.Option(..., "--out", help="Checkpoint folder to write."),
     exclude_state: str | None = typer.Option(
         None, help="State dims hidden from the denoiser, e.g. vel_x,vel_y (copycat guard)."
@@ -86,8 +92,11 @@ def train_pdp_cmd(
     overrides: dict[str, object] = dict(config)  # PDPConfig fields, "manifold.steps" nested
     if exclude_state:
         overrides["obs_exclude"] = [s.strip() for s in exclude_state.split(",") if s.strip()]
+    dataset: Any = data
+    if is_libero_demonstration_file(data):  # LIBERO's keys -> ours (state, image.<camera>)
+        dataset = load_libero_demonstrations(data)
     result = train_pdp(
-        data,
+        dataset,
         out,
         PDPConfig(),
         overrides=overrides,
