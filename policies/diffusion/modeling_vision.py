@@ -4,14 +4,16 @@ As in Chi et al. 2023 (Diffusion Policy) and lerobot's ``DiffusionRgbEncoder``: 
 image is cropped (random crop in training, centre crop at inference), passed through a
 ResNet-18-style backbone trained from scratch with GroupNorm in place of BatchNorm (BatchNorm
 statistics drift under the EMA weights used for inference), then a spatial softmax turns each
-of ``num_keypoints`` feature maps into an expected image position (x, y); a linear layer + ReLU
-maps the keypoints to the camera's feature vector. One encoder is shared by all cameras, or
-one per camera (``use_separate_rgb_encoder_per_camera``).
+of ``num_keypoints`` feature maps into an expected image position (x, y); a linear layer maps
+the keypoints to the camera's feature vector (lerobot adds a ReLU: ``feature_relu``). One
+encoder is shared by all cameras, or one per camera (``use_separate_rgb_encoder_per_camera``).
+With an instruction, its projection also FiLMs the feature maps before the spatial softmax
+(``language_film``, our extension) so the keypoints can follow the named object.
 
 The instruction enters as the frozen sentence embedding (:mod:`embodied.text`, computed and
-cached outside the model), projected by a linear layer; the camera features of every
-observation step, the state history and the projected instruction form the global
-conditioning vector that FiLMs every denoiser block.
+cached outside the model), centred and scaled on the training instructions and projected by a
+linear layer; the camera features of every observation step, the state history and the
+projected instruction form the global conditioning vector that FiLMs every denoiser block.
 
 Images stay uint8 until they are cropped (one vectorised gather for the whole batch) and
 normalised inside the model with per-camera, per-channel dataset statistics.
@@ -158,7 +160,7 @@ class ResNetBackbone(nn.Module):
 
 
 class RgbEncoder(nn.Module):
-    """One camera's encoder: backbone -> spatial softmax -> linear + ReLU.
+    """One camera's encoder: backbone -> spatial softmax -> linear (+ ReLU, ``feature_relu``).
 
     Args:
         config: Vision config (crop shape, backbone, keypoints, feature size).
@@ -175,10 +177,23 @@ class RgbEncoder(nn.Module):
             self.backbone.out_channels, probe.shape[2], probe.shape[3], config.num_keypoints
         )
         self.out = nn.Linear(2 * config.num_keypoints, config.feature_dim)
+        self.channels = self.backbone.out_channels
+        self.relu = config.feature_relu
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, 3, h, w) normalised crops -> (B, feature_dim)."""
-        return F.relu(self.out(self.pool(self.backbone(x)).flatten(1)))
+    def forward(self, x: torch.Tensor, film: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, 3, h, w) normalised crops -> (B, feature_dim).
+
+        Args:
+            x: Normalised crops.
+            film: (B, 2 * channels) instruction FiLM (scale offsets, shifts) of the feature
+                maps before the spatial softmax, or None.
+        """
+        maps = self.backbone(x)
+        if film is not None:
+            gamma, beta = film.chunk(2, dim=1)
+            maps = maps * (1.0 + gamma[:, :, None, None]) + beta[:, :, None, None]
+        out = self.out(self.pool(maps).flatten(1))
+        return F.relu(out) if self.relu else out
 
 
 class ObservationEncoder(nn.Module):
@@ -191,6 +206,8 @@ class ObservationEncoder(nn.Module):
 
     image_mean: torch.Tensor
     image_std: torch.Tensor
+    text_mean: torch.Tensor
+    text_scale: torch.Tensor
 
     def __init__(self, config: VisionConfig, n_obs_steps: int) -> None:
         super().__init__()
@@ -206,8 +223,21 @@ class ObservationEncoder(nn.Module):
             self.image_mean.fill_(0.0)
             self.image_std.fill_(1.0)
         self.language: nn.Linear | None = None
+        self.film: nn.Linear | None = None
         if config.text_model:
             self.language = nn.Linear(config.text_dim, config.language_dim)
+            if config.language_film and len(self.rgb) > 0:
+                # zero-initialised: training starts from the plain encoder
+                self.film = nn.Linear(config.language_dim, 2 * self.rgb[0].channels)
+                nn.init.zeros_(self.film.weight)
+                nn.init.zeros_(self.film.bias)
+        # Sentence embeddings of a task family's instructions share most of their direction
+        # (all-MiniLM-L6-v2: cosine 0.84 between "reach the red cube" and "... blue cube") and
+        # have ~0.05 entries, so the embedding is centred on the training instructions' mean and
+        # scaled to unit RMS per dimension, as states are normalised; unscaled, the projected
+        # instruction is ~30x weaker than the other conditioning and the policy ignored it.
+        self.register_buffer("text_mean", torch.zeros(config.text_dim))
+        self.register_buffer("text_scale", torch.ones(()))
 
     @property
     def out_dim(self) -> int:
@@ -224,6 +254,15 @@ class ObservationEncoder(nn.Module):
             )
         self.image_mean.copy_(mean)
         self.image_std.copy_(std.clamp_min(1e-3))
+
+    def set_text_stats(self, embeddings: torch.Tensor) -> None:
+        """Centre and scale from the training demonstrations' instruction embeddings (N, D):
+        the centred embeddings get unit RMS per dimension."""
+        mean = embeddings.mean(0)
+        rms = float((embeddings - mean).pow(2).mean().sqrt())
+        self.text_mean.copy_(mean)
+        # one instruction for all demonstrations: nothing to tell apart, keep the raw scale
+        self.text_scale.fill_(1.0 / rms if rms > 1e-6 else 1.0)
 
     def check(self) -> None:
         """Raise if the image statistics were never set (NaN)."""
@@ -251,6 +290,14 @@ class ObservationEncoder(nn.Module):
         """
         cfg = self.config
         parts: list[torch.Tensor] = []
+        lang = None
+        if self.language is not None:
+            if text is None:
+                raise ConfigError(
+                    "the policy is language-conditioned but got no instruction embedding",
+                    fix="pass the observation's 'instruction'",
+                )
+            lang = self.language((text - self.text_mean) * self.text_scale)
         if cfg.cameras:
             if images is None:
                 raise ConfigError(
@@ -266,22 +313,20 @@ class ObservationEncoder(nn.Module):
             mean = self.image_mean.view(1, n_cams, 1, 3, 1, 1)
             std = self.image_std.view(1, n_cams, 1, 3, 1, 1)
             crops = (crops - mean) / std
+            film = None if self.film is None or lang is None else self.film(lang)
             if len(self.rgb) == 1:
-                feats = self.rgb[0](crops.flatten(0, 2)).view(b, n_cams, n, -1)
+                f = None if film is None else film.repeat_interleave(n_cams * n, dim=0)
+                feats = self.rgb[0](crops.flatten(0, 2), f).view(b, n_cams, n, -1)
             else:
+                f = None if film is None else film.repeat_interleave(n, dim=0)
                 feats = torch.stack(
                     [
-                        enc(crops[:, i].flatten(0, 1)).view(b, n, -1)
+                        enc(crops[:, i].flatten(0, 1), f).view(b, n, -1)
                         for i, enc in enumerate(self.rgb)
                     ],
                     dim=1,
                 )
             parts.append(feats.transpose(1, 2).reshape(b, -1))
-        if self.language is not None:
-            if text is None:
-                raise ConfigError(
-                    "the policy is language-conditioned but got no instruction embedding",
-                    fix="pass the observation's 'instruction'",
-                )
-            parts.append(self.language(text))
+        if lang is not None:
+            parts.append(lang)
         return torch.cat(parts, dim=1)

@@ -437,6 +437,8 @@ def train_pdp(
             torch.as_tensor(mean, dtype=torch.float32), torch.as_tensor(std, dtype=torch.float32)
         )
     text_demo = _text_embeddings(cfg, demonstrations)
+    if model.obs_encoder is not None and text_demo is not None:
+        model.obs_encoder.set_text_stats(text_demo)
     optimizer = torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.AdamW
     opt = optimizer(model.policy_parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 

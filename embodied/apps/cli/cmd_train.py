@@ -65,6 +65,7 @@ train_app = typer.Typer(help=__doc__, no_args_is_help=True)
             ("vision.backbone_width", "--backbone-width"),
             ("vision.backbone_stages", "--backbone-stages"),
             ("vision.use_separate_rgb_encoder_per_camera", "--separate-camera-encoders"),
+            ("vision.language_film", "--language-film"),
         )
     ),
     "seed",
