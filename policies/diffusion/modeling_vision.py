@@ -154,6 +154,11 @@ class ResNetBackbone(nn.Module):
         self.layers = nn.Sequential(*layers)
         self.out_channels = cin
 
+    @staticmethod
+    def channels_of(width: int, stages: int) -> int:
+        """Output channels of a backbone of ``width`` and ``stages``."""
+        return width * 2 ** (stages - 1)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) normalised images -> (B, C, H/stride, W/stride) features."""
         return self.layers(self.maxpool(F.relu(self.bn1(self.conv1(x)))))
@@ -177,7 +182,7 @@ class RgbEncoder(nn.Module):
             self.backbone.out_channels, probe.shape[2], probe.shape[3], config.num_keypoints
         )
         self.out = nn.Linear(2 * config.num_keypoints, config.feature_dim)
-        self.channels = self.backbone.out_channels
+        self.channels: int = self.backbone.out_channels
         self.relu = config.feature_relu
 
     def forward(self, x: torch.Tensor, film: torch.Tensor | None = None) -> torch.Tensor:
@@ -228,7 +233,8 @@ class ObservationEncoder(nn.Module):
             self.language = nn.Linear(config.text_dim, config.language_dim)
             if config.language_film and len(self.rgb) > 0:
                 # zero-initialised: training starts from the plain encoder
-                self.film = nn.Linear(config.language_dim, 2 * self.rgb[0].channels)
+                channels = ResNetBackbone.channels_of(config.backbone_width, config.backbone_stages)
+                self.film = nn.Linear(config.language_dim, 2 * channels)
                 nn.init.zeros_(self.film.weight)
                 nn.init.zeros_(self.film.bias)
         # Sentence embeddings of a task family's instructions share most of their direction
