@@ -34,6 +34,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -375,6 +376,26 @@ def _features(
     return features
 
 
+@contextmanager
+def _scheduling_kept() -> Iterator[None]:
+    """Restores the calling thread's CPU scheduling policy after an encoder call.
+
+    SVT-AV1 (``libsvtav1``) raises the thread that opens it to ``SCHED_FIFO`` priority 99
+    when it may (as root). Left so, every thread and process started afterwards inherits a
+    real-time policy: a busy-polling child (a ROS node, a rosbridge server) then starves the
+    machine. Lowering a policy back needs no privilege. No-op where ``os.sched_*`` is absent.
+    """
+    if not hasattr(os, "sched_getscheduler"):
+        yield
+        return
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        yield
+    finally:
+        if (os.sched_getscheduler(0), os.sched_getparam(0)) != (policy, param):
+            os.sched_setscheduler(0, policy, param)
+
+
 class _VideoWriter:
     """Appends frames of successive episodes to one camera's MP4 files, rolling over by size."""
 
@@ -415,15 +436,18 @@ class _VideoWriter:
         if self.first_path is None:
             self.first_path = path
 
-    def _mux(self, packets: Any) -> None:
+    def _encode(self, frame: Any) -> None:
+        with _scheduling_kept():
+            packets = self.stream.encode(frame)
         for packet in packets:
             self.bytes += packet.size
             self.container.mux(packet)
 
     def close(self) -> None:
         if self.container is not None:
-            self._mux(self.stream.encode(None))
-            self.container.close()
+            self._encode(None)
+            with _scheduling_kept():
+                self.container.close()
             self.container = self.stream = None
 
     def add_episode(self, frames: np.ndarray) -> dict[str, Any]:
@@ -438,7 +462,7 @@ class _VideoWriter:
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
             frame.pts = self.frames
             frame.time_base = Fraction(1, self.fps)
-            self._mux(self.stream.encode(frame))
+            self._encode(frame)
             self.frames += 1
         prefix = f"videos/{self.key}/"
         return {

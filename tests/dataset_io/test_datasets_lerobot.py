@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -313,7 +315,10 @@ def test_layout_matches_a_dataset_lerobot_wrote(tmp_path: Path) -> None:
                 attrs={"instruction": script.TASKS[ep]},
             )
         )
+    scheduling = (os.sched_getscheduler(0), os.sched_getparam(0))
     ours = export_lerobot(episodes, tmp_path / "ours", fps=script.FPS, codec="libsvtav1")
+    # SVT-AV1 raises its caller to SCHED_FIFO 99 when run as root; children would inherit it.
+    assert (os.sched_getscheduler(0), os.sched_getparam(0)) == scheduling
     theirs = LEROBOT_FIXTURE
     info_ours = json.loads((ours / "meta/info.json").read_text())
     info_theirs = json.loads((theirs / "meta/info.json").read_text())
@@ -337,6 +342,24 @@ def test_layout_matches_a_dataset_lerobot_wrote(tmp_path: Path) -> None:
         assert set(stats_ours[key]) == set(stats), key
         for stat, value in stats.items():
             assert np.shape(stats_ours[key][stat]) == np.shape(value), (key, stat)
+
+
+def test_encoder_calls_keep_the_threads_scheduling_policy() -> None:
+    """A policy an encoder sets on its calling thread is undone (run in a throwaway thread)."""
+    seen: list[int] = []
+
+    def work() -> None:
+        before = os.sched_getscheduler(0)
+        with lr._scheduling_kept():
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))  # what SVT-AV1 does
+            seen.append(os.sched_getscheduler(0))
+        seen.append(os.sched_getscheduler(0))
+        seen.append(before)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert seen == [os.SCHED_BATCH, os.SCHED_OTHER, os.SCHED_OTHER]
 
 
 def test_stats_match_numpy(exported: tuple[list[EpisodeData], Path]) -> None:
