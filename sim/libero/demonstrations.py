@@ -3,7 +3,8 @@
 A LIBERO demonstration file (``<suite>/<task>_demo.hdf5``) holds ``data/demo_N`` groups with
 ``obs/{agentview_rgb, eye_in_hand_rgb, ee_pos, ee_ori, ee_states, gripper_states,
 joint_states}``, ``actions`` (T, 7; gripper -1 open / +1 close), ``rewards``, ``dones`` and
-``states``; ``data.attrs["problem_info"]`` (JSON) carries the language instruction.
+``states``. The instruction is the one LIBERO's benchmark gives the task, read from the
+task's file name (``data.attrs["bddl_file_name"]``), else ``problem_info``'s (JSON).
 
 :func:`load_demonstrations` renames the keys to ours (:data:`LIBERO_OBS_KEY_MAP`) and adds
 the ``state`` vector the env observes (ee_pos + ee_ori + gripper_states, see
@@ -25,6 +26,7 @@ import numpy as np
 from embodied.datasets import Dataset, EpisodeData
 from embodied.errors import DatasetError
 from embodied.io import parse_json_text
+from sim.libero.tasks import language_from_task_name
 
 LIBERO_OBS_KEY_MAP: Mapping[str, str] = {
     "agentview_rgb": "image.agentview",
@@ -76,16 +78,26 @@ class LiberoDemonstrations(Dataset):
             return ""
         with h5py.File(file, "r") as h:
             raw = h["data"].attrs.get("problem_info")
-        if raw is None:
-            return ""
-        info = parse_json_text(
-            raw if isinstance(raw, str) else bytes(raw),
-            f"{file}::data.attrs['problem_info']",
-            what="LIBERO problem info",
-            fix="re-export the demonstration file with LIBERO's scripts (the attribute is damaged)",
-            error=DatasetError,
-        )
-        return str(info.get("language_instruction", "")).strip()
+            bddl = h["data"].attrs.get("bddl_file_name")
+        language = ""
+        if raw is not None:
+            info = parse_json_text(
+                raw if isinstance(raw, str) else bytes(raw),
+                f"{file}::data.attrs['problem_info']",
+                what="LIBERO problem info",
+                fix="re-export the demonstration file with LIBERO's scripts (the attribute is "
+                "damaged)",
+                error=DatasetError,
+            )
+            language = str(info.get("language_instruction", "")).strip()
+        if bddl is not None:
+            # LIBERO's benchmark (and OpenVLA, and the env here) instruct with the language in
+            # the task's file name; problem_info holds the BDDL's own, lower-cased wording,
+            # which differs ("pick the ..." vs "pick up the ...").
+            name = os.path.basename(bddl if isinstance(bddl, str) else bytes(bddl).decode())
+            if name.endswith(".bddl"):
+                language = language_from_task_name(name.removesuffix(".bddl"))
+        return language
 
     def __getitem__(self, i: int) -> EpisodeData:  # type: ignore[override]
         ep = super().__getitem__(i)

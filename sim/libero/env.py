@@ -36,7 +36,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from embodied.contracts import Env
+from embodied.contracts import Env, Policy
 from embodied.errors import ActionError, ConfigError
 from embodied.specs import (
     ImageSpec,
@@ -108,6 +108,9 @@ class LiberoEnv(Env):
             string); ``()`` for state only, the
             fastest (a camera costs ~90-180 ms per frame on a CPU).
         assets_dir: Local LIBERO assets folder (else ``$EMBODIED_LIBERO_ASSETS``, else the hub).
+        record_states: Keep the flattened MuJoCo state after the reset and after every step
+            in :attr:`sim_states` (``sim_states[t]`` is the state ``action[t]`` acts on), to
+            re-render an episode later (:mod:`sim.libero.recording`).
         hard_reset: Rebuild the MuJoCo model on every reset, as LIBERO's default and OpenVLA's
             evaluation do (~1 s instead of a few ms per reset). Not needed to reproduce
             them: a hard and a soft reset draw the same numbers from numpy's RNG and place
@@ -144,6 +147,7 @@ class LiberoEnv(Env):
         cameras: Sequence[str] = ("agentview",),
         assets_dir: str | None = None,
         hard_reset: bool = False,
+        record_states: bool = False,
     ) -> None:
         self.protocol = protocol or LiberoProtocol()
         self.task = task if isinstance(task, LiberoTask) else resolve_task(task)
@@ -179,6 +183,9 @@ class LiberoEnv(Env):
         self._ee_prev: np.ndarray | None = None
         self._last_raw_obs: dict[str, Any] = {}
         self.init_state_index = -1
+        self.episode_count = 0
+        self.record_states = bool(record_states)
+        self.sim_states: list[np.ndarray] = []
 
     def _make_raw(self, hard_reset: bool) -> Any:
         from libero.libero.envs import OffScreenRenderEnv
@@ -200,6 +207,11 @@ class LiberoEnv(Env):
     def raw_env(self) -> Any:
         """LIBERO's ``OffScreenRenderEnv`` (for benchmarks and debugging)."""
         return self._raw
+
+    @property
+    def raw_obs(self) -> Mapping[str, Any]:
+        """LIBERO's raw observation dict of the last reset or step (robosuite keys)."""
+        return self._last_raw_obs
 
     @property
     def init_states(self) -> np.ndarray:
@@ -238,6 +250,7 @@ class LiberoEnv(Env):
                 fix=f"pass an int in 0..{n - 1}",
             )
         self.init_state_index = int(index)
+        self.episode_count += 1
         if not self.protocol.reseed_on_reset:
             np.random.set_state(self._reference_rng_state(self.init_state_index))
         elif seed is not None:
@@ -272,6 +285,7 @@ class LiberoEnv(Env):
             self._render = True
         self._t = 0
         self._ee_prev = None
+        self.sim_states = [self._raw.get_sim_state().copy()] if self.record_states else []
         obs = self._observe(raw_obs)
         info = self._info(raw_obs, success)
         info["init_state"] = self.init_state_index
@@ -287,10 +301,28 @@ class LiberoEnv(Env):
             )
         raw_obs, reward, done, _ = self._raw.step(act)
         self._t += 1
+        if self.record_states:
+            self.sim_states.append(self._raw.get_sim_state().copy())
         success = bool(done)
         obs = self._observe(raw_obs)
         truncated = self._t >= self.max_episode_steps and not success
         return obs, float(reward), success, truncated, self._info(raw_obs, success)
+
+    def expert(self, **kwargs: Any) -> Policy:
+        """The scripted pick-and-place expert (:class:`~sim.libero.expert.LiberoPickPlaceExpert`).
+
+        Keyword arguments are :class:`~sim.libero.expert.ExpertConfig` fields.
+        """
+        from sim.libero.expert import ExpertConfig, LiberoPickPlaceExpert
+
+        try:
+            config = ExpertConfig(**kwargs)
+        except TypeError as exc:
+            raise ConfigError(
+                f"unknown LIBERO expert option(s) in {sorted(kwargs)} ({exc})",
+                fix=f"pass fields of ExpertConfig: {sorted(ExpertConfig.__dataclass_fields__)}",
+            ) from exc
+        return LiberoPickPlaceExpert(self, config)
 
     def render(self) -> np.ndarray:  # type: ignore[override]
         """The agentview camera, upright, at the render size (reuses the observed frame)."""

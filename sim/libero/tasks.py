@@ -56,7 +56,7 @@ def _path(key: str) -> Path:
     return path
 
 
-def _language(name: str) -> str:
+def language_from_task_name(name: str) -> str:
     """The instruction encoded in a task name (LIBERO's ``grab_language_from_filename``)."""
     if name[:1].isupper():  # LIBERO-100 names start with the scene, e.g. KITCHEN_SCENE3_...
         start = name.find("SCENE") + (8 if "SCENE10" in name else 7)
@@ -72,7 +72,8 @@ def suite_tasks(suite: str) -> tuple[LiberoTask, ...]:
     from libero.libero.benchmark.libero_suite_task_map import libero_task_map
 
     return tuple(
-        LiberoTask(suite, i, name, _language(name)) for i, name in enumerate(libero_task_map[suite])
+        LiberoTask(suite, i, name, language_from_task_name(name))
+        for i, name in enumerate(libero_task_map[suite])
     )
 
 
