@@ -51,6 +51,8 @@ class ExpertConfig:
         stall_steps: A waypoint the grip site stops approaching for this many steps counts
             as reached (contact stops the arm short of it).
         align_yaw: Turn the gripper so the fingers close across the object's narrower side.
+        reach_back: Fraction of an elongated object's half-length by which the grasp moves
+            from its centre toward the robot (the arm's reach is shortest low and far out).
     """
 
     approach_height_m: float = 0.08
@@ -64,6 +66,7 @@ class ExpertConfig:
     open_steps: int = 10
     stall_steps: int = 8
     align_yaw: bool = True
+    reach_back: float = 0.4
 
 
 def _aabb(inner: Any, body: str) -> tuple[np.ndarray, np.ndarray]:
@@ -166,6 +169,12 @@ class LiberoPickPlaceExpert(Policy):
         cfg = self.config
         lo, hi = _aabb(self._inner, self.obj)
         centre = (lo + hi) / 2
+        extent = hi[:2] - lo[:2]
+        long_axis = int(np.argmax(extent))
+        if extent[long_axis] > 1.5 * extent[1 - long_axis]:
+            base = np.asarray(self._inner.robots[0].base_pos, dtype=np.float64)
+            toward = np.sign(base[long_axis] - centre[long_axis])
+            centre[long_axis] += toward * cfg.reach_back * extent[long_axis] / 2
         self._lo_z = float(lo[2])
         self._grasp = np.array(
             [
