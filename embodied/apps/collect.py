@@ -21,7 +21,7 @@ import sim
 from embodied.datasets import DatasetWriter
 from embodied.datasets.hdf5 import _SHARD_RE
 from embodied.errors import ConfigError
-from embodied.loop import rollout
+from embodied.loop import Episode, rollout
 
 
 def parse_speed(text: float | str | None) -> dict[str, Any]:
@@ -219,32 +219,56 @@ def collect(
         writer = DatasetWriter(out, env_args=env_args)
         first_seed = next_seed(out, config.seed)
         result = CollectResult(out, 0, 0, 0, last_shard=writer.next_index - 1)
-        for attempt in range(config.attempts):
-            if result.kept >= config.episodes:
-                break
-            ep = rollout(env, pol, seed=first_seed + attempt)
+
+        def keep(ep: Episode, seed: int) -> None:
+            del seed  # rollout records it in ep.meta
             ep.meta["policy"] = config.policy
             ep.meta["policy_kwargs"] = pol_kwargs
             for attr in ("current_route", "current_speed"):
                 if hasattr(pol, attr):
                     ep.meta[attr.removeprefix("current_")] = getattr(pol, attr)
-            if ep.success or config.keep_failures:
-                writer.add(ep)
-                result.kept += 1
-            result.failed += int(not ep.success)
-            result.attempts = attempt + 1
+            writer.add(ep)
             result.last_shard = writer.next_index - 1
-            if on_attempt is not None:
-                on_attempt(result)
+
+        _roll_until_kept(config, env, pol, first_seed, keep, result, on_attempt)
     finally:
         env.close()
+    _require_enough(config, result, f"kept in {out}")
+    return result
+
+
+def _roll_until_kept(
+    config: CollectConfig,
+    env: Any,
+    pol: Any,
+    first_seed: int,
+    keep: Callable[[Episode, int], None],
+    result: CollectResult,
+    on_attempt: Callable[[CollectResult], None] | None,
+    **rollout_kwargs: Any,
+) -> None:
+    """Roll out episodes ``first_seed, first_seed + 1, ...`` until enough are kept."""
+    for attempt in range(config.attempts):
+        if result.kept >= config.episodes:
+            break
+        seed = first_seed + attempt
+        ep = rollout(env, pol, seed=seed, **rollout_kwargs)
+        if ep.success or config.keep_failures:
+            keep(ep, seed)
+            result.kept += 1
+        result.failed += int(not ep.success)
+        result.attempts = attempt + 1
+        if on_attempt is not None:
+            on_attempt(result)
+
+
+def _require_enough(config: CollectConfig, result: CollectResult, where: str) -> None:
     if result.kept < config.episodes:
         raise ConfigError(
             f"only {result.kept} of {config.episodes} episodes succeeded within "
-            f"{config.attempts} attempts (kept in {out}; {result.failed} failed)",
+            f"{config.attempts} attempts ({where}; {result.failed} failed)",
             fix="raise --max-attempts, pass --keep-failures, or check the policy",
         )
-    return result
 
 
 LIBERO_CAMERAS = ("agentview", "eye_in_hand")
@@ -300,27 +324,18 @@ def collect_libero(
     result = CollectResult(out, 0, 0, 0, last_shard=-1)
     try:
         pol = policies.load(config.policy, env=env, **config.make_policy_kwargs())
-        for attempt in range(config.attempts):
-            if result.kept >= config.episodes:
-                break
-            ep = rollout(env, pol, seed=config.seed + attempt, record_images=False)
-            if ep.success or config.keep_failures:
-                rec = recorded_episode(env, ep.actions, ep.success)
-                rec.meta = {"seed": config.seed + attempt, "policy": config.policy}
-                kept.append(rec)
-                result.kept += 1
-            result.failed += int(not ep.success)
-            result.attempts = attempt + 1
-            if on_attempt is not None:
-                on_attempt(result)
+
+        def keep(ep: Episode, seed: int) -> None:
+            rec = recorded_episode(env, ep.actions, ep.success)
+            rec.meta = {"seed": seed, "policy": config.policy}
+            kept.append(rec)
+
+        _roll_until_kept(
+            config, env, pol, config.seed, keep, result, on_attempt, record_images=False
+        )
     finally:
         env.close()
-    if result.kept < config.episodes:
-        raise ConfigError(
-            f"only {result.kept} of {config.episodes} episodes succeeded within "
-            f"{config.attempts} attempts ({result.failed} failed; nothing written)",
-            fix="raise --max-attempts, pass --keep-failures, or check the policy",
-        )
+    _require_enough(config, result, "nothing written")
 
     def make_render_env(cams: Any, image_size: int) -> Any:
         protocol = replace(base.protocol, render_size=image_size)
