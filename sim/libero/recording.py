@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +40,7 @@ import h5py
 import numpy as np
 
 from embodied.errors import ConfigError, DatasetError
+from embodied.io import atomic_path
 
 OBS_ALIGNMENT = "before_action"
 """Value of ``data.attrs["embodied_obs_alignment"]`` in files written here."""
@@ -228,14 +228,11 @@ def write_demo_file(
         )
     bddl = Path(task.bddl_file())
     info = _problem_info(bddl)
-    path.parent.mkdir(parents=True, exist_ok=True)
     render_env = make_render_env(tuple(cameras), image_size)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
     try:
         inner = getattr(render_env, "unwrapped", render_env).raw_env.env
         env_name = type(inner).__name__
-        with h5py.File(tmp_name, "w") as f:
+        with atomic_path(path, replace=False) as tmp, h5py.File(tmp, "w") as f:
             grp = f.create_group("data")
             grp.attrs["env_name"] = env_name
             grp.attrs["problem_info"] = json.dumps(info)
@@ -292,10 +289,7 @@ def write_demo_file(
                     on_episode(i)
             grp.attrs["num_demos"] = len(episodes)
             grp.attrs["total"] = total
-        os.replace(tmp_name, path)
     finally:
-        if os.path.exists(tmp_name):
-            os.unlink(tmp_name)
         render_env.close()
     return path
 
