@@ -87,6 +87,9 @@ class PDPPolicy(KnobMixin, Policy):
         cfg = self.config
         self.action_dim = cfg.action_dim
         self.n_action_steps = cfg.n_action_steps
+        self.image_keys = tuple(f"image.{c}" for c in cfg.vision.cameras)
+        h, w = cfg.vision.image_shape
+        self.image_size = (int(h), int(w)) if cfg.vision.cameras else None
         self._knobs: dict[str, Knob] = {}
         if cfg.uses_z:
             b = float(cfg.z_bound)
@@ -220,7 +223,6 @@ class PDPPolicy(KnobMixin, Policy):
 
     def check_compatible(self, env: Env) -> None:
         """Also refuse envs whose state size or cameras differ from the training data."""
-        super().check_compatible(env)
         cams = env.observation_spec.cameras
         for cam in self.config.vision.cameras:
             spec = cams.get(cam)
@@ -234,6 +236,7 @@ class PDPPolicy(KnobMixin, Policy):
                     f"camera={','.join(self.config.vision.cameras)} --env-arg "
                     f"image_size={self.config.vision.image_shape[0]})",
                 )
+        super().check_compatible(env)  # after ours: ours names the env options to set
         if env.observation_spec.state.dim != self.config.state_dim:
             raise CompatibilityError(
                 f"PDP was trained on {self.config.state_dim}-dim states but env "
