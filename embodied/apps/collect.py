@@ -8,20 +8,24 @@ resumes it after its largest seed, and only with the same env, observations and 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import h5py
+import numpy as np
 
 import policies
 import sim
 from embodied.datasets import DatasetWriter
-from embodied.datasets.hdf5 import _SHARD_RE
+from embodied.datasets.hdf5 import _SHARD_RE, EpisodeData, episode_data
 from embodied.errors import ConfigError
 from embodied.loop import Episode, rollout
+from embodied.specs import VectorSpec
+from sim.libero.recording import recorded_episode, write_demo_file
 
 
 def parse_speed(text: float | str | None) -> dict[str, Any]:
@@ -62,6 +66,15 @@ class CollectConfig:
         image_size: Camera size (px).
         keep_failures: Also keep episodes that did not succeed.
         max_attempts: Give up after this many episodes (default 3x + 10).
+        action_noise: DART (Laskey et al. 2017): the env executes the policy's action plus
+            Gaussian noise of this std, as a fraction of each action dimension's half-range
+            (then clipped to the range); the dataset's ``actions`` stay the policy's clean
+            action (the label) and ``executed_actions`` hold what was sent. The data then
+            shows the expert recovering from states its own rollouts never reach. 0: none.
+        noise_time_constant: Correlation time (s) of that noise, an AR(1) process with
+            stationary std ``action_noise``. 0 is DART's independent noise per step; a
+            longer time drifts the state further before the expert corrects it (our
+            extension: at 20 Hz independent noise on velocity commands averages out).
         policy_kwargs: More keyword arguments of the policy factory (``--policy-arg``).
 
     Derived:
@@ -80,6 +93,8 @@ class CollectConfig:
     image_size: int | None = None
     keep_failures: bool = False
     max_attempts: int | None = None
+    action_noise: float = 0.0
+    noise_time_constant: float = 0.0
     policy_kwargs: Mapping[str, Any] = field(default_factory=dict)
     attempts: int = field(init=False)
 
@@ -109,6 +124,15 @@ class CollectConfig:
                 fix="drop --no-camera to record those cameras",
             )
         parse_speed(self.speed)  # raises on a bad value
+        for key, value in (
+            ("action_noise", self.action_noise),
+            ("noise_time_constant", self.noise_time_constant),
+        ):
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(
+                    f"{key} must be a finite number >= 0, got {value}",
+                    fix=f"e.g. --{key.replace('_', '-')} 0.3, or 0 for none",
+                )
         object.__setattr__(self, "policy_kwargs", dict(self.policy_kwargs))
 
     def env_kwargs(self) -> dict[str, Any]:
@@ -220,6 +244,12 @@ def collect(
         first_seed = next_seed(out, config.seed)
         result = CollectResult(out, 0, 0, 0, last_shard=writer.next_index - 1)
 
+        noise = None
+        if config.action_noise > 0:
+            noise = ExecutionNoise(
+                env.action_spec, config.action_noise, config.noise_time_constant, env.dt
+            )
+
         def keep(ep: Episode, seed: int) -> None:
             del seed  # rollout records it in ep.meta
             ep.meta["policy"] = config.policy
@@ -227,14 +257,72 @@ def collect(
             for attr in ("current_route", "current_speed"):
                 if hasattr(pol, attr):
                     ep.meta[attr.removeprefix("current_")] = getattr(pol, attr)
-            writer.add(ep)
+            if noise is not None:
+                ep.meta["action_noise"] = {
+                    "std": config.action_noise,
+                    "time_constant_s": config.noise_time_constant,
+                }
+            writer.add(labelled(ep) if noise is not None else ep)
             result.last_shard = writer.next_index - 1
 
-        _roll_until_kept(config, env, pol, first_seed, keep, result, on_attempt)
+        _roll_until_kept(config, env, pol, first_seed, keep, result, on_attempt, noise=noise)
     finally:
         env.close()
     _require_enough(config, result, f"kept in {out}")
     return result
+
+
+class ExecutionNoise:
+    """DART's injected noise, as the loop's action filter (between policy and env).
+
+    ``action + n_t`` clipped to the action range, with ``n_t = rho n_{t-1} + sqrt(1 - rho^2)
+    std e_t`` per dimension, ``e_t ~ N(0, 1)``, ``rho = exp(-dt / time_constant)`` (0 when
+    the time constant is 0), ``std`` = ``fraction`` x the dimension's half-range. The noise
+    of episode seed ``s`` is fixed by :meth:`seed`, so a collection is reproducible.
+
+    Args:
+        spec: The env's action spec (finite bounds).
+        fraction: Stationary std as a fraction of each dimension's half-range.
+        time_constant: Correlation time (s); 0 draws independent noise each step.
+        dt: Control period (s).
+    """
+
+    def __init__(self, spec: VectorSpec, fraction: float, time_constant: float, dt: float):
+        low, high = np.asarray(spec.low, dtype=np.float64), np.asarray(spec.high, dtype=np.float64)
+        if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+            raise ConfigError(
+                f"action_noise needs a bounded action space; bounds are {low} to {high}",
+                fix="drop --action-noise for this env",
+            )
+        self.low, self.high = low, high
+        self.std = fraction * (high - low) / 2
+        self.rho = math.exp(-dt / time_constant) if time_constant > 0 else 0.0
+        self._rng = np.random.default_rng(0)
+        self._n = np.zeros_like(low)
+
+    def seed(self, episode_seed: int) -> None:
+        """Fix the noise of the next episode by its seed."""
+        self._rng = np.random.default_rng([int(episode_seed), 0xDA27])
+
+    def reset(self) -> None:
+        """Start the episode's noise from its stationary distribution."""
+        self._n = self._rng.normal(size=self.std.shape) * self.std
+
+    def __call__(self, action: np.ndarray, obs: Any) -> np.ndarray:
+        """The executed action: ``action`` plus this step's noise, clipped to the range."""
+        del obs
+        fresh = self._rng.normal(size=self.std.shape) * self.std
+        self._n = self.rho * self._n + math.sqrt(1.0 - self.rho**2) * fresh
+        return np.clip(np.asarray(action, dtype=np.float64) + self._n, self.low, self.high)
+
+
+def labelled(ep: Episode) -> EpisodeData:
+    """``ep`` for training: ``actions`` are the policy's (clean) actions, the labels, and the
+    noisy actions the env executed are kept as ``executed_actions``."""
+    data = episode_data(ep)
+    return replace(
+        data, actions=ep.raw_actions, extras={**data.extras, "executed_actions": ep.actions}
+    )
 
 
 def _roll_until_kept(
@@ -245,6 +333,7 @@ def _roll_until_kept(
     keep: Callable[[Episode, int], None],
     result: CollectResult,
     on_attempt: Callable[[CollectResult], None] | None,
+    noise: ExecutionNoise | None = None,
     **rollout_kwargs: Any,
 ) -> None:
     """Roll out episodes ``first_seed, first_seed + 1, ...`` until enough are kept."""
@@ -252,7 +341,9 @@ def _roll_until_kept(
         if result.kept >= config.episodes:
             break
         seed = first_seed + attempt
-        ep = rollout(env, pol, seed=seed, **rollout_kwargs)
+        if noise is not None:
+            noise.seed(seed)
+        ep = rollout(env, pol, seed=seed, safety=noise, **rollout_kwargs)
         if ep.success or config.keep_failures:
             keep(ep, seed)
             result.kept += 1
@@ -291,10 +382,6 @@ def collect_libero(
     Raises:
         ConfigError: options LIBERO has no use for, an existing file, or too few successes.
     """
-    from dataclasses import replace
-
-    from sim.libero.recording import recorded_episode, write_demo_file
-
     unused = {
         k: v
         for k, v in (("speed", config.speed), ("route", config.route), ("scene", config.scene))
@@ -309,6 +396,12 @@ def collect_libero(
         raise ConfigError(
             "camera=False: a LIBERO demonstration file always holds camera images",
             fix="drop --no-camera (pick cameras with --cameras agentview,eye_in_hand)",
+        )
+    if config.action_noise > 0:
+        raise ConfigError(
+            f"action_noise={config.action_noise}: not available for LIBERO collections (a "
+            "LIBERO file's actions are replayed to re-render it, so they must be the executed ones)",
+            fix="drop --action-noise",
         )
     cameras = tuple(config.cameras) or LIBERO_CAMERAS
     size = config.image_size or LIBERO_IMAGE_SIZE

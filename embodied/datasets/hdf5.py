@@ -68,26 +68,29 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=lambda o: getattr(o, "tolist", lambda: str(o))()))
 
 
+def episode_data(ep: Episode) -> EpisodeData:
+    """``ep`` as it is written to disk: ``actions`` are those sent to the env; knobs,
+    measurements and setpoints are extras; meta is JSON in the ``meta`` attribute."""
+    dones = np.zeros(len(ep), dtype=np.uint8)
+    if len(ep):
+        dones[-1] = 1
+    extras: dict[str, np.ndarray] = {f"knobs/{k}": v for k, v in ep.knobs.items()}
+    extras["measurements"] = ep.measurements
+    extras["setpoints"] = ep.setpoints
+    attrs: dict[str, Any] = {
+        "instruction": ep.instruction,
+        "success": bool(ep.success),
+        "success_step": int(ep.success_step),
+        "judge_score": -1.0 if ep.judge_score is None else float(ep.judge_score),
+        "meta": json.dumps(_jsonable(ep.meta)),
+    }
+    return EpisodeData(ep.observations, ep.actions, ep.rewards, dones, attrs, extras)
+
+
 def _write_group(group: h5py.Group, ep: Episode | EpisodeData, compress_images: bool) -> None:
-    if isinstance(ep, Episode):
-        obs = ep.observations
-        actions, rewards = ep.actions, ep.rewards
-        dones = np.zeros(len(ep), dtype=np.uint8)
-        if len(ep):
-            dones[-1] = 1
-        extras: dict[str, np.ndarray] = {f"knobs/{k}": v for k, v in ep.knobs.items()}
-        extras["measurements"] = ep.measurements
-        extras["setpoints"] = ep.setpoints
-        attrs: dict[str, Any] = {
-            "instruction": ep.instruction,
-            "success": bool(ep.success),
-            "success_step": int(ep.success_step),
-            "judge_score": -1.0 if ep.judge_score is None else float(ep.judge_score),
-            "meta": json.dumps(_jsonable(ep.meta)),
-        }
-    else:
-        obs, actions, rewards, dones = ep.obs, ep.actions, ep.rewards, ep.dones
-        extras, attrs = ep.extras, dict(ep.attrs)
+    data = episode_data(ep) if isinstance(ep, Episode) else ep
+    obs, actions, rewards, dones = data.obs, data.actions, data.rewards, data.dones
+    extras, attrs = data.extras, dict(data.attrs)
     group.attrs["num_samples"] = int(actions.shape[0])
     for k, v in attrs.items():
         group.attrs[k] = json.dumps(_jsonable(v)) if isinstance(v, dict | list) else v

@@ -153,16 +153,17 @@ class LiberoPickPlaceExpert(Policy):
         b = sd.body_xpos[sm.body_name2id("gripper0_finger_joint2_tip")]
         return math.atan2(b[1] - a[1], b[0] - a[0])
 
-    def _target_box(self) -> tuple[np.ndarray, float]:
-        """(xy centre, rim height) of where the object goes (m)."""
+    def _target_xy(self) -> np.ndarray:
+        """Live xy centre (m) of the goal region: the container may be nudged during a grasp."""
+        return np.array(self._inner.sim.data.get_site_xpos(self.target)[:2], dtype=np.float64)
+
+    def _target_rim(self) -> float:
+        """Rim height (m) of the goal region's container (its region site if it has no body)."""
         inner = self._inner
-        if self.target.endswith("_region"):
-            site = np.array(inner.sim.data.get_site_xpos(self.target), dtype=np.float64)
-            owner = self.target.rsplit("_", 2)[0]  # basket_1_contain_region -> basket_1
-            top = _aabb(inner, owner)[1][2] if owner in inner.obj_body_id else site[2]
-            return site[:2], float(top)
-        lo, hi = _aabb(inner, self.target)
-        return (lo[:2] + hi[:2]) / 2, float(hi[2])
+        owner = self.target.rsplit("_", 2)[0]  # basket_1_contain_region -> basket_1
+        if owner in inner.obj_body_id:
+            return float(_aabb(inner, owner)[1][2])
+        return float(inner.sim.data.get_site_xpos(self.target)[2])
 
     # --- policy ----------------------------------------------------------------------------
     def _plan(self) -> None:
@@ -185,6 +186,8 @@ class LiberoPickPlaceExpert(Policy):
             ]
         )
         self._top = float(hi[2])
+        # The rim walks every geom: once per episode, not per step.
+        self._rim = self._target_rim()
         # Fingers close across the narrower horizontal side of the object.
         want = 0.0 if (hi[0] - lo[0]) < (hi[1] - lo[1]) else math.pi / 2
         self._yaw = want
@@ -195,7 +198,7 @@ class LiberoPickPlaceExpert(Policy):
         """(goal position, gripper command, speed limit) of the current phase."""
         cfg = self.config
         hang = self._grasp[2] - self._lo_z  # object bottom below the grip site (m)
-        xy, rim = self._target_box()
+        xy, rim = self._target_xy(), self._rim
         carry_z = rim + hang + cfg.clearance_m
         phase = self._phase
         if phase == 0:  # above the object, open
@@ -218,7 +221,8 @@ class LiberoPickPlaceExpert(Policy):
             return np.array([xy[0], xy[1], rim + hang + cfg.release_height_m]), OPEN, 0.5
         return np.array([xy[0], xy[1], carry_z + 0.05]), OPEN, 0.5  # retreat up
 
-    def _advance(self, eef: np.ndarray, goal: np.ndarray) -> None:
+    def _advance(self, eef: np.ndarray, goal: np.ndarray) -> bool:
+        """Count a step of the current phase; True when it moved to the next phase."""
         cfg = self.config
         dist = float(np.linalg.norm(goal - eef))
         self._count += 1
@@ -240,6 +244,7 @@ class LiberoPickPlaceExpert(Policy):
         if done:
             self._phase += 1
             self._count, self._best, self._stall = 0, math.inf, 0
+        return done
 
     def _yaw_error(self) -> float:
         return _wrap_half_turn(self._yaw - self._finger_yaw())
@@ -251,8 +256,8 @@ class LiberoPickPlaceExpert(Policy):
             self._plan()
         eef = self._eef()
         goal, grip, speed = self._waypoint()
-        self._advance(eef, goal)
-        goal, grip, speed = self._waypoint()
+        if self._advance(eef, goal):
+            goal, grip, speed = self._waypoint()
         action = np.zeros(7)
         action[:3] = np.clip((goal - eef) / POS_SCALE_M, -speed, speed)
         if self.config.align_yaw and self._phase <= 1:

@@ -41,6 +41,7 @@ import numpy as np
 
 from embodied.errors import ConfigError, DatasetError
 from embodied.io import atomic_path
+from sim.libero.env import CAMERAS
 
 OBS_ALIGNMENT = "before_action"
 """Value of ``data.attrs["embodied_obs_alignment"]`` in files written here."""
@@ -132,8 +133,6 @@ def render_episode(
         DatasetError: the replay left the recorded states (another build or task).
     """
     from robosuite.utils.transform_utils import quat2axisangle
-
-    from sim.libero.env import CAMERAS
 
     env = getattr(render_env, "unwrapped", render_env)
     raw_env = env.raw_env
@@ -243,7 +242,7 @@ def write_demo_file(
                 "robots": ["Panda"],
                 "controller": "OSC_POSE",
                 "control_freq": control_rate_hz,
-                "camera_names": [_robosuite_camera(c) for c in cameras],
+                "camera_names": [CAMERAS[c] for c in cameras],
                 "camera_heights": image_size,
                 "camera_widths": image_size,
                 "bddl_file_name": str(bddl),
@@ -292,9 +291,3 @@ def write_demo_file(
     finally:
         render_env.close()
     return path
-
-
-def _robosuite_camera(camera: str) -> str:
-    from sim.libero.env import CAMERAS
-
-    return CAMERAS[camera]

@@ -8,11 +8,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from click.testing import Result
 from typer.testing import CliRunner
 
 import policies
 import sim
 from embodied.apps.cli import app
+from embodied.apps.collect import ExecutionNoise
 from embodied.datasets import Dataset, DatasetWriter
 from embodied.loop import rollout
 
@@ -35,7 +37,7 @@ def test_dataset_round_trip_keeps_arrays_and_metadata(tmp_path: Path) -> None:
         assert loaded.attrs["meta"]["seed"] == ep.meta["seed"]
 
 
-def _collect(runner: CliRunner, *args: str) -> object:
+def _collect(runner: CliRunner, *args: str) -> Result:
     return runner.invoke(app, ["collect", *args], catch_exceptions=True)
 
 
@@ -111,6 +113,52 @@ def test_collect_cli_refuses_bad_input(tmp_path: Path) -> None:
     assert len(Dataset(out)) == 1 and not Dataset(out)[0].attrs["success"]
     res = collect("mujoco:arm_reach")
     assert res.exit_code != 0 and "different env_id" in str(res.exception)
+
+
+def test_execution_noise_has_its_std_correlation_bounds_and_seed() -> None:
+    spec = sim.make("mujoco:arm_reach", camera=False).action_spec
+    half = (np.asarray(spec.high) - np.asarray(spec.low)) / 2
+    zero = np.zeros(spec.dim)
+
+    def draws(fraction: float, tau: float, seed: int, n: int = 20000) -> np.ndarray:
+        noise = ExecutionNoise(spec, fraction, tau, dt=0.05)
+        noise.seed(seed)
+        noise.reset()
+        return np.stack([noise(zero, {}) for _ in range(n)])
+
+    iid, ar = draws(0.1, 0.0, 1), draws(0.1, 0.5, 1)
+    for x in (iid, ar):  # 0.1 of the half-range: hardly ever clipped
+        assert np.allclose(x.std(axis=0), 0.1 * half, rtol=0.1)
+    lag1 = [np.corrcoef(x[:-1, 0], x[1:, 0])[0, 1] for x in (iid, ar)]
+    assert abs(lag1[0]) < 0.05 and lag1[1] == pytest.approx(np.exp(-0.05 / 0.5), abs=0.03)
+    big = draws(2.0, 0.0, 1, n=2000)  # clipped into the action range
+    assert np.all(big >= np.asarray(spec.low)) and np.all(big <= np.asarray(spec.high))
+    assert np.isclose(big, np.asarray(spec.high)).any()
+    assert np.array_equal(draws(0.1, 0.5, 7, 50), draws(0.1, 0.5, 7, 50))
+    assert not np.array_equal(draws(0.1, 0.5, 7, 50), draws(0.1, 0.5, 8, 50))
+
+
+def test_collect_with_action_noise_labels_with_the_clean_expert_action(tmp_path: Path) -> None:
+    out = tmp_path / "dart"
+    args = ["--env", "mujoco:arm_reach", "--no-camera", "--episodes", "2", "--seed", "5"]
+    args += ["--action-noise", "0.3", "--noise-time-constant", "0.5", "--out", str(out)]
+    res = _collect(CliRunner(), *args)
+    assert res.exit_code == 0, res.output
+    ds = Dataset(out)
+    env = sim.make("mujoco:arm_reach", camera=False)
+    expert = policies.load("expert", env=env)
+    noise = ExecutionNoise(env.action_spec, 0.3, 0.5, env.dt)
+    seeds = [loaded.attrs["meta"]["seed"] for loaded in ds]
+    for seed, loaded in zip(seeds, ds, strict=True):
+        noise.seed(seed)
+        ep = rollout(env, expert, seed=seed, safety=noise, record_images=False)
+        # the label is what the expert asked for, the env got it with noise
+        assert np.array_equal(loaded.actions, ep.raw_actions)
+        assert np.array_equal(loaded.extras["executed_actions"], ep.actions)
+        assert np.abs(loaded.extras["executed_actions"] - loaded.actions).mean() > 0.01
+        assert loaded.attrs["meta"]["action_noise"] == {"std": 0.3, "time_constant_s": 0.5}
+    res = _collect(CliRunner(), *args[:-1], str(tmp_path / "bad"), "--action-noise", "-1")
+    assert res.exit_code != 0 and "action_noise" in str(res.exception)
 
 
 def test_bench_sim_reports_every_task() -> None:

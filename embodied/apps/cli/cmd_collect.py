@@ -36,6 +36,8 @@ def register(app: typer.Typer) -> None:
         "image_size",
         Opt("keep_failures", negatable=False),
         "max_attempts",
+        "action_noise",
+        "noise_time_constant",
     )
     def collect_cmd(
         out: Path = typer.Option(..., "--out", help="Dataset folder (resumed if it exists)."),
