@@ -8,8 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 import policies
 import sim
