@@ -7,9 +7,14 @@ Judges (all implement :class:`embodied.contracts.Judge` plus a batched ``score_b
 * ``generative`` - any transformers image-text-to-text VLM; P("1") / (P("1") + P("0")).
 * ``contrastive`` - any CLIP/SigLIP-style dual encoder with a calibrated threshold.
 * ``oracle`` - success from simulator state (ground truth for calibration and agreement).
+* ``critic`` - Demo2Reward's reference Critic: an image-text-to-text VLM with the reference
+  prompts, greedy answer parsed as "1"/"0".
+* ``critic-calibrated`` - the same prompts scored as P("1") / (P("1") + P("0")) at a
+  calibrated threshold (the project's variant; report it apart from ``critic``).
 
 ``load_judge(spec)`` takes a registered name, ``generative:<hub id or folder>``,
-``contrastive:<hub id or folder>``, or a checkpoint folder.
+``contrastive:<hub id or folder>``, ``critic:<...>``, ``critic-calibrated:<...>``, or a
+checkpoint folder.
 """
 
 from __future__ import annotations
@@ -54,6 +59,20 @@ def _contrastive(model: str, **kw: Any) -> BaseJudge:
     return ContrastiveJudge(ContrastiveJudgeConfig(model=model, **kw))
 
 
+def _critic(model: str, real_robot: bool = False, **kw: Any) -> BaseJudge:
+    """Demo2Reward's reference Critic (model= hub id or folder of an image-text-to-text model)."""
+    from embodied.rewards.demo2reward.critic import ReferenceCritic, critic_config
+
+    return ReferenceCritic(critic_config(model, **kw), real_robot=real_robot)
+
+
+def _critic_calibrated(model: str, real_robot: bool = False, **kw: Any) -> BaseJudge:
+    """The reference Critic's prompt at a calibrated threshold (the project's variant)."""
+    from embodied.rewards.demo2reward.critic import CalibratedCritic, critic_config
+
+    return CalibratedCritic(critic_config(model, **kw), real_robot=real_robot)
+
+
 def _oracle(**kw: Any) -> BaseJudge:
     """Simulator oracle: success from info['success'] (feed it with oracle.observe)."""
     return SimOracle(**kw)
@@ -63,6 +82,8 @@ JUDGES.register("minijudge", _minijudge)
 JUDGES.register("generative", _generative)
 JUDGES.register("contrastive", _contrastive)
 JUDGES.register("oracle", _oracle)
+JUDGES.register("critic", _critic)
+JUDGES.register("critic-calibrated", _critic_calibrated)
 
 _DUAL_ENCODERS = ("CLIPModel", "SiglipModel", "Siglip2Model", "AltCLIPModel", "ChineseCLIPModel")
 
@@ -79,7 +100,7 @@ def load_judge(spec: str | os.PathLike[str] = "minijudge", **kwargs: Any) -> Bas
     """
     text = str(spec)
     backend, sep, model = text.partition(":")
-    if sep and backend in ("generative", "contrastive"):
+    if sep and backend in ("generative", "contrastive", "critic", "critic-calibrated"):
         return JUDGES.make(backend, model=model, **kwargs)
     path = Path(text)
     if path.is_dir():

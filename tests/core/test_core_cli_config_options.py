@@ -105,8 +105,13 @@ COMMANDS: dict[tuple[str, ...], list[Any]] = {
     ],
     ("reward", "optimize"): [
         (Demo2RewardConfig, f"--{name.replace('_', '-')}", name, None)
-        for name in ("template", "iterations", "restarts", "stride", "min_tpr", "seed")
+        for name in ("template", "iterations", "restarts", "budget", "stride", "min_tpr", "seed")
     ],
+    ("reward", "experiment"): [
+        (Demo2RewardConfig, f"--{name.replace('_', '-')}", name, None)
+        for name in ("iterations", "restarts", "budget", "min_tpr")
+    ]
+    + [(Demo2RewardConfig, "--stride", "stride", "2")],
     ("steer", "extract"): [
         *_STEER_DIRECTION,
         (SteerExperimentConfig, "--demonstration-episodes", "extraction_episodes", None),

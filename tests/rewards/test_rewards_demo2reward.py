@@ -24,7 +24,7 @@ from embodied.rewards.demo2reward import (
     save_demonstrations,
     save_result,
 )
-from embodied.rewards.demo2reward.proposers import OfflineProposer, ProposalContext
+from embodied.rewards.demo2reward.proposers import PhraseBankAblation, ProposalContext
 
 
 def test_objective_weights_false_positives() -> None:
@@ -53,7 +53,7 @@ def test_loop_keeps_only_strict_improvements(
 ) -> None:
     demonstrations = arm_demonstrations[:4]
     cfg = Demo2RewardConfig(iterations=4, restarts=2, stride=3)
-    result = optimize_instruction(minijudge, demonstrations, OfflineProposer(), cfg)
+    result = optimize_instruction(minijudge, demonstrations, PhraseBankAblation(), cfg)
     assert result.history[0]["template"] == DEFAULT_TEMPLATE
     assert len(result.history) == 1 + 4 * 2
     for restart in (0, 1):
@@ -75,7 +75,7 @@ def test_tpr_floor_rejects_candidates_that_stop_firing(
     demonstrations = arm_demonstrations[:4]
     floor = 90.0
     cfg = Demo2RewardConfig(iterations=6, restarts=1, stride=3, min_tpr=floor)
-    result = optimize_instruction(minijudge, demonstrations, OfflineProposer(), cfg)
+    result = optimize_instruction(minijudge, demonstrations, PhraseBankAblation(), cfg)
     rows = result.history[1:]
     assert all(r["tpr"] >= floor for r in rows if r["accepted"])
     assert all(not r["accepted"] for r in rows if r["tpr"] < floor)
@@ -89,7 +89,7 @@ def test_offline_proposals_are_new_templates_without_repeated_sentences() -> Non
     from embodied.rewards.demo2reward.proposers import sentences
 
     rng = np.random.default_rng(0)
-    prop, template, tried = OfflineProposer(), DEFAULT_TEMPLATE, {DEFAULT_TEMPLATE}
+    prop, template, tried = PhraseBankAblation(), DEFAULT_TEMPLATE, {DEFAULT_TEMPLATE}
     fp_heavy = Rates(tpr=95.0, tnr=70.0, fpr=30.0, fnr=5.0, n_pos=20, n_neg=20)
     for it in range(40):
         ctx = ProposalContext(template, fp_heavy, 70.0, [], ["reach the red cube"], it, rng, tried)
@@ -137,8 +137,15 @@ def test_persistence_and_cli(
     np.testing.assert_array_equal(back[1].frames, arm_demonstrations[1].frames)
     save_demonstrations(arm_demonstrations[4:], tmp_path / "heldout")
 
+    with pytest.raises(ConfigError, match="Meta-Critic"):  # minijudge has no VLM to share
+        optimize_instruction(
+            minijudge, back, config=Demo2RewardConfig(iterations=1, restarts=1, stride=4)
+        )
     result = optimize_instruction(
-        minijudge, back, config=Demo2RewardConfig(iterations=1, restarts=1, stride=4)
+        minijudge,
+        back,
+        PhraseBankAblation(),
+        Demo2RewardConfig(iterations=1, restarts=1, stride=4),
     )
     path = save_result(result, tmp_path / "out", minijudge.describe(), [])
     assert load_instruction(path) == result.template
@@ -165,6 +172,10 @@ def test_persistence_and_cli(
             "4",
             "--device",
             "cpu",
+            "--judge",
+            "minijudge",
+            "--proposer",
+            "phrase-bank-ablation",
             "--json",
         ],
     )
@@ -186,7 +197,7 @@ def test_persistence_and_cli(
         ],
     )
     assert res.exit_code == 0, res.output
-    report = json.loads(res.stdout)
+    (report,) = json.loads(res.stdout)["judges"]
     assert len(report["episodes"]) == 1 and "{task}" in report["template"]
 
 

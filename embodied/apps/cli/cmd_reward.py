@@ -11,15 +11,18 @@ from typing import Any
 
 import typer
 
-from embodied.apps.cli._config_options import config_options
+from embodied.apps.cli._config_options import Opt, config_options
 from embodied.apps.experiments.reward import BUILTIN_TASKS, format_table, heldout_experiment
 from embodied.apps.training.data_minijudge import record_episodes
+from embodied.errors import ConfigError
 from embodied.io import write_json
-from embodied.rewards import load_judge
+from embodied.rewards import BaseJudge, load_judge
 from embodied.rewards.demo2reward import (
     PROPOSERS,
     Demo2RewardConfig,
     DemonstrationSet,
+    Proposer,
+    default_proposer,
     load_demonstrations,
     optimize_instruction,
     save_demonstrations,
@@ -46,23 +49,76 @@ def record(
     )
 
 
+PROPOSER_HELP = (
+    "metacritic (default: the reference multimodal Meta-Critic), phrase-bank-ablation "
+    "(ABLATION: generic wording edits, no model) or llm (text-only)."
+)
+PROPOSER_MODEL_HELP = (
+    "Image-text-to-text model (hub id or folder) of the Meta-Critic; without --judge it is "
+    "also the reference Critic (single-model mode, as the reference). For --proposer llm: "
+    "the LLM."
+)
+
+
+def judge_and_proposer(
+    judge: str | None, proposer: str, proposer_model: str | None, device: str
+) -> tuple[BaseJudge, Proposer]:
+    """The judge and the proposer of a Demo2Reward command.
+
+    No ``judge``: with the Meta-Critic, the reference Critic on ``proposer_model`` sharing its
+    weights; else the shipped minijudge. The Meta-Critic without ``proposer_model`` uses the
+    judge's own model when it has one.
+
+    Raises:
+        ConfigError: a proposer that needs a model and has none.
+    """
+    if judge is None and proposer == "metacritic":
+        if not proposer_model:
+            raise ConfigError(
+                "the reference Meta-Critic needs an image-text-to-text model",
+                fix="pass --proposer-model HUB_ID_OR_FOLDER, or --proposer "
+                "phrase-bank-ablation for the no-model ablation",
+            )
+        critic = load_judge(f"critic:{proposer_model}", device=device)
+        return critic, default_proposer(critic)
+    j = load_judge(judge or "minijudge", device=device)
+    if proposer == "metacritic" and not proposer_model:
+        return j, default_proposer(j)
+    if proposer in ("metacritic", "llm"):
+        if not proposer_model:
+            raise ConfigError(f"--proposer {proposer} needs --proposer-model")
+        return j, PROPOSERS.make(proposer, model=proposer_model, device=device)
+    return j, PROPOSERS.make(proposer)
+
+
 @reward_app.command("optimize")
 @config_options(
-    Demo2RewardConfig, "template", "iterations", "restarts", "stride", "min_tpr", "seed"
+    Demo2RewardConfig,
+    "template",
+    "iterations",
+    "restarts",
+    "budget",
+    "stride",
+    "min_tpr",
+    "seed",
 )
 def optimize(
     demonstrations: Path = typer.Option(
         ..., "--demonstrations", help="Labelled demonstrations folder (3 to 10 episodes)."
     ),
     out: Path = typer.Option(..., "--out", help="Folder for instruction.json."),
-    judge: str = typer.Option("minijudge", "--judge", help="Judge spec (see `embodied judge`)."),
+    judge: str = typer.Option(
+        None,
+        "--judge",
+        help="Judge spec (see `embodied judge`; critic:MODEL is the reference Critic, "
+        "critic-calibrated:MODEL its calibrated-threshold variant). Default: the reference "
+        "Critic on --proposer-model, or minijudge with a proposer that needs no model.",
+    ),
     heldout: Path = typer.Option(
         None, "--heldout", help="Held-out demonstrations to report before/after."
     ),
-    proposer: str = typer.Option("offline", "--proposer", help="offline or llm."),
-    proposer_model: str = typer.Option(
-        None, "--proposer-model", help="LLM/VLM for --proposer llm."
-    ),
+    proposer: str = typer.Option("metacritic", "--proposer", help=PROPOSER_HELP),
+    proposer_model: str = typer.Option(None, "--proposer-model", help=PROPOSER_MODEL_HELP),
     camera: str = typer.Option(None, "--camera", help="Camera key of the demonstrations."),
     device: str = typer.Option("auto", "--device"),
     as_json: bool = typer.Option(False, "--json", help="Print the result JSON."),
@@ -71,11 +127,8 @@ def optimize(
 ) -> None:
     """Run Demo2Reward and save the frozen instruction with its calibration table."""
     cfg = Demo2RewardConfig(**config)
-    j = load_judge(judge, device=device)
+    j, prop = judge_and_proposer(judge, proposer, proposer_model, device)
     train = load_demonstrations(demonstrations, camera=camera)
-    prop = PROPOSERS.make(
-        proposer, **({"model": proposer_model, "device": device} if proposer == "llm" else {})
-    )
 
     def show(row: dict) -> None:
         if not as_json:
@@ -114,37 +167,43 @@ def optimize(
 
 
 @reward_app.command("experiment")
+@config_options(
+    Demo2RewardConfig, "iterations", "restarts", "budget", Opt("stride", default=2), "min_tpr"
+)
 def experiment(
-    judge: str = typer.Option("minijudge", "--judge", help="Judge spec."),
+    judge: str = typer.Option(
+        None,
+        "--judge",
+        help="Judge spec. Default: the reference Critic on --proposer-model, or minijudge "
+        "with a proposer that needs no model.",
+    ),
+    proposer: str = typer.Option("metacritic", "--proposer", help=PROPOSER_HELP),
+    proposer_model: str = typer.Option(None, "--proposer-model", help=PROPOSER_MODEL_HELP),
+    device: str = typer.Option("auto", "--device"),
     env: list[str] = typer.Option(None, "--env", help="Tasks (default: the built-in ones)."),
     n_demonstrations: int = typer.Option(6, "--n-demonstrations"),
     n_heldout: int = typer.Option(16, "--n-heldout"),
-    iterations: int = typer.Option(10, "--iterations"),
-    restarts: int = typer.Option(3, "--restarts"),
-    stride: int = typer.Option(2, "--stride"),
-    min_tpr: float = typer.Option(
-        0.0,
-        "--min-tpr",
-        help="Reject candidates below this demonstration TPR (percent); 0 = the paper rule.",
-    ),
     out: Path = typer.Option(None, "--out", help="Write the report JSON here (atomic)."),
     as_json: bool = typer.Option(False, "--json"),
+    *,
+    config: dict[str, Any],
 ) -> None:
     """Demo2Reward on the built-in tasks: held-out TPR/TNR/FPR/FNR before and after.
 
     The threshold is calibrated on the expert demonstrations with the starting instruction (as
     a user would); held-out episodes include near misses, hovering just above the target,
     reaching the wrong cube (arm_reach), blocked routes (reach_around) and random motion.
+    `--proposer phrase-bank-ablation` is the no-model ablation (report it as such).
     """
-    cfg = Demo2RewardConfig(
-        iterations=iterations, restarts=restarts, stride=stride, min_tpr=min_tpr
-    )
+    cfg = Demo2RewardConfig(**config)
+    j, prop = judge_and_proposer(judge, proposer, proposer_model, device)
     report = heldout_experiment(
-        load_judge(judge),
+        j,
         env or BUILTIN_TASKS,
         n_demonstrations,
         n_heldout,
         cfg,
+        proposer=prop,
         progress=None if as_json else print,
     )
     if out is not None:

@@ -19,9 +19,10 @@ from typing import Any
 from embodied.apps.training.data_minijudge import record_episodes
 from embodied.contracts import Judge
 from embodied.rewards.calibration import best_threshold
+from embodied.rewards.demo2reward.metacritic import default_proposer
 from embodied.rewards.demo2reward.objective import DemonstrationSet
 from embodied.rewards.demo2reward.optimization import Demo2RewardConfig, optimize_instruction
-from embodied.rewards.demo2reward.proposers import OfflineProposer, Proposer
+from embodied.rewards.demo2reward.proposers import Proposer
 
 BUILTIN_TASKS = ("mujoco:arm_reach", "mujoco:reach_around")
 DEMONSTRATION_SEED0 = 20000
@@ -51,10 +52,12 @@ def heldout_experiment(
         n_demonstrations: Expert demonstrations per task (the optimiser's only data).
         n_heldout: Held-out episodes per task (kinds from :data:`HELDOUT_KINDS`).
         config: Demo2Reward settings.
-        proposer: Instruction proposer (default: the offline one).
+        proposer: Instruction proposer (default: the reference Meta-Critic on the judge's
+            model; a judge without one needs a proposer).
         progress: Called with progress lines.
         calibrate: Calibrate the threshold on the demonstrations with the starting instruction
-            (else keep the judge's shipped threshold).
+            (else keep the judge's shipped threshold); never for the reference Critic, whose
+            answers are binary.
 
     Returns:
         ``{"tasks": {env_id: {"template", "threshold", "demonstrations": {before, after}, "heldout":
@@ -68,12 +71,15 @@ def heldout_experiment(
             "restarts": cfg.restarts,
             "stride": cfg.stride,
             "min_tpr": cfg.min_tpr,
+            "budget": cfg.budget,
             "n_demonstrations": n_demonstrations,
             "n_heldout": n_heldout,
             "demonstration_seeds_from": DEMONSTRATION_SEED0,
             "heldout_seeds_from": HELDOUT_SEED0,
         },
     }
+    proposer = proposer or default_proposer(judge)
+    out["config"]["proposer"] = str(getattr(proposer, "name", type(proposer).__name__))
     for env_id in env_ids:
         say = progress or (lambda _msg: None)
         say(
@@ -85,13 +91,14 @@ def heldout_experiment(
         heldout = record_episodes(env_id, n_heldout, HELDOUT_SEED0, kinds=HELDOUT_KINDS.get(env_id))
         shipped = float(getattr(judge, "threshold", 0.5))
         threshold = shipped
-        if calibrate:
+        if calibrate and getattr(judge, "critique", None) is None:
+            # the reference Critic answers 1/0: it has no threshold to calibrate
             ds = DemonstrationSet(demonstrations, cfg.n_context, cfg.stride)
             threshold = best_threshold(ds.score(judge, cfg.template), ds.labels)
         say(f"{env_id}: optimising the instruction (threshold {threshold:.3f})")
         try:
             judge.threshold = threshold  # type: ignore[attr-defined]
-            result = optimize_instruction(judge, demonstrations, proposer or OfflineProposer(), cfg)
+            result = optimize_instruction(judge, demonstrations, proposer, cfg)
             hs = DemonstrationSet(heldout, cfg.n_context, cfg.stride)
             before = hs.evaluate(judge, cfg.template)
             after = hs.evaluate(judge, result.template)

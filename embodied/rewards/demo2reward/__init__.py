@@ -1,11 +1,12 @@
 """Demo2Reward: tune a judge's instruction on a few labelled demonstrations to cut false
-positives.
+positives (https://github.com/cgumbsch/Demo2Reward).
 
 from embodied.rewards import load_judge
 from embodied.rewards.demo2reward import load_demonstrations, optimize_instruction
 
-judge = load_judge("minijudge")
-result = optimize_instruction(judge, load_demonstrations("demonstrations/"))
+critic = load_judge("critic:Qwen/Qwen2.5-VL-7B-Instruct")  # the reference Critic
+# the reference Meta-Critic on the same model (single-model mode); 100 iterations x 5 repeats
+result = optimize_instruction(critic, load_demonstrations("demonstrations/"))
 print(result.template, result.best.rates)
 """
 
@@ -18,6 +19,7 @@ from embodied.rewards.demo2reward.demonstrations import (
     split_demonstrations,
     task_text,
 )
+from embodied.rewards.demo2reward.metacritic import ReferenceMetaCritic, default_proposer
 from embodied.rewards.demo2reward.objective import (
     DemonstrationSet,
     Evaluation,
@@ -31,11 +33,12 @@ from embodied.rewards.demo2reward.optimization import (
     optimize_instruction,
     save_result,
 )
+from embodied.rewards.demo2reward.prompts import parse_binary, parse_final_instruction
 from embodied.rewards.demo2reward.proposers import (
     DEFAULT_TEMPLATE,
     PROPOSERS,
     LLMProposer,
-    OfflineProposer,
+    PhraseBankAblation,
     ProposalContext,
     Proposer,
 )
@@ -50,14 +53,18 @@ __all__ = [
     "LLMProposer",
     "LabelledDemonstration",
     "Misclassified",
-    "OfflineProposer",
     "OptimizationResult",
+    "PhraseBankAblation",
     "ProposalContext",
     "Proposer",
+    "ReferenceMetaCritic",
+    "default_proposer",
     "load_demonstrations",
     "load_instruction",
     "objective",
     "optimize_instruction",
+    "parse_binary",
+    "parse_final_instruction",
     "record_demonstration",
     "save_demonstrations",
     "save_result",

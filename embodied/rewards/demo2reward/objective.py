@@ -2,7 +2,10 @@
 demonstrations.
 
 Every frame of every demonstration is a sample (4 earlier frames evenly spaced + the current
-one); the judge decides success at its calibrated threshold; false positives dominate J.
+one); false positives dominate J (the reference's default objective,
+``extreme_weighted_sum_rates`` in ``utils/evaluate_prompts.py``). A judge with ``critique``
+(the reference Critic) decides by its binary answer and an invalid answer counts as wrong
+(``utils/critic.py: _eval_split``); any other judge decides at its calibrated threshold.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import numpy as np
 from embodied.contracts import Judge
 from embodied.errors import ConfigError
 from embodied.rewards.calibration import Rates, calibration_table, rates
-from embodied.rewards.clips import format_instruction
+from embodied.rewards.clips import context_indices, format_instruction
 from embodied.rewards.demo2reward.demonstrations import LabelledDemonstration
 
 TPR_WEIGHT = 0.01
@@ -30,14 +33,35 @@ def objective(r: Rates) -> float:
 
 @dataclass
 class Misclassified:
-    """A sample the judge got wrong (for the proposer)."""
+    """A sample the judge got wrong (for the proposer).
+
+    Attributes:
+        demonstration: Index of the demonstration in the set.
+        step: Frame index of the sample.
+        label: Ground truth.
+        prob: The judge's score (NaN: the Critic's answer was invalid).
+        task: The demonstration's task.
+        output: The judge's output as shown to the Meta-Critic: the reference Critic's parsed
+            answer, else the decision "1"/"0".
+        frames: The demonstration's frames (shared, not copied), for :attr:`clip`.
+        n_context: Earlier frames in :attr:`clip`.
+    """
 
     demonstration: int
     step: int
     label: bool
     prob: float
     task: str
-    clip: np.ndarray | None = None
+    output: str = ""
+    frames: np.ndarray | None = field(default=None, repr=False)
+    n_context: int = 4
+
+    @property
+    def clip(self) -> np.ndarray | None:
+        """The clip the judge saw (``n_context`` earlier frames + the current one)."""
+        if self.frames is None:
+            return None
+        return self.frames[context_indices(self.step, self.n_context)]
 
     def describe(self) -> str:
         """One line for a text prompt."""
@@ -60,8 +84,9 @@ class Evaluation:
     misclassified: list[Misclassified] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """Rates, J and the template (no arrays)."""
-        return {"template": self.template, "J": self.j, **self.rates.to_dict()}
+        """Rates, J, the template and the number of invalid Critic answers (no arrays)."""
+        invalid = int(np.isnan(self.probs).sum()) if self.probs.size else 0
+        return {"template": self.template, "J": self.j, **self.rates.to_dict(), "invalid": invalid}
 
 
 class DemonstrationSet:
@@ -120,35 +145,73 @@ class DemonstrationSet:
                 out.append(np.array([judge.score(c, text) for c in clips], dtype=np.float64))
         return np.concatenate(out)
 
+    def answers(self, judge: Judge, template: str) -> tuple[np.ndarray, list[str] | None]:
+        """Scores of every sample and, for a judge with ``critique`` (the reference Critic),
+        its outputs (scores 1/0, NaN for an invalid answer); else ``(score(...), None)``."""
+        critique = getattr(judge, "critique", None)
+        if critique is None:
+            return self.score(judge, template), None
+        values, outputs = [], []
+        for d, steps in zip(self.demonstrations, self.steps, strict=False):
+            v, o = critique(d.clips(self.n_context, steps), format_instruction(template, d.task))
+            values.append(np.asarray(v, dtype=np.float64))
+            outputs += list(o)
+        return np.concatenate(values), outputs
+
     def evaluate(
         self,
         judge: Judge,
         template: str,
         threshold: float | None = None,
-        max_wrong: int = 5,
+        max_wrong: int | None = None,
         seed: int = 0,
     ) -> Evaluation:
-        """Rates, J and up to ``max_wrong`` misclassified samples (false positives first)."""
+        """Rates, J and the misclassified samples.
+
+        Decisions: the judge's score at its threshold; an invalid reference-Critic answer
+        (NaN) is wrong whatever the label (a false negative on a positive, a false positive on
+        a negative), as in the reference.
+
+        Args:
+            judge: The judge.
+            template: Instruction template.
+            threshold: Decision threshold (default: the judge's).
+            max_wrong: None (default): every misclassified sample, in sample order (the
+                reference keeps them all and shuffles before showing five); else at most this
+                many, false positives first, drawn with ``seed``.
+            seed: Seed of the ``max_wrong`` draw.
+        """
         thr = float(getattr(judge, "threshold", 0.5) if threshold is None else threshold)
-        probs = self.score(judge, template)
-        decisions = probs >= thr
+        probs, outputs = self.answers(judge, template)
+        invalid = np.isnan(probs)
+        decisions = np.where(invalid, ~self.labels, np.nan_to_num(probs, nan=0.0) >= thr)
         r = rates(decisions, self.labels)
         wrong = np.flatnonzero(decisions != self.labels)
-        rng = np.random.default_rng(seed)
-        fps = [i for i in wrong if not self.labels[i]]
-        fns = [i for i in wrong if self.labels[i]]
-        pick = list(rng.permutation(fps))[:max_wrong]
-        pick += list(rng.permutation(fns))[: max(0, max_wrong - len(pick))]
+        if max_wrong is None:
+            pick = [int(i) for i in wrong]
+        else:
+            rng = np.random.default_rng(seed)
+            fps = [i for i in wrong if not self.labels[i]]
+            fns = [i for i in wrong if self.labels[i]]
+            pick = list(rng.permutation(fps))[:max_wrong]
+            pick += list(rng.permutation(fns))[: max(0, max_wrong - len(pick))]
         return Evaluation(
             template,
             r,
             objective(r),
             probs,
             self.labels,
-            [self._misclassified(int(i), float(probs[i])) for i in pick],
+            [
+                self._misclassified(
+                    int(i),
+                    float(probs[i]),
+                    outputs[i] if outputs is not None else str(int(decisions[i])),
+                )
+                for i in pick
+            ],
         )
 
-    def _misclassified(self, flat: int, prob: float) -> Misclassified:
+    def _misclassified(self, flat: int, prob: float, output: str = "") -> Misclassified:
         for d_idx, steps in enumerate(self.steps):
             if flat < len(steps):
                 demonstration = self.demonstrations[d_idx]
@@ -159,7 +222,9 @@ class DemonstrationSet:
                     bool(demonstration.labels[step]),
                     prob,
                     demonstration.task,
-                    demonstration.clips(self.n_context, [step])[0],
+                    output,
+                    demonstration.frames,
+                    self.n_context,
                 )
             flat -= len(steps)
         raise IndexError(flat)

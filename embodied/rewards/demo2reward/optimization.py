@@ -1,9 +1,14 @@
 """The Demo2Reward loop: tune a judge's instruction on a few labelled demonstrations, no
 training.
 
-Start from :data:`DEFAULT_TEMPLATE`; for up to K iterations a proposer writes a new template
-from the current best, its TPR/TNR/FPR/FNR and up to 5 misclassified clips; keep it only if
-J = 0.01 * TPR + TNR strictly improves; restart from several seeds; freeze the best.
+As the reference (https://github.com/cgumbsch/Demo2Reward ``demo2reward.py: main``): each
+repeat starts from :data:`DEFAULT_TEMPLATE`; for K iterations (100) the proposer (the
+Meta-Critic by default) writes a new template from the current best, its TPR/TNR/FPR/FNR and
+the first 5 of its misclassified clips after a shuffle (``random.shuffle(best_fails)``); the
+candidate is kept only if J = 0.01 * TPR + TNR strictly improves (``score > best_score``);
+5 repeats, each with its own seed. Departure: the reference reports every repeat's result
+separately; here each repeat's best is kept in :attr:`OptimizationResult.repeats` and the
+best over repeats is frozen.
 """
 
 from __future__ import annotations
@@ -22,10 +27,10 @@ from embodied.errors import ConfigError
 from embodied.io import read_json_file, write_json
 from embodied.rewards.clips import format_instruction
 from embodied.rewards.demo2reward.demonstrations import LabelledDemonstration
+from embodied.rewards.demo2reward.metacritic import default_proposer
 from embodied.rewards.demo2reward.objective import DemonstrationSet, Evaluation
 from embodied.rewards.demo2reward.proposers import (
     DEFAULT_TEMPLATE,
-    OfflineProposer,
     ProposalContext,
     Proposer,
 )
@@ -39,10 +44,15 @@ class Demo2RewardConfig:
 
     Args:
         template: Starting instruction template (must contain ``{task}``).
-        iterations: Proposals per restart (K).
-        restarts: Restarts, each with its own proposer seed.
+        iterations: Proposals per restart (K); the reference's ``--max_iter`` default, 100.
+        restarts: Independent repeats from the starting template, each with its own seed; the
+            reference's ``--num_repeats`` default, 5.
+        budget: Most proposals over all repeats (each one Meta-Critic call and one Critic
+            evaluation of the candidate); None: ``iterations * restarts`` (the reference's
+            500). A smaller budget ends the run early (the last repeat may be cut short).
         seed: Base seed.
-        max_misclassified: Misclassified clips shown to the proposer (<= 5).
+        max_misclassified: Misclassified clips shown to the proposer (<= 5; reference 5),
+            drawn after a shuffle of all of the current best's misclassified clips.
         n_context: Earlier frames per sample.
         stride: Use every ``stride``-th frame of each demonstration as a sample.
         min_tpr: TPR floor in percent: a candidate whose TPR on the demonstrations falls below
@@ -52,8 +62,9 @@ class Demo2RewardConfig:
     """
 
     template: str = DEFAULT_TEMPLATE
-    iterations: int = 10
-    restarts: int = 3
+    iterations: int = 100
+    restarts: int = 5
+    budget: int | None = None
     seed: int = 0
     max_misclassified: int = 5
     n_context: int = 4
@@ -66,6 +77,8 @@ class Demo2RewardConfig:
             raise ConfigError(
                 f"iterations ({self.iterations}) and restarts ({self.restarts}) must be >= 1"
             )
+        if self.budget is not None and self.budget < 1:
+            raise ConfigError(f"budget must be >= 1 proposal (or None), got {self.budget}")
         if not 0 <= self.max_misclassified <= 5:
             raise ConfigError(f"max_misclassified must be in 0..5, got {self.max_misclassified}")
         if self.stride < 1:
@@ -83,13 +96,18 @@ class OptimizationResult:
     initial: Evaluation
     history: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    repeats: list[dict[str, Any]] = field(default_factory=list)
+    proposer: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable summary."""
+        """JSON-serialisable summary (``repeats``: each repeat's best, as the reference
+        reports them)."""
         return {
             "template": self.template,
             "best": self.best.to_dict(),
             "initial": self.initial.to_dict(),
+            "repeats": self.repeats,
+            "proposer": self.proposer,
             "history": self.history,
             "seconds": round(self.seconds, 2),
         }
@@ -107,16 +125,17 @@ def optimize_instruction(
     Args:
         judge: The judge whose instruction is tuned (its threshold stays fixed).
         demonstrations: 3 to 10 labelled demonstrations with both failure and success frames.
-        proposer: Writes candidate templates (default: :class:`OfflineProposer`).
+        proposer: Writes candidate templates (default: the reference Meta-Critic on the
+            judge's own image-text-to-text model, as the reference's single-model mode).
         config: Loop settings.
         progress: Called with each history row (CLIs print it).
 
     Raises:
-        ConfigError: fewer than 3 or more than 10 demonstrations, all-one-class labels, or a
-            template without ``{task}``.
+        ConfigError: fewer than 3 or more than 10 demonstrations, all-one-class labels, a
+            template without ``{task}``, or no proposer and a judge without a VLM to share.
     """
     cfg = config or Demo2RewardConfig()
-    proposer = proposer or OfflineProposer()
+    proposer = proposer or default_proposer(judge)
     t0 = time.perf_counter()
     ds = DemonstrationSet(
         demonstrations, cfg.n_context, cfg.stride, MIN_DEMONSTRATIONS, MAX_DEMONSTRATIONS
@@ -124,37 +143,48 @@ def optimize_instruction(
     tasks = sorted({d.task for d in demonstrations})
     cache: dict[str, Evaluation] = {}
 
-    def evaluate(template: str, seed: int) -> Evaluation:
+    def evaluate(template: str) -> Evaluation:
+        # every misclassified sample is kept (the reference's failure_cases); the Critic is
+        # deterministic (greedy), so a template is scored once
         if template not in cache:
-            cache[template] = ds.evaluate(
-                judge, template, max_wrong=cfg.max_misclassified, seed=seed
-            )
+            cache[template] = ds.evaluate(judge, template)
         return cache[template]
 
-    initial = evaluate(cfg.template, cfg.seed)
+    initial = evaluate(cfg.template)
     history: list[dict[str, Any]] = [
         {"restart": -1, "iteration": 0, "accepted": True, **initial.to_dict()}
     ]
     if progress:
         progress(history[-1])
     best = initial
+    repeats: list[dict[str, Any]] = []
+    left = cfg.iterations * cfg.restarts if cfg.budget is None else cfg.budget
     for restart in range(cfg.restarts):
+        if left <= 0:
+            break
         rng = np.random.default_rng(cfg.seed * 1000 + restart)
         current = initial
         for it in range(1, cfg.iterations + 1):
+            if left <= 0:
+                break
+            left -= 1
+            # random.shuffle(best_fails), then refine_prompt shows fails[:num_fails]
+            order = rng.permutation(len(current.misclassified))
+            shown = [current.misclassified[int(i)] for i in order[: cfg.max_misclassified]]
             ctx = ProposalContext(
                 current.template,
                 current.rates,
                 current.j,
-                current.misclassified,
+                shown,
                 tasks,
                 it,
                 rng,
                 set(cache),
+                ds.demonstrations,
             )
             candidate = proposer.propose(ctx)
             format_instruction(candidate, "check")
-            ev = evaluate(candidate, cfg.seed + it)
+            ev = evaluate(candidate)
             accepted = ev.j > current.j and ev.rates.tpr >= cfg.min_tpr
             if accepted:
                 current = ev
@@ -163,9 +193,18 @@ def optimize_instruction(
             )
             if progress:
                 progress(history[-1])
+        repeats.append({"restart": restart, **current.to_dict()})
         if current.j > best.j:
             best = current
-    return OptimizationResult(best.template, best, initial, history, time.perf_counter() - t0)
+    return OptimizationResult(
+        best.template,
+        best,
+        initial,
+        history,
+        time.perf_counter() - t0,
+        repeats,
+        str(getattr(proposer, "name", type(proposer).__name__)),
+    )
 
 
 def save_result(

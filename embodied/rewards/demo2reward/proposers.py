@@ -3,16 +3,20 @@
 A proposer reads the current best instruction template, its TPR/TNR/FPR/FNR and up to five
 misclassified clips, and writes a new template (with ``{task}``):
 
-* :class:`OfflineProposer` - rule/template mutations (paraphrase bank, checklist clauses,
-  negation clauses, dropping and reordering sentences), steered by which error dominates.
-  Needs no model, so the loop runs on any machine.
-* :class:`LLMProposer` - asks a transformers language model (or VLM) with ``generate``;
-  the real path on machines with a GPU and an instruction-tuned model.
+* :class:`~embodied.rewards.demo2reward.metacritic.ReferenceMetaCritic` (``metacritic``, the
+  default) - the reference's multimodal Meta-Critic (any transformers image-text-to-text
+  model).
+* :class:`PhraseBankAblation` (``phrase-bank-ablation``) - ABLATION, not Demo2Reward: generic
+  wording edits from a fixed phrase bank, no model. It names no failure kind (no hovering,
+  touching, near misses, colours), so it cannot leak held-out failure kinds into the search.
+* :class:`LLMProposer` (``llm``) - a text-only prompt to a transformers language model; not
+  the reference either (it sees no frames).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -23,6 +27,7 @@ from embodied.registry import Registry
 from embodied.rewards.base import resolve_device, resolve_dtype
 from embodied.rewards.calibration import Rates
 from embodied.rewards.clips import TASK_FIELD
+from embodied.rewards.demo2reward.demonstrations import LabelledDemonstration
 from embodied.rewards.demo2reward.objective import Misclassified
 
 DEFAULT_TEMPLATE = (
@@ -33,7 +38,20 @@ DEFAULT_TEMPLATE = (
 
 @dataclass
 class ProposalContext:
-    """What a proposer sees at one iteration."""
+    """What a proposer sees at one iteration.
+
+    Attributes:
+        template: The current best template.
+        rates: Its rates on the demonstrations.
+        j: Its objective.
+        misclassified: The clips to show (the loop shuffles all of the current best's
+            misclassified clips and passes the first ``max_misclassified``).
+        tasks: The demonstrations' tasks.
+        iteration: Iteration within the repeat (from 1).
+        rng: The repeat's generator (offsets, sampling seeds).
+        tried: Templates evaluated so far.
+        demonstrations: The optimisation demonstrations (the Meta-Critic's reference).
+    """
 
     template: str
     rates: Rates
@@ -43,6 +61,7 @@ class ProposalContext:
     iteration: int
     rng: np.random.Generator
     tried: set[str] = field(default_factory=set)
+    demonstrations: Sequence[LabelledDemonstration] = ()
 
 
 @runtime_checkable
@@ -56,6 +75,9 @@ class Proposer(Protocol):
 
 PROPOSERS: Registry[Proposer] = Registry("instruction proposer")
 
+# ABLATION phrase bank: generic wording edits only. No phrase may name a failure kind of any
+# task (approaching, near/far/close, hovering, above, touching, gripper, target, colours,
+# wrong object, blocked routes): tests/rewards/test_rewards_metacritic.py checks it.
 PARAPHRASES = (
     DEFAULT_TEMPLATE,
     "The robot was asked to {task}. Has it done so in the current frame?",
@@ -70,23 +92,20 @@ PARAPHRASES = (
 )
 STRICT_CLAUSES = (
     "Only count it as success if the task is fully completed in the current frame.",
-    "Being close is not enough; the robot must be exactly at the target.",
-    "The robot is not merely approaching; it has finished: {task}.",
-    "Checklist: the target is reached and the robot is at the goal now.",
-    "The gripper is touching the target.",
+    "Base the decision on clear visual evidence in the frames.",
+    "If the outcome is ambiguous, the task is not completed.",
+    "Partial progress does not count.",
+    "The task must be finished, not in progress.",
     "Done: {task}.",
-    "The goal has been reached.",
-    "It has reached it.",
 )
 LENIENT_CLAUSES = (
-    "It counts once the robot is at the target.",
-    "Success as soon as the target is reached, even briefly.",
+    "It counts as soon as the task is completed, even briefly.",
+    "Minor imperfections do not matter once the task is completed.",
 )
 NEGATIONS = (
-    "It is not just approaching the target.",
-    "It is not hovering near the target.",
-    "It is not far from the target.",
-    "It is not still on its way.",
+    "The task is not merely in progress.",
+    "The task is not only partly done.",
+    "An unfinished attempt is not a success.",
 )
 
 _SENTENCE = re.compile(r"(?<=[.?!])\s+")
@@ -108,18 +127,20 @@ def ensure_task(text: str, tasks: list[str] | None = None) -> str:
     return text
 
 
-class OfflineProposer:
-    """Template mutations steered by the error mix (no model needed).
+class PhraseBankAblation:
+    """ABLATION (not Demo2Reward): generic phrase-bank edits steered by the error mix.
 
-    Operators: swap the lead sentence for a paraphrase; add a checklist (strict) clause or a
-    negation clause when false positives dominate, a lenient clause when false negatives do;
-    drop or reorder sentences. Never proposes a template already tried.
+    Operators: swap the lead sentence for a paraphrase; add a generic strictness or negation
+    clause when false positives dominate, a lenient clause when false negatives do; drop or
+    reorder sentences. Never proposes a template already tried. Sees no frames and the
+    phrases name no failure kind; use it only as the no-model ablation of the reference
+    Meta-Critic (:class:`~embodied.rewards.demo2reward.metacritic.ReferenceMetaCritic`).
 
     Args:
         max_sentences: Longest template built (sentences).
     """
 
-    name = "offline"
+    name = "phrase-bank-ablation"
 
     def __init__(self, max_sentences: int = 5) -> None:
         self.max_sentences = max_sentences
@@ -184,7 +205,8 @@ class LLMProposer:
         device: ``"auto"``, ``"cpu"`` or ``"cuda[:N]"``.
         max_new_tokens: Generation length.
         temperature: Sampling temperature (> 0 samples; 0 is greedy).
-        fallback: Proposer used when the model's output is unusable (empty).
+        fallback: Proposer used when the model's output is unusable (empty; default: the
+            phrase-bank ablation).
         preloaded: ``(model, tokenizer_or_processor)`` to skip loading.
     """
 
@@ -212,7 +234,7 @@ class LLMProposer:
         self.model = self.model.to(self.device).eval()
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
-        self.fallback = fallback or OfflineProposer()
+        self.fallback = fallback or PhraseBankAblation()
         self.fallbacks = 0
         self._torch = torch
 
@@ -284,5 +306,11 @@ class LLMProposer:
         return ensure_task(lines[0][:400], ctx.tasks)
 
 
-PROPOSERS.register("offline", lambda **kw: OfflineProposer(**kw), help="template mutations")
-PROPOSERS.register("llm", lambda **kw: LLMProposer(**kw), help="transformers generate (model=)")
+PROPOSERS.register(
+    "phrase-bank-ablation",
+    lambda **kw: PhraseBankAblation(**kw),
+    help="ABLATION: generic phrase-bank wording edits, no model",
+)
+PROPOSERS.register(
+    "llm", lambda **kw: LLMProposer(**kw), help="text-only transformers generate (model=)"
+)
