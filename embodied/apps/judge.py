@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import policies
 import sim
+from embodied.apps.plotting import plot_reliability
 from embodied.errors import ConfigError
 from embodied.loop import rollout
 from embodied.rewards import load_judge
@@ -31,7 +33,9 @@ class JudgeAgreementConfig:
         policy: Policy name or checkpoint (with --env).
         n: Episodes to roll out (with --env).
         seed: First reset seed (with --env).
-        judge: minijudge, a checkpoint folder, generative:<model>, contrastive:<model>.
+        judge: One or more judges, comma-separated, scored on the same episodes: minijudge,
+            a checkpoint folder, generative:<model>, contrastive:<model>, or oracle (the
+            simulator's own verdict: the reference row).
         template: Instruction template with {task}.
         camera: Camera to judge (default: first).
         per_frame: Also judge every frame vs the oracle.
@@ -58,23 +62,27 @@ class JudgeAgreementConfig:
             )
         if self.n < 1:
             raise ConfigError(f"n must be >= 1 (episodes to roll out), got {self.n}", fix="--n 4")
-        if self.judge == "oracle":
+        if not self.judges():
             raise ConfigError(
-                "judge 'oracle' is the reference, not a judge to score",
-                fix="pass --judge minijudge (agreement with the oracle is reported)",
+                f"judge {self.judge!r} names no judge", fix="e.g. --judge oracle,minijudge"
             )
         if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
             raise ConfigError(f"device {self.device!r} unknown", fix="use auto, cpu or cuda[:N]")
 
+    def judges(self) -> list[str]:
+        """The judge specs in ``judge``, in order."""
+        return [j.strip() for j in self.judge.split(",") if j.strip()]
+
 
 def judge_agreement(config: JudgeAgreementConfig) -> dict[str, Any]:
-    """Judge ``config``'s episodes; the report of :func:`~embodied.rewards.judging.judge_episodes`.
+    """Judge ``config``'s episodes with each judge; one report per judge, same episodes.
 
     Returns:
-        ``{"judge", "episodes": [{index, task, judge_prob, judge_success, oracle_success,
-        agree}], "agreement": {accuracy, tpr, tnr, ...}, "frame_agreement", ...}``.
+        ``{"judges": [report, ...]}``, each report that of
+        :func:`~embodied.rewards.judging.judge_episodes` (``judge``, ``episodes``,
+        ``agreement`` and ``frame_agreement`` in the shared calibration format) with
+        ``spec`` added.
     """
-    judge = load_judge(config.judge, device=config.device)
     source: Any = config.episodes
     if config.env is not None:
         env_kwargs = {"camera": True} if config.env.startswith("mujoco:") else {}
@@ -84,10 +92,24 @@ def judge_agreement(config: JudgeAgreementConfig) -> dict[str, Any]:
             source = [rollout(env, pol, seed=config.seed + i) for i in range(config.n)]
         finally:
             env.close()
-    return judge_episodes(
-        source,
-        judge,
-        template=config.template,
-        camera=config.camera,
-        per_frame=config.per_frame,
-    )
+    reports = []
+    for spec in config.judges():
+        judge: Any = spec if spec == "oracle" else load_judge(spec, device=config.device)
+        report = judge_episodes(
+            source,
+            judge,
+            template=config.template,
+            camera=config.camera,
+            per_frame=config.per_frame,
+        )
+        reports.append({"spec": spec, **report})
+    return {"judges": reports}
+
+
+def reliability_plot(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Reliability diagram of every judge in ``report`` (frame-level when judged per frame)."""
+    level = "frame_agreement" if report["judges"][0]["frame_agreement"] else "agreement"
+    curves = {r["spec"]: r[level] for r in report["judges"]}
+    n = report["judges"][0][level]["n"]
+    what = "frames" if level == "frame_agreement" else "episodes (final clip)"
+    return plot_reliability(curves, Path(path), f"judges vs simulator oracle, {n} {what}")

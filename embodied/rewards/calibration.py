@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -123,3 +124,97 @@ def fit_platt(
         if np.abs(step).max() < 1e-9:
             break
     return float(w[0]), float(w[1])
+
+
+def roc_auc(probs: Sequence[float] | np.ndarray, labels: Sequence[bool] | np.ndarray) -> float:
+    """Area under the ROC curve: P(a random positive scores above a random negative).
+
+    Ties count one half (the Mann-Whitney U statistic over average ranks), so a constant
+    score gives 0.5. NaN when only one class is present (no curve to draw).
+    """
+    p = np.asarray(probs, dtype=np.float64).ravel()
+    y = np.asarray(labels, dtype=bool).ravel()
+    if p.shape != y.shape:
+        raise ConfigError(f"{p.size} scores for {y.size} labels", fix="pass one label per score")
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    _, inverse, counts = np.unique(p, return_inverse=True, return_counts=True)
+    # average 1-based rank of each distinct score: tied scores share their ranks' mean
+    ends = np.cumsum(counts)
+    avg_rank = ends - (counts - 1) / 2.0
+    rank_sum = float(avg_rank[inverse][y].sum())
+    return (rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
+
+
+def reliability(
+    probs: Sequence[float] | np.ndarray, labels: Sequence[bool] | np.ndarray, n_bins: int = 10
+) -> list[dict[str, float]]:
+    """Reliability diagram rows: per equal-width probability bin, the mean predicted
+    probability and the observed fraction of successes (empty bins are left out).
+
+    Returns:
+        ``[{"lo", "hi", "count", "mean_prob", "frac_success"}]``, bins ordered by ``lo``.
+    """
+    if n_bins < 1:
+        raise ConfigError(f"n_bins must be >= 1, got {n_bins}", fix="e.g. n_bins=10")
+    p = np.clip(np.asarray(probs, dtype=np.float64).ravel(), 0.0, 1.0)
+    y = np.asarray(labels, dtype=bool).ravel()
+    if p.shape != y.shape:
+        raise ConfigError(f"{p.size} scores for {y.size} labels", fix="pass one label per score")
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    # the last bin is closed so p = 1.0 lands in it
+    idx = np.minimum(np.searchsorted(edges, p, side="right") - 1, n_bins - 1)
+    rows = []
+    for b in range(n_bins):
+        sel = idx == b
+        if sel.any():
+            rows.append(
+                {
+                    "lo": float(edges[b]),
+                    "hi": float(edges[b + 1]),
+                    "count": int(sel.sum()),
+                    "mean_prob": float(p[sel].mean()),
+                    "frac_success": float(y[sel].mean()),
+                }
+            )
+    return rows
+
+
+def judge_report(
+    probs: Sequence[float] | np.ndarray,
+    labels: Sequence[bool] | np.ndarray,
+    threshold: float,
+    n_bins: int = 10,
+) -> dict[str, Any]:
+    """One judge's calibration against the simulator oracle, in the format every judge shares.
+
+    Args:
+        probs: The judge's success probabilities, one per judged clip.
+        labels: The oracle's verdicts of the same clips.
+        threshold: The judge's decision threshold (``prob >= threshold`` is success).
+        n_bins: Bins of the reliability diagram.
+
+    Returns:
+        ``{"threshold", "n", "roc_auc", "tpr", "tnr", "fpr", "fnr", "n_pos", "n_neg",
+        "accuracy", "ece", "reliability"}``: rates in percent at the threshold, ROC-AUC
+        (NaN with one class), the expected calibration error (count-weighted mean of
+        |mean prob - fraction of successes| over the reliability bins) and the bins.
+    """
+    p = np.asarray(probs, dtype=np.float64).ravel()
+    y = np.asarray(labels, dtype=bool).ravel()
+    bins = reliability(p, y, n_bins)
+    n = int(p.size)
+    ece = (
+        sum(b["count"] * abs(b["mean_prob"] - b["frac_success"]) for b in bins) / n
+        if n
+        else float("nan")
+    )
+    return {
+        "threshold": float(threshold),
+        "n": n,
+        "roc_auc": roc_auc(p, y),
+        **rates(p >= threshold, y).to_dict(),
+        "ece": float(ece),
+        "reliability": bins,
+    }

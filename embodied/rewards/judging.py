@@ -18,7 +18,7 @@ from embodied.contracts import Judge
 from embodied.datasets import Dataset
 from embodied.errors import ConfigError
 from embodied.rewards import load_judge
-from embodied.rewards.calibration import rates
+from embodied.rewards.calibration import judge_report
 from embodied.rewards.clips import context_indices, episode_clips, format_instruction
 from embodied.rewards.demo2reward.demonstrations import task_text
 from embodied.rewards.oracle import episode_success_step, frame_labels
@@ -70,7 +70,9 @@ def judge_episodes(
     Args:
         episodes: :class:`~embodied.loop.Episode` / :class:`~embodied.datasets.EpisodeData`
             objects, or a dataset folder written by `embodied collect`.
-        judge: A judge or a spec for :func:`embodied.rewards.load_judge`.
+        judge: A judge or a spec for :func:`embodied.rewards.load_judge`; ``"oracle"`` scores
+            each clip with the simulator's own verdict of its last frame (the reference row
+            of a comparison: agreement 100 % and ROC-AUC 1 by construction).
         template: Instruction template with ``{task}`` (default: the task itself).
         camera: Camera to judge (default: the first).
         per_frame: Also judge every frame and report per-frame agreement.
@@ -78,20 +80,26 @@ def judge_episodes(
 
     Returns:
         ``{"judge", "episodes": [{index, task, judge_prob, judge_success, oracle_success,
-        agree}], "agreement": {accuracy, tpr, tnr, ...}, "frame_agreement": {...} | None,
-        "seconds"}``.
+        agree}], "agreement", "frame_agreement" (None without ``per_frame``), "seconds"}``;
+        agreement and frame agreement are :func:`~embodied.rewards.calibration.judge_report`
+        dicts (rates at the threshold, ROC-AUC, calibration error, reliability bins).
     """
     t0 = time.perf_counter()
     if isinstance(episodes, str | os.PathLike):
         episodes = list(Dataset(episodes))
     if not len(episodes):
         raise ConfigError("no episodes to judge", fix="record or collect at least one episode")
-    j = load_judge(judge) if isinstance(judge, str | os.PathLike) else judge
+    is_oracle = isinstance(judge, str) and judge == "oracle"
+    j: Any = None
+    if not is_oracle:
+        j = load_judge(judge) if isinstance(judge, str | os.PathLike) else judge
     if template is not None:
         format_instruction(template, "check")
     thr = float(getattr(j, "threshold", 0.5))
     n_context = int(getattr(j, "n_frames", 5)) - 1
-    rows, decisions, truths = [], [], []
+    rows: list[dict[str, Any]] = []
+    probs: list[float] = []
+    truths: list[bool] = []
     f_probs: list[np.ndarray] = []
     f_labels: list[np.ndarray] = []
     for i, ep in enumerate(episodes):
@@ -99,8 +107,11 @@ def judge_episodes(
         task = _task(ep)
         text = format_instruction(template, task) if template else task
         last = len(frames) - 1
-        prob = float(j.score(frames[context_indices(last, n_context)], text))
         labels = frame_labels(ep, len(frames))
+        if is_oracle:
+            prob = float(labels[-1])
+        else:
+            prob = float(j.score(frames[context_indices(last, n_context)], text))
         oracle = bool(labels[-1])
         rows.append(
             {
@@ -114,24 +125,31 @@ def judge_episodes(
                 "agree": (prob >= thr) == oracle,
             }
         )
-        decisions.append(prob >= thr)
+        probs.append(prob)
         truths.append(oracle)
         if per_frame:
             steps = list(range(0, len(frames), stride))
-            clips = episode_clips(frames, n_context, steps)
-            batch = getattr(j, "score_batch", None)
-            p = batch(clips, text) if batch else np.array([j.score(c, text) for c in clips])
+            if is_oracle:
+                p = labels[steps].astype(np.float64)
+            else:
+                clips = episode_clips(frames, n_context, steps)
+                batch = getattr(j, "score_batch", None)
+                p = batch(clips, text) if batch else np.array([j.score(c, text) for c in clips])
             f_probs.append(np.asarray(p))
             f_labels.append(labels[steps])
     frame_agreement = None
     if per_frame:
-        frame_agreement = rates(np.concatenate(f_probs) >= thr, np.concatenate(f_labels)).to_dict()
+        frame_agreement = judge_report(np.concatenate(f_probs), np.concatenate(f_labels), thr)
     describe = getattr(j, "describe", None)
+    if is_oracle:
+        name: dict[str, Any] = {"backend": "oracle"}
+    else:
+        name = describe() if describe else {"backend": type(j).__name__}
     return {
-        "judge": describe() if describe else {"backend": type(j).__name__},
+        "judge": name,
         "template": template,
         "episodes": rows,
-        "agreement": rates(decisions, truths).to_dict(),
+        "agreement": judge_report(probs, truths, thr),
         "frame_agreement": frame_agreement,
         "seconds": round(time.perf_counter() - t0, 3),
     }

@@ -170,7 +170,7 @@ def test_deploy_bad_value_exits_2_naming_the_key(
     ("args", "named"),
     [
         (["--env", "mujoco:arm_reach", "--n", "0"], "n must be >= 1"),
-        (["--env", "mujoco:arm_reach", "--judge", "oracle"], "judge 'oracle'"),
+        (["--env", "mujoco:arm_reach", "--judge", ","], "judge ',' names no judge"),
         (["--env", "mujoco:arm_reach", "--device", "gpu"], "device 'gpu'"),
         ([], "episodes None, env None"),
     ],

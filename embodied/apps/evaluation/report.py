@@ -14,8 +14,9 @@ from typing import Any
 
 from embodied.apps.evaluation.stats import GroupStats, TaskStats
 from embodied.apps.evaluation.worker import EpisodeRecord
+from embodied.apps.plotting import plot_reliability
 from embodied.io import write_json, write_text
-from embodied.rewards.calibration import rates
+from embodied.rewards.calibration import judge_report
 
 VERSIONED_PACKAGES = (
     "embodied",
@@ -110,10 +111,12 @@ class EvalResult:
         judged = [e for e in self.episodes if e.judge_success is not None and e.error is None]
         if not judged:
             return None
+        probs = [float(e.judge_prob or 0.0) for e in judged]
+        thr = float(judged[0].judge_threshold if judged[0].judge_threshold is not None else 0.5)
         return {
             "judge": self.config.get("judge"),
             "episodes": len(judged),
-            **rates([bool(e.judge_success) for e in judged], [e.success for e in judged]).to_dict(),
+            **judge_report(probs, [e.success for e in judged], thr),
         }
 
     def markdown(self) -> str:
@@ -167,8 +170,11 @@ def to_markdown(result: EvalResult) -> str:
             "",
             "## Judge vs oracle",
             "",
-            f"Judge `{agr['judge']}` on {agr['episodes']} episodes: agreement "
-            f"{agr['accuracy']:.1f}% (TPR {agr['tpr']:.1f}%, TNR {agr['tnr']:.1f}%)",
+            f"Judge `{agr['judge']}` on {agr['episodes']} episodes (final clip) against the "
+            f"simulator oracle: agreement {agr['accuracy']:.1f}%, TPR {agr['tpr']:.1f}%, "
+            f"TNR {agr['tnr']:.1f}%, FPR {agr['fpr']:.1f}%, FNR {agr['fnr']:.1f}%, ROC-AUC "
+            f"{agr['roc_auc']:.3f}, calibration error {agr['ece']:.3f} "
+            "(reliability diagram: `judge_reliability.png`)",
         ]
     videos = result.files.get("videos") or []
     if videos:
@@ -251,6 +257,8 @@ def error_lines(episodes: Sequence[EpisodeRecord], limit: int = MAX_LISTED_ERROR
 
 PREFLIGHT_FILE = "preflight.json"
 """The preflight record's file name beside ``results.json``."""
+JUDGE_PLOT = "judge_reliability.png"
+"""Reliability diagram of the judge against the oracle (with ``--judge``)."""
 
 
 def write_preflight(record: dict[str, Any], out: Path) -> Path:
@@ -269,6 +277,11 @@ def write_results(result: EvalResult, out: Path) -> dict[str, Any]:
     }
     if result.preflight is not None:
         files["preflight"] = PREFLIGHT_FILE
+    agreement = result.judge_agreement()
+    if agreement is not None:
+        name = str(agreement["judge"])
+        plot_reliability({name: agreement}, out / JUDGE_PLOT, f"{name} vs simulator oracle")
+        files["judge_reliability"] = JUDGE_PLOT
     result.files = files
     write_json(out / "results.json", result.to_dict())
     write_text(out / "results.md", result.markdown())

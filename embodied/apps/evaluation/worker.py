@@ -63,7 +63,8 @@ class EpisodeRecord:
             worker deaths), or None; such an episode counts as a failure.
         env_description: ``env.describe()`` (first episode of each env per worker only).
         judge_prob: The judge's success probability of the final clip (with a judge), or None.
-        judge_success: ``judge_prob >= judge.threshold`` (with a judge), or None.
+        judge_success: ``judge_prob >= judge_threshold`` (with a judge), or None.
+        judge_threshold: The judge's decision threshold (with a judge), or None.
         outcome: The env's final-step info entries that are plain scalars (str, bool, int,
             float; not arrays), e.g. arm_reach's ``reached`` / ``wrong_cube_reached``; numpy
             scalars become Python ones, ``success`` is left out (see ``success``); empty for
@@ -88,6 +89,7 @@ class EpisodeRecord:
     env_description: dict[str, Any] | None = field(default=None, repr=False)
     judge_prob: float | None = None
     judge_success: bool | None = None
+    judge_threshold: float | None = None
     outcome: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -363,13 +365,15 @@ class EpisodeRunner:
             video=video,
             env_description=description,
             judge_prob=None if judged is None else judged[0],
-            judge_success=None if judged is None else judged[1],
+            judge_success=None if judged is None else judged[0] >= judged[1],
+            judge_threshold=None if judged is None else judged[1],
         )
 
     def _judge_episode(
         self, env: Env, frames: list[np.ndarray], instruction: str
-    ) -> tuple[float, bool] | None:
-        """Judge the final clip (4 earlier frames + the last) of an episode's rendered frames."""
+    ) -> tuple[float, float] | None:
+        """(probability, threshold) of the final clip (4 earlier frames + the last) of an
+        episode's rendered frames, or None without frames."""
         if not frames:
             return None
         if self._judge is None:
@@ -377,7 +381,7 @@ class EpisodeRunner:
         n_context = int(getattr(self._judge, "n_frames", 5)) - 1
         clip = np.stack([frames[i] for i in context_indices(len(frames) - 1, n_context)])
         prob = float(self._judge.score(clip, task_text(instruction, env.env_id)))
-        return prob, prob >= float(getattr(self._judge, "threshold", 0.5))
+        return prob, float(getattr(self._judge, "threshold", 0.5))
 
     def close(self) -> None:
         """Close the cached env and drop the policies built for it."""
