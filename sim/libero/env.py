@@ -309,11 +309,14 @@ class LiberoEnv(Env):
         return obs, float(reward), success, truncated, self._info(raw_obs, success)
 
     def expert(self, **kwargs: Any) -> Policy:
-        """The scripted pick-and-place expert (:class:`~sim.libero.expert.LiberoPickPlaceExpert`).
+        """The scripted expert for this task's BDDL goal (:func:`sim.libero.expert.make_expert`).
 
         Keyword arguments are :class:`~sim.libero.expert.ExpertConfig` fields.
+
+        Raises:
+            ConfigError: an unknown option, or a goal no scripted expert can reach.
         """
-        from sim.libero.expert import ExpertConfig, LiberoPickPlaceExpert
+        from sim.libero.expert import ExpertConfig, make_expert
 
         try:
             config = ExpertConfig(**kwargs)
@@ -322,7 +325,7 @@ class LiberoEnv(Env):
                 f"unknown LIBERO expert option(s) in {sorted(kwargs)} ({exc})",
                 fix=f"pass fields of ExpertConfig: {sorted(ExpertConfig.__dataclass_fields__)}",
             ) from exc
-        return LiberoPickPlaceExpert(self, config)
+        return make_expert(self, config)
 
     def render(self) -> np.ndarray:  # type: ignore[override]
         """The agentview camera, upright, at the render size (reuses the observed frame)."""

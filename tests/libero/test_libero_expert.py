@@ -46,14 +46,50 @@ def test_expert_through_the_loop_replans_every_episode() -> None:
         env.close()
 
 
+def _solve(env_id: str, init_state: int) -> object:
+    """Run the expert on ``env_id`` from one official init state; return LIBERO's env."""
+    env = sim.make(env_id, cameras=())
+    expert = policies.load("expert", env=env)
+    obs, _ = env.reset(options={"init_state": init_state})
+    inner = env.unwrapped.raw_env  # type: ignore[attr-defined]
+    assert not inner.check_success()
+    info: dict[str, object] = {}
+    for _ in range(env.unwrapped.max_episode_steps):  # type: ignore[attr-defined]
+        obs, _, terminated, truncated, info = env.step(expert.select_action(obs))
+        if terminated or truncated:
+            break
+    assert info["success"]
+    assert inner.check_success()  # LIBERO's own predicate, not the wrapper's flag
+    return env
+
+
+def test_expert_opens_a_drawer_from_an_official_init_state() -> None:
+    """libero_goal 0, (Open wooden_cabinet_1_middle_region): grasp the handle and pull."""
+    env = _solve("libero:libero_goal:0", 1)
+    try:
+        inner = env.unwrapped.raw_env.env  # type: ignore[attr-defined]
+        assert inner._eval_predicate(("open", "wooden_cabinet_1_middle_region"))
+    finally:
+        env.close()  # type: ignore[attr-defined]
+
+
+def test_expert_puts_the_bowl_on_the_plate_from_an_official_init_state() -> None:
+    """libero_goal 8, (On akita_black_bowl_1 plate_1): a rim grasp, 3 cm on the plate."""
+    env = _solve("libero:libero_goal:8", 0)
+    try:
+        inner = env.unwrapped.raw_env.env  # type: ignore[attr-defined]
+        assert inner._eval_predicate(("on", "akita_black_bowl_1", "plate_1"))
+    finally:
+        env.close()  # type: ignore[attr-defined]
+
+
 def test_expert_rejects_unknown_options_and_goals() -> None:
-    env = sim.make("libero:libero_goal:0", cameras=())  # open the middle drawer
+    env = sim.make("libero:libero_goal:7", cameras=())  # turn on the stove
     try:
         with pytest.raises(ConfigError, match="approach_height"):
             policies.load("expert", env=env, approach_heigth_m=0.1)
-        expert = policies.load("expert", env=env)
-        obs, _ = env.reset(options={"init_state": 0})
-        with pytest.raises(ConfigError, match="not one"):
-            expert.select_action(obs)
+        with pytest.raises(ConfigError, match="turnon") as err:
+            policies.load("expert", env=env)
+        assert "use the scripted expert on" in str(err.value.fix)
     finally:
         env.close()
