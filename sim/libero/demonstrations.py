@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -123,20 +124,69 @@ class LiberoDemonstrations(Dataset):
 
 
 def is_libero_demonstration_file(path: str | os.PathLike[str]) -> bool:
-    """True for an HDF5 file in LIBERO's demonstration layout (``data.attrs["problem_info"]``)."""
+    """True for an HDF5 file in LIBERO's demonstration layout (``data.attrs["problem_info"]``),
+    or a folder holding such ``*_demo.hdf5`` files (a suite's tasks)."""
     p = os.fspath(path)
+    if os.path.isdir(p):
+        return bool(_suite_files(Path(p)))
     if not os.path.isfile(p) or not h5py.is_hdf5(p):
         return False
     with h5py.File(p, "r") as h:
         return "data" in h and "problem_info" in h["data"].attrs
 
 
+def _suite_files(folder: Path) -> list[Path]:
+    return [p for p in sorted(folder.glob("*_demo.hdf5")) if is_libero_demonstration_file(p)]
+
+
+class LiberoDemonstrationSuite(Sequence[EpisodeData]):
+    """Several LIBERO demonstration files (e.g. the 10 tasks of a suite) as one dataset.
+
+    Files are read in name order; each episode keeps its own task's instruction, so one
+    language-conditioned policy trains on all of them. ``env_args`` are the first file's.
+
+    Args:
+        folder: A folder of LIBERO ``*_demo.hdf5`` files.
+        obs_keys: As :class:`LiberoDemonstrations`.
+
+    Raises:
+        DatasetError: the folder holds no LIBERO demonstration file.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str], obs_keys: Sequence[str] | None = None):
+        self.path = Path(folder)
+        files = _suite_files(self.path) if self.path.is_dir() else []
+        if not files:
+            raise DatasetError(
+                f"{str(self.path)!r} holds no LIBERO demonstration file (*_demo.hdf5)",
+                fix="pass a folder of LIBERO's demonstration files, or one file",
+            )
+        self.parts = [LiberoDemonstrations(f, obs_keys=obs_keys) for f in files]
+        self.env_args = self.parts[0].env_args
+        self._index = [(i, j) for i, part in enumerate(self.parts) for j in range(len(part))]
+
+    @property
+    def instructions(self) -> list[str]:
+        """The tasks' instructions, one per file."""
+        return [part.instruction for part in self.parts]
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __getitem__(self, i: int) -> EpisodeData:  # type: ignore[override]
+        part, j = self._index[i]
+        return self.parts[part][j]
+
+
 def load_demonstrations(
     path: str | os.PathLike[str],
     obs_keys: Sequence[str] | None = None,
-) -> LiberoDemonstrations:
-    """Open a LIBERO demonstration file as a dataset (see :class:`LiberoDemonstrations`).
+) -> LiberoDemonstrations | LiberoDemonstrationSuite:
+    """Open a LIBERO demonstration file, or a folder of them, as a dataset (see
+    :class:`LiberoDemonstrations`, :class:`LiberoDemonstrationSuite`).
 
     Actions are LIBERO-native (gripper -1 open, +1 close), as the env takes them.
     """
+    if Path(path).is_dir() and _suite_files(Path(path)):
+        return LiberoDemonstrationSuite(path, obs_keys=obs_keys)
     return LiberoDemonstrations(path, obs_keys=obs_keys)

@@ -19,7 +19,9 @@ INSTRUCTION = "put the black bowl on the plate"
 
 
 def write_libero_demonstration_file(
-    path: Path, lengths: tuple[int, ...] = (5, 7)
+    path: Path,
+    lengths: tuple[int, ...] = (5, 7),
+    bddl: str = "KITCHEN_SCENE1_put_the_black_bowl_on_the_plate.bddl",
 ) -> dict[str, np.ndarray]:
     """Write a small file in the layout of LIBERO's ``<task>_demo.hdf5`` files."""
     rng = np.random.default_rng(0)
@@ -34,7 +36,7 @@ def write_libero_demonstration_file(
             }
         )
         data.attrs["env_args"] = json.dumps({"type": 1, "env_name": "Libero_Tabletop_Manipulation"})
-        data.attrs["bddl_file_name"] = "KITCHEN_SCENE1_put_the_black_bowl_on_the_plate.bddl"
+        data.attrs["bddl_file_name"] = bddl
         data.attrs["num_demos"] = len(lengths)
         data.attrs["total"] = sum(lengths)
         for i, t in enumerate(lengths):
@@ -63,6 +65,30 @@ def write_libero_demonstration_file(
             if i == 0:
                 first = {**arrays, "actions": actions}
     return first
+
+
+def test_a_folder_of_task_files_loads_as_one_multi_task_dataset(tmp_path: Path) -> None:
+    from sim.libero import is_libero_demonstration_file
+
+    write_libero_demonstration_file(tmp_path / "put_the_black_bowl_on_the_plate_demo.hdf5")
+    other = "LIVING_ROOM_SCENE2_pick_up_the_ketchup_and_place_it_in_the_basket.bddl"
+    write_libero_demonstration_file(tmp_path / "pick_up_the_ketchup_demo.hdf5", (4,), other)
+    (tmp_path / "notes.hdf5").write_bytes(b"")  # not a demonstration file: ignored
+    assert is_libero_demonstration_file(tmp_path)
+    ds = load_demonstrations(tmp_path)
+    # name order: pick_up_the_ketchup_demo.hdf5 < put_the_black_bowl_on_the_plate_demo.hdf5
+    assert len(ds) == 3 and [len(ep) for ep in ds] == [4, 5, 7]
+    assert [ep.instruction for ep in ds] == [
+        "pick up the ketchup and place it in the basket",
+        INSTRUCTION,
+        INSTRUCTION,
+    ]
+    assert ds[0].obs["state"].shape == (4, 8)
+    assert not is_libero_demonstration_file(tmp_path / "empty")
+    with pytest.raises(DatasetError, match="no LIBERO demonstration file"):
+        from sim.libero.demonstrations import LiberoDemonstrationSuite
+
+        LiberoDemonstrationSuite(tmp_path / "notes.hdf5")
 
 
 def test_libero_demonstration_file_loads_with_our_keys_and_state(tmp_path: Path) -> None:
