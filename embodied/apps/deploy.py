@@ -6,10 +6,15 @@ closed loop with the :class:`~hardware.safety.SafetyFilter`, writes every episod
 :class:`embodied.datasets.DatasetWriter` (also the partial episode of a fault), and always
 leaves the robot commanded to stop: on the time limit, on ``request_stop()`` (Ctrl-C), on a
 fault and on any exception.
+
+A saved robust shield (``DeployConfig.shield``, see :mod:`controllers.shield`) goes in front of
+the safety filter: the shield snaps the policy's action to the nearest allowed discrete action
+of its action set, then the safety filter still clips and limits that action.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import math
@@ -25,11 +30,15 @@ import numpy as np
 
 import controllers
 import policies
+from controllers.shield import RobustShield, ShieldFilter
+from controllers.shield.abstraction import Measure
 from embodied.concepts import make_concept
+from embodied.contracts import ActionFilter
 from embodied.datasets import DatasetWriter, EpisodeData
 from embodied.errors import ActionError, ConfigError, SafetyFault
 from embodied.io import write_json
 from embodied.loop import Episode, Steering, StepRecord, rollout
+from embodied.specs import Observation
 from hardware import make_robot
 from hardware.configuration_robot import RobotConfig
 from hardware.env import RobotEnv
@@ -52,6 +61,10 @@ class DeployConfig:
         instruction: Task instruction.
         policy_kwargs: Extra keyword arguments of the policy factory (``--policy-arg``).
         clear_estop: Call the robot's enable service first (clears a latched robot e-stop).
+        shield: Folder of a saved robust shield (RobustShield.save); it acts before the
+            safety filter.
+        shield_measure: module:function mapping an observation to the shield's measurement
+            vector (default: the observation key the shield was saved with).
     """
 
     policy: str
@@ -63,6 +76,8 @@ class DeployConfig:
     instruction: str = ""
     policy_kwargs: Mapping[str, Any] = field(default_factory=dict)
     clear_estop: bool = False
+    shield: str | os.PathLike[str] | None = None
+    shield_measure: str | None = None
 
     def __post_init__(self) -> None:
         if not self.policy:
@@ -82,6 +97,98 @@ class DeployConfig:
                 fix="e.g. --rate 20, or leave it out for the robot config's control_rate_hz",
             )
         object.__setattr__(self, "policy_kwargs", dict(self.policy_kwargs))
+        if self.shield_measure is not None and self.shield is None:
+            raise ConfigError(
+                f"shield_measure {self.shield_measure!r} given without a shield",
+                fix="add --shield <folder of a saved shield>, or drop --shield-measure",
+            )
+        if self.shield_measure is not None and not _is_import_path(self.shield_measure):
+            raise ConfigError(
+                f"shield_measure {self.shield_measure!r} is not module:function",
+                fix="e.g. --shield-measure embodied.apps.experiments.shield:stopping_offsets",
+            )
+
+
+def _is_import_path(text: str) -> bool:
+    module, sep, name = text.partition(":")
+    return bool(sep and module and name.isidentifier())
+
+
+def load_measure(path: str) -> Measure:
+    """The function named by ``module:function`` (a shield's observation -> measurement map).
+
+    Raises:
+        ConfigError: the module does not import or has no such callable.
+    """
+    module_name, _, name = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"shield_measure {path!r}: module {module_name!r} does not import ({exc})",
+            fix="give an importable module:function",
+        ) from exc
+    func = getattr(module, name, None)
+    if not callable(func):
+        raise ConfigError(
+            f"shield_measure {path!r}: {module_name} has no function {name!r}",
+            fix="give an importable module:function",
+        )
+    return func  # type: ignore[no-any-return]
+
+
+class ShieldThenSafety:
+    """:class:`~embodied.contracts.ActionFilter`: a :class:`ShieldFilter`, then the safety filter.
+
+    The shield picks the allowed discrete action nearest to the policy's; the safety filter
+    (limits, watchdogs, e-stop) has the last word on what is sent.
+
+    Args:
+        shield: The shield's filter (tracks the observations, counts its interventions).
+        safety: The robot's safety filter.
+    """
+
+    def __init__(self, shield: ShieldFilter, safety: ActionFilter) -> None:
+        self.shield = shield
+        self.safety = safety
+        self.interventions = 0
+        self.steps = 0
+
+    def reset(self) -> None:
+        """Episode start: reset both (the intervention totals of the run are kept)."""
+        self.interventions += self.shield.interventions
+        self.steps += self.shield.steps
+        self.shield.reset()
+        self.safety.reset()
+
+    def __call__(self, action: np.ndarray, obs: Observation) -> np.ndarray:
+        """The shielded action, then safety-filtered."""
+        return self.safety(self.shield(action, obs), obs)
+
+    def summary(self) -> dict[str, int]:
+        """Shield steps and replaced actions so far (all episodes)."""
+        return {
+            "steps": self.steps + self.shield.steps,
+            "interventions": self.interventions + self.shield.interventions,
+        }
+
+
+def load_shield(config: DeployConfig, action_dim: int) -> ShieldFilter:
+    """The :class:`ShieldFilter` of ``config.shield``, checked against the action size.
+
+    Raises:
+        CheckpointError: damaged shield files. ConfigError: a shield for another action size.
+    """
+    assert config.shield is not None
+    measure = load_measure(config.shield_measure) if config.shield_measure else None
+    shield = RobustShield.load(config.shield, measure=measure)
+    if shield.actions.dim != action_dim:
+        raise ConfigError(
+            f"shield {str(config.shield)!r} acts on {shield.actions.dim}-dim actions, the robot "
+            f"takes {action_dim}",
+            fix="use a shield trained on this robot's action space",
+        )
+    return ShieldFilter(shield)
 
 
 @dataclass
@@ -199,6 +306,7 @@ def deploy(
         "max_seconds": max_seconds,
     }
     safety = None
+    shielded: ShieldThenSafety | None = None
     try:
         with robot:
             if config.clear_estop:
@@ -212,6 +320,10 @@ def deploy(
             )
             pol = policies.load(policy, env=env, **dict(config.policy_kwargs))
             safety = env.safety_filter()
+            loop_filter: ActionFilter = safety
+            if config.shield is not None:
+                shielded = ShieldThenSafety(load_shield(config, env.action_spec.dim), safety)
+                loop_filter = shielded
             writer = DatasetWriter(
                 out / "episodes",
                 env_args={
@@ -234,7 +346,7 @@ def deploy(
                         env,
                         pol,
                         steering=steering,
-                        safety=safety,
+                        safety=loop_filter,
                         pace=True,
                         stop_on_success=False,
                         callbacks=[recorder],
@@ -283,6 +395,8 @@ def deploy(
                 "safety": None if safety is None else safety.summary(),
             }
         )
+        if shielded is not None:
+            summary["shield"] = shielded.summary()
         link = getattr(robot, "link", None) or getattr(robot, "last_link", None)
         if link is not None:
             summary["link"] = {k: v for k, v in vars(link.stats).items()}

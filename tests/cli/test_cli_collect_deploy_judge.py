@@ -53,6 +53,8 @@ GENERATED: dict[str, tuple[type, dict[str, str]]] = {
             "episodes": "--episodes",
             "instruction": "--instruction",
             "clear_estop": "--clear-estop",
+            "shield": "--shield",
+            "shield_measure": "--shield-measure",
         },
     ),
     "judge": (

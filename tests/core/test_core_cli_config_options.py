@@ -16,6 +16,8 @@ from embodied.apps.cli._config_options import field_docs
 from embodied.apps.evaluation import EvalConfig
 from embodied.apps.evaluation.sweep import SweepConfig
 from embodied.apps.experiments.pdp import PDPEvalConfig, PDPExperimentConfig
+from embodied.apps.experiments.reppo import RePPOExperimentConfig
+from embodied.apps.experiments.shield import ShieldExperimentConfig
 from embodied.apps.experiments.steer import ExperimentSettings, SteerExperimentConfig
 from embodied.apps.tune.configuration_tune import ServerConfig, TuneConfig
 from embodied.rewards.demo2reward import Demo2RewardConfig
@@ -34,6 +36,8 @@ CONFIGS = [
     ExperimentSettings,
     PDPExperimentConfig,
     PDPEvalConfig,
+    ShieldExperimentConfig,
+    RePPOExperimentConfig,
 ]
 
 _STEER_DIRECTION = (
@@ -158,6 +162,18 @@ COMMANDS: dict[tuple[str, ...], list[Any]] = {
     + [
         (PDPEvalConfig, f"--{name.replace('_', '-')}", name, None)
         for name in ("n_eval", "n_shift_eval", "scenes")
+    ],
+    ("shield", "experiment"): [
+        (ShieldExperimentConfig, f"--{name.replace('_', '-')}", name, None)
+        for name in ("seeds", "timesteps", "exploration_steps", "hidden", "risk_bound", "delta")
+    ],
+    ("shield", "train"): [
+        (ShieldExperimentConfig, f"--{name.replace('_', '-')}", name, None)
+        for name in ("timesteps", "horizon", "risk_bound", "eval_episodes")
+    ],
+    ("reppo", "experiment"): [
+        (RePPOExperimentConfig, f"--{name.replace('_', '-')}", name, None)
+        for name in ("envs", "ms", "seeds", "total_timesteps", "ent_coef", "eval_episodes")
     ],
     ("pdp", "eval"): [
         (PDPEvalConfig, f"--{name.replace('_', '-')}", name, None)

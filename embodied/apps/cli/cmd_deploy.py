@@ -37,6 +37,8 @@ def register(app: typer.Typer) -> None:
         "episodes",
         "instruction",
         Opt("clear_estop", negatable=False),
+        "shield",
+        "shield_measure",
     )
     def deploy_cmd(
         robot: str = typer.Option(
