@@ -465,16 +465,8 @@ def train_shielded(
     model = _quiet(MaskablePPO("MlpPolicy", env, **_ppo_kwargs(cfg, seed)))
     model.learn(total_timesteps=cfg.timesteps - exploration["steps"], callback=counter)
     env.close()
-    record = {
-        "train_episodes": counter.episodes,
-        "train_violations": counter.violations,
-        "train_violation_steps": counter.violation_steps,
-        "train_return_last": _mean(counter.returns[-20:]),
-        "exploration": exploration,
-        "interventions": filt.interventions,
-        "curve": curve,
-        "train_seconds": round(time.perf_counter() - t0, 2),
-    }
+    record = _train_record(counter, t0, exploration)
+    record.update(interventions=filt.interventions, curve=curve)
     return model, shield, record
 
 
@@ -490,16 +482,21 @@ def train_unshielded(
     model = _quiet(PPO("MlpPolicy", env, **_ppo_kwargs(cfg, seed)))
     model.learn(total_timesteps=cfg.timesteps, callback=counter)
     env.close()
-    record = {
+    record = _train_record(counter, t0, {"steps": 0, "episodes": 0, "violations": 0})
+    log(f"ppo seed {seed}: {counter.violations}/{counter.episodes} training episodes violated")
+    return model, record
+
+
+def _train_record(counter: Any, t0: float, exploration: dict[str, int]) -> dict[str, Any]:
+    """The training record of one run from its episode counter and start time."""
+    return {
         "train_episodes": counter.episodes,
         "train_violations": counter.violations,
         "train_violation_steps": counter.violation_steps,
         "train_return_last": _mean(counter.returns[-20:]),
-        "exploration": {"steps": 0, "episodes": 0, "violations": 0},
+        "exploration": exploration,
         "train_seconds": round(time.perf_counter() - t0, 2),
     }
-    log(f"ppo seed {seed}: {counter.violations}/{counter.episodes} training episodes violated")
-    return model, record
 
 
 def _curve_point(shield: RobustShield, masked: float | None) -> dict[str, float]:
