@@ -39,6 +39,7 @@ from sim import ENVS, EnvFamily
 from sim.libero.configuration_libero import DEFAULT_MAX_STEPS, SUITES, LiberoProtocol
 from sim.libero.demonstrations import (
     LIBERO_OBS_KEY_MAP,
+    demonstration_files,
     is_libero_demonstration_file,
     load_demonstrations,
 )
@@ -108,6 +109,7 @@ __all__ = [
     "LiberoFamily",
     "LiberoProtocol",
     "LiberoTask",
+    "demonstration_files",
     "ensure_config",
     "expand",
     "is_libero_demonstration_file",

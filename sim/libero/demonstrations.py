@@ -123,20 +123,30 @@ class LiberoDemonstrations(Dataset):
         return replace(ep, obs=obs, actions=actions, attrs=attrs)
 
 
-def is_libero_demonstration_file(path: str | os.PathLike[str]) -> bool:
-    """True for an HDF5 file in LIBERO's demonstration layout (``data.attrs["problem_info"]``),
-    or a folder holding such ``*_demo.hdf5`` files (a suite's tasks)."""
-    p = os.fspath(path)
-    if os.path.isdir(p):
-        return bool(_suite_files(Path(p)))
-    if not os.path.isfile(p) or not h5py.is_hdf5(p):
+def demonstration_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The LIBERO demonstration files at ``path``, scanned once.
+
+    Returns:
+        ``[path]`` for an HDF5 file in LIBERO's layout (``data.attrs["problem_info"]``), a
+        folder's ``*_demo.hdf5`` files in that layout in name order, else ``[]``.
+    """
+    p = Path(path)
+    if p.is_dir():
+        return [f for f in sorted(p.glob("*_demo.hdf5")) if _is_libero_file(f)]
+    return [p] if _is_libero_file(p) else []
+
+
+def _is_libero_file(path: Path) -> bool:
+    if not path.is_file() or not h5py.is_hdf5(path):
         return False
-    with h5py.File(p, "r") as h:
+    with h5py.File(path, "r") as h:
         return "data" in h and "problem_info" in h["data"].attrs
 
 
-def _suite_files(folder: Path) -> list[Path]:
-    return [p for p in sorted(folder.glob("*_demo.hdf5")) if is_libero_demonstration_file(p)]
+def is_libero_demonstration_file(path: str | os.PathLike[str]) -> bool:
+    """True for an HDF5 file in LIBERO's demonstration layout, or a folder holding such
+    ``*_demo.hdf5`` files (a suite's tasks)."""
+    return bool(demonstration_files(path))
 
 
 class LiberoDemonstrationSuite(Sequence[EpisodeData]):
@@ -148,14 +158,22 @@ class LiberoDemonstrationSuite(Sequence[EpisodeData]):
     Args:
         folder: A folder of LIBERO ``*_demo.hdf5`` files.
         obs_keys: As :class:`LiberoDemonstrations`.
+        files: The folder's demonstration files when the caller has scanned it already
+            (:func:`demonstration_files`).
 
     Raises:
         DatasetError: the folder holds no LIBERO demonstration file.
     """
 
-    def __init__(self, folder: str | os.PathLike[str], obs_keys: Sequence[str] | None = None):
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        obs_keys: Sequence[str] | None = None,
+        files: Sequence[Path] | None = None,
+    ):
         self.path = Path(folder)
-        files = _suite_files(self.path) if self.path.is_dir() else []
+        if files is None:
+            files = demonstration_files(self.path) if self.path.is_dir() else []
         if not files:
             raise DatasetError(
                 f"{str(self.path)!r} holds no LIBERO demonstration file (*_demo.hdf5)",
@@ -181,12 +199,14 @@ class LiberoDemonstrationSuite(Sequence[EpisodeData]):
 def load_demonstrations(
     path: str | os.PathLike[str],
     obs_keys: Sequence[str] | None = None,
+    files: Sequence[Path] | None = None,
 ) -> LiberoDemonstrations | LiberoDemonstrationSuite:
     """Open a LIBERO demonstration file, or a folder of them, as a dataset (see
     :class:`LiberoDemonstrations`, :class:`LiberoDemonstrationSuite`).
 
-    Actions are LIBERO-native (gripper -1 open, +1 close), as the env takes them.
+    Actions are LIBERO-native (gripper -1 open, +1 close), as the env takes them. ``files``:
+    :func:`demonstration_files` of ``path`` when the caller has them (saves a second scan).
     """
-    if Path(path).is_dir() and _suite_files(Path(path)):
-        return LiberoDemonstrationSuite(path, obs_keys=obs_keys)
+    if Path(path).is_dir():
+        return LiberoDemonstrationSuite(path, obs_keys=obs_keys, files=files)
     return LiberoDemonstrations(path, obs_keys=obs_keys)

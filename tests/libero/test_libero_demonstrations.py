@@ -68,14 +68,21 @@ def write_libero_demonstration_file(
 
 
 def test_a_folder_of_task_files_loads_as_one_multi_task_dataset(tmp_path: Path) -> None:
-    from sim.libero import is_libero_demonstration_file
+    from sim.libero import demonstration_files, is_libero_demonstration_file
 
     write_libero_demonstration_file(tmp_path / "put_the_black_bowl_on_the_plate_demo.hdf5")
     other = "LIVING_ROOM_SCENE2_pick_up_the_ketchup_and_place_it_in_the_basket.bddl"
     write_libero_demonstration_file(tmp_path / "pick_up_the_ketchup_demo.hdf5", (4,), other)
     (tmp_path / "notes.hdf5").write_bytes(b"")  # not a demonstration file: ignored
     assert is_libero_demonstration_file(tmp_path)
-    ds = load_demonstrations(tmp_path)
+    files = demonstration_files(tmp_path)  # scanned once, handed on
+    assert [f.name for f in files] == [
+        "pick_up_the_ketchup_demo.hdf5",
+        "put_the_black_bowl_on_the_plate_demo.hdf5",
+    ]
+    assert demonstration_files(files[0]) == [files[0]]
+    assert demonstration_files(tmp_path / "notes.hdf5") == []
+    ds = load_demonstrations(tmp_path, files=files)
     # name order: pick_up_the_ketchup_demo.hdf5 < put_the_black_bowl_on_the_plate_demo.hdf5
     assert len(ds) == 3 and [len(ep) for ep in ds] == [4, 5, 7]
     assert [ep.instruction for ep in ds] == [
@@ -85,6 +92,9 @@ def test_a_folder_of_task_files_loads_as_one_multi_task_dataset(tmp_path: Path) 
     ]
     assert ds[0].obs["state"].shape == (4, 8)
     assert not is_libero_demonstration_file(tmp_path / "empty")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetError, match="no LIBERO demonstration file"):
+        load_demonstrations(tmp_path / "empty")
     with pytest.raises(DatasetError, match="no LIBERO demonstration file"):
         from sim.libero.demonstrations import LiberoDemonstrationSuite
 

@@ -22,7 +22,7 @@ from embodied.errors import ConfigError
 from policies.diffusion.configuration_pdp import PDPConfig
 from policies.diffusion.training_pdp import train_pdp
 from policies.openvla.training_openvla import BCSettings
-from sim.libero import is_libero_demonstration_file
+from sim.libero import demonstration_files as libero_demonstration_files
 from sim.libero import load_demonstrations as load_libero_demonstrations
 
 train_app = typer.Typer(help=__doc__, no_args_is_help=True)
@@ -94,8 +94,9 @@ def train_pdp_cmd(
     if exclude_state:
         overrides["obs_exclude"] = [s.strip() for s in exclude_state.split(",") if s.strip()]
     dataset: Any = data
-    if is_libero_demonstration_file(data):  # LIBERO's keys -> ours (state, image.<camera>)
-        dataset = load_libero_demonstrations(data)
+    libero_files = libero_demonstration_files(data)
+    if libero_files:  # LIBERO's keys -> ours (state, image.<camera>)
+        dataset = load_libero_demonstrations(data, files=libero_files)
     result = train_pdp(
         dataset,
         out,
