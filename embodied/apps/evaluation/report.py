@@ -8,6 +8,7 @@ import platform
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -102,12 +103,15 @@ class EvalResult:
         }
         if self.preflight is not None:
             d["preflight"] = self.preflight
-        if self.judge_agreement() is not None:
-            d["judge_agreement"] = self.judge_agreement()
+        if self.judge_agreement is not None:
+            d["judge_agreement"] = self.judge_agreement
         return _finite(d)  # type: ignore[no-any-return]
 
+    @cached_property
     def judge_agreement(self) -> dict[str, Any] | None:
-        """Judge-vs-oracle (env success) agreement over judged episodes, or None (no judge)."""
+        """Judge-vs-oracle (env success) agreement over judged episodes, or None (no judge).
+
+        Computed once: the episodes are final when the result is built."""
         judged = [e for e in self.episodes if e.judge_success is not None and e.error is None]
         if not judged:
             return None
@@ -164,7 +168,7 @@ def to_markdown(result: EvalResult) -> str:
         lines += ["", "Episodes that could not be run (errors) count in n as failures."]
     lines += outcome_lines(result.tasks)
     lines += error_lines(result.episodes)
-    agr = result.judge_agreement()
+    agr = result.judge_agreement
     if agr is not None:
         lines += [
             "",
@@ -277,7 +281,7 @@ def write_results(result: EvalResult, out: Path) -> dict[str, Any]:
     }
     if result.preflight is not None:
         files["preflight"] = PREFLIGHT_FILE
-    agreement = result.judge_agreement()
+    agreement = result.judge_agreement
     if agreement is not None:
         name = str(agreement["judge"])
         plot_reliability({name: agreement}, out / JUDGE_PLOT, f"{name} vs simulator oracle")
