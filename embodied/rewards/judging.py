@@ -21,7 +21,12 @@ from embodied.rewards import load_judge
 from embodied.rewards.calibration import judge_report
 from embodied.rewards.clips import context_indices, episode_clips, format_instruction
 from embodied.rewards.demo2reward.demonstrations import task_text
-from embodied.rewards.oracle import episode_success_step, frame_labels
+from embodied.rewards.oracle import (
+    RecordedOracle,
+    SimOracle,
+    episode_success_step,
+    frame_labels,
+)
 
 
 def episode_frames(episode: Any, camera: str | None = None) -> np.ndarray:
@@ -53,6 +58,37 @@ def _task(episode: Any) -> str:
     return task_text(str(getattr(episode, "instruction", "")), env_id)
 
 
+class _ClipJudge:
+    """A :class:`~embodied.contracts.Judge` scoring an episode's frames through clips."""
+
+    def __init__(self, judge: Judge) -> None:
+        self.judge = judge
+        self.threshold = float(getattr(judge, "threshold", 0.5))
+        self.n_context = int(getattr(judge, "n_frames", 5)) - 1
+
+    def describe(self) -> dict[str, Any]:
+        describe = getattr(self.judge, "describe", None)
+        return describe() if describe else {"backend": type(self.judge).__name__}  # type: ignore[no-any-return]
+
+    def score_steps(
+        self, episode: Any, frames: np.ndarray, text: str, steps: Sequence[int]
+    ) -> np.ndarray:
+        del episode
+        if len(steps) == 1:  # the final clip: a single score, as the live judge computes it
+            clip = frames[context_indices(int(steps[0]), self.n_context)]
+            return np.array([float(self.judge.score(clip, text))])
+        clips = episode_clips(frames, self.n_context, steps)
+        batch = getattr(self.judge, "score_batch", None)
+        scores = batch(clips, text) if batch else [self.judge.score(c, text) for c in clips]
+        return np.asarray(scores, dtype=np.float64)
+
+
+def _episode_judge(judge: Judge | str | os.PathLike[str]) -> RecordedOracle | _ClipJudge:
+    if isinstance(judge, SimOracle) or (isinstance(judge, str) and judge == "oracle"):
+        return RecordedOracle()  # recorded episodes: the oracle reads their success labels
+    return _ClipJudge(load_judge(judge) if isinstance(judge, str | os.PathLike) else judge)
+
+
 def judge_episodes(
     episodes: Sequence[Any] | str | os.PathLike[str],
     judge: Judge | str = "minijudge",
@@ -70,9 +106,10 @@ def judge_episodes(
     Args:
         episodes: :class:`~embodied.loop.Episode` / :class:`~embodied.datasets.EpisodeData`
             objects, or a dataset folder written by `embodied collect`.
-        judge: A judge or a spec for :func:`embodied.rewards.load_judge`; ``"oracle"`` scores
-            each clip with the simulator's own verdict of its last frame (the reference row
-            of a comparison: agreement 100 % and ROC-AUC 1 by construction).
+        judge: A judge or a spec for :func:`embodied.rewards.load_judge`; ``"oracle"`` (or a
+            :class:`~embodied.rewards.oracle.SimOracle`) scores each clip with the simulator's
+            recorded verdict of its last frame (:class:`~embodied.rewards.oracle.RecordedOracle`:
+            the reference row of a comparison, agreement 100 % and ROC-AUC 1 by construction).
         template: Instruction template with ``{task}`` (default: the task itself).
         camera: Camera to judge (default: the first).
         per_frame: Also judge every frame and report per-frame agreement.
@@ -89,14 +126,10 @@ def judge_episodes(
         episodes = list(Dataset(episodes))
     if not len(episodes):
         raise ConfigError("no episodes to judge", fix="record or collect at least one episode")
-    is_oracle = isinstance(judge, str) and judge == "oracle"
-    j: Any = None
-    if not is_oracle:
-        j = load_judge(judge) if isinstance(judge, str | os.PathLike) else judge
+    j = _episode_judge(judge)
     if template is not None:
         format_instruction(template, "check")
-    thr = float(getattr(j, "threshold", 0.5))
-    n_context = int(getattr(j, "n_frames", 5)) - 1
+    thr = j.threshold
     rows: list[dict[str, Any]] = []
     probs: list[float] = []
     truths: list[bool] = []
@@ -108,10 +141,7 @@ def judge_episodes(
         text = format_instruction(template, task) if template else task
         last = len(frames) - 1
         labels = frame_labels(ep, len(frames))
-        if is_oracle:
-            prob = float(labels[-1])
-        else:
-            prob = float(j.score(frames[context_indices(last, n_context)], text))
+        prob = float(j.score_steps(ep, frames, text, [last])[0])
         oracle = bool(labels[-1])
         rows.append(
             {
@@ -129,24 +159,13 @@ def judge_episodes(
         truths.append(oracle)
         if per_frame:
             steps = list(range(0, len(frames), stride))
-            if is_oracle:
-                p = labels[steps].astype(np.float64)
-            else:
-                clips = episode_clips(frames, n_context, steps)
-                batch = getattr(j, "score_batch", None)
-                p = batch(clips, text) if batch else np.array([j.score(c, text) for c in clips])
-            f_probs.append(np.asarray(p))
+            f_probs.append(j.score_steps(ep, frames, text, steps))
             f_labels.append(labels[steps])
     frame_agreement = None
     if per_frame:
         frame_agreement = judge_report(np.concatenate(f_probs), np.concatenate(f_labels), thr)
-    describe = getattr(j, "describe", None)
-    if is_oracle:
-        name: dict[str, Any] = {"backend": "oracle"}
-    else:
-        name = describe() if describe else {"backend": type(j).__name__}
     return {
-        "judge": name,
+        "judge": j.describe(),
         "template": template,
         "episodes": rows,
         "agreement": judge_report(probs, truths, thr),

@@ -4,6 +4,8 @@ Two uses:
 
 * Labelling recorded episodes: :func:`frame_labels` marks each recorded frame success or not
   from the episode's first success step (all later frames positive, as Demo2Reward assumes).
+* Judging recorded episodes: :class:`RecordedOracle` answers from those labels, the reference
+  row of a judge comparison (``judge_episodes(..., "oracle")``).
 * Live judging: :class:`SimOracle` follows a rollout through its ``observe`` callback and
   answers :meth:`SimOracle.score` from the latest ``info["success"]`` (the frames are
   validated but not looked at - the oracle reads the simulator, not pixels).
@@ -11,6 +13,7 @@ Two uses:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -50,6 +53,29 @@ def frame_labels(episode: Any, n_frames: int | None = None) -> np.ndarray:
     n = len(episode) if n_frames is None else int(n_frames)
     step = episode_success_step(episode)
     return success_labels(n, step + 1 if step >= 0 else -1)
+
+
+class RecordedOracle:
+    """The simulator's verdicts recorded with an episode, as the judge of that episode.
+
+    Scores a frame 1.0 once the recorded success is visible in it (:func:`frame_labels`),
+    whatever the pixels: agreement 100 % and ROC-AUC 1 by construction, the reference row of
+    a comparison. Unlike a :class:`~embodied.contracts.Judge` it reads the episode, not clips.
+    """
+
+    name = "oracle"
+    threshold = 0.5
+
+    def describe(self) -> dict[str, Any]:
+        """Description for reports."""
+        return {"backend": "oracle"}
+
+    def score_steps(
+        self, episode: Any, frames: np.ndarray, text: str, steps: Sequence[int]
+    ) -> np.ndarray:
+        """Scores (0.0 or 1.0) of ``frames[steps]`` of ``episode``; ``text`` is not read."""
+        del text
+        return frame_labels(episode, len(frames))[list(steps)].astype(np.float64)
 
 
 class SimOracle(BaseJudge):

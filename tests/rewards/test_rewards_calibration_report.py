@@ -75,6 +75,11 @@ def test_oracle_and_a_judge_share_the_report_format(episodes: list, minijudge) -
     assert oracle["judge"] == {"backend": "oracle"}
     assert [r["judge_prob"] for r in oracle["episodes"]] == [1.0, 0.0]
     assert judged["frame_agreement"]["n"] == fa["n"]  # the same frames
+    # a live SimOracle handed over for recorded episodes reads their labels too
+    from embodied.rewards import SimOracle
+
+    again = judge_episodes(episodes, SimOracle(), per_frame=True)
+    assert again["frame_agreement"] == fa and again["episodes"] == oracle["episodes"]
 
 
 def test_judge_cli_reports_several_judges_with_a_reliability_plot(tmp_path: Path) -> None:
