@@ -334,19 +334,35 @@ class ArmReachTask(Task):
         }
 
     def expert(self, env: Env, **kwargs: Any) -> Policy:
-        """:class:`ArmReachExpert` (kwargs: speed, speed_range, seed)."""
+        """:class:`ArmReachExpert` (kwargs: speed, speed_range, seed, approach, cone_radius)."""
         return ArmReachExpert(as_mujoco_env(env), **kwargs)
 
 
 class ArmReachExpert(EpisodeExpert):
     """Moves the arm's fingertip above the named target, then down onto it, at a set speed.
 
+    Two ways of approaching (``approach``):
+
+    * ``"waypoints"`` (default, the data of the README's first tables): go to the hover point
+      above the target, then down onto it. Which of the two it heads for is internal state
+      (the waypoint index), so after a push the same fingertip position can be labelled
+      "up to the hover point" or "straight at the target".
+    * ``"cone"`` (memoryless): head for the point above the target at height
+      ``hover * min(1, e / cone_radius)``, ``e`` the fingertip's horizontal distance to the
+      target: far away it is the hover point, within ``cone_radius`` it sinks onto the target.
+      The command is a function of the current positions only, so noisy recovery data
+      (``embodied collect --action-noise``) labels each state one way.
+
     Args:
         env: The arm_reach env (privileged state: fingertip and target positions).
         speed: End-effector cruise speed in m/s, or None for a random one in ``speed_range``.
         speed_range: (min, max) speed in m/s when ``speed`` is None.
         seed: Extra seed mixed with the env's episode seed.
+        approach: ``"waypoints"`` or ``"cone"`` (above).
+        cone_radius: Horizontal distance (m) within which the ``cone`` approach descends.
     """
+
+    APPROACHES = ("waypoints", "cone")
 
     def __init__(
         self,
@@ -354,13 +370,28 @@ class ArmReachExpert(EpisodeExpert):
         speed: float | None = None,
         speed_range: tuple[float, float] = (0.05, 0.25),
         seed: int = 0,
+        approach: str = "waypoints",
+        cone_radius: float = 0.05,
     ) -> None:
         super().__init__(env, seed)
         self.speed = check_speed(speed, 0.02, MAX_EE_SPEED_MPS, "arm_reach")
         lo, hi = (float(x) for x in speed_range)
         check_speed(lo, 0.02, MAX_EE_SPEED_MPS, "arm_reach")
         check_speed(hi, lo, MAX_EE_SPEED_MPS, "arm_reach")
+        if approach not in self.APPROACHES:
+            raise ConfigError(
+                f"approach must be one of {list(self.APPROACHES)}, got {approach!r}",
+                fix="e.g. --policy-arg approach=cone",
+            )
+        radius = float(cone_radius)
+        if not (math.isfinite(radius) and radius > 0):
+            raise ConfigError(
+                f"cone_radius must be a positive distance in m, got {cone_radius!r}",
+                fix="e.g. --policy-arg cone_radius=0.05",
+            )
         self.speed_range = (lo, hi)
+        self.approach = approach
+        self.cone_radius = radius
         self.current_speed = 0.0
         self._waypoints = np.zeros((0, 3))
         self._i = 0
@@ -379,12 +410,21 @@ class ArmReachExpert(EpisodeExpert):
         """One (vx, vy, vz, gripper) command toward the active waypoint."""
         self._ensure_plan()
         ee = np.asarray(self.env.task.ee_position(self.env.data), dtype=np.float64)  # type: ignore[attr-defined]
-        last = len(self._waypoints) - 1
-        while self._i < last and np.linalg.norm(self._waypoints[self._i] - ee) < 0.02:
-            self._i += 1
-        delta = self._waypoints[self._i] - ee
-        dist = float(np.linalg.norm(delta))
-        speed = self.current_speed if self._i < last else min(self.current_speed, 3.0 * dist)
+        hover, target = self._waypoints
+        if self.approach == "cone":
+            e = float(np.linalg.norm(target[:2] - ee[:2]))
+            goal = target + (hover - target) * min(1.0, e / self.cone_radius)
+            dist = float(np.linalg.norm(goal - ee))
+            # slow down only near the target itself, not at the (moving) cone point
+            speed = min(self.current_speed, 3.0 * float(np.linalg.norm(target - ee)))
+        else:
+            last = len(self._waypoints) - 1
+            while self._i < last and np.linalg.norm(self._waypoints[self._i] - ee) < 0.02:
+                self._i += 1
+            goal = self._waypoints[self._i]
+            dist = float(np.linalg.norm(goal - ee))
+            speed = self.current_speed if self._i < last else min(self.current_speed, 3.0 * dist)
+        delta = goal - ee
         action = np.zeros(self.action_dim)
         action[:3] = delta / max(dist, 1e-9) * speed
         action[3] = -1.0  # gripper open

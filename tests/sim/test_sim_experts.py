@@ -92,6 +92,30 @@ def test_arm_reach_expert_success_rate_and_speed_tracking() -> None:
         assert ep.success and np.median(cruise) == pytest.approx(speed, rel=0.1)
 
 
+def test_arm_reach_cone_expert_is_memoryless_and_succeeds() -> None:
+    from embodied.errors import ConfigError
+
+    env = sim.make("mujoco:arm_reach", camera=False)
+    cone = policies.load("expert", env=env, approach="cone", speed=0.15)
+    ok = [rollout(env, cone, seed=seed).success for seed in range(12)]
+    assert np.mean(ok) >= 0.95, ok
+    # the running expert and a fresh one agree in every state: no hidden phase
+    for approach, memoryless in (("cone", True), ("waypoints", False)):
+        running = policies.load("expert", env=env, approach=approach, speed=0.15)
+        obs, _ = env.reset(seed=5)
+        agree = []
+        for _ in range(40):
+            action = running.predict_action_chunk(obs)
+            fresh = policies.load("expert", env=env, approach=approach, speed=0.15)
+            agree.append(np.allclose(fresh.predict_action_chunk(obs), action))
+            obs, *_ = env.step(action[0])
+        assert all(agree) is memoryless, (approach, agree)
+    with pytest.raises(ConfigError, match="approach"):
+        policies.load("expert", env=env, approach="spiral")
+    with pytest.raises(ConfigError, match="cone_radius"):
+        policies.load("expert", env=env, approach="cone", cone_radius=0.0)
+
+
 def test_random_and_zero_policies_are_seeded_and_bounded() -> None:
     env = sim.make("mujoco:arm_reach", camera=False)
     a = rollout(env, policies.load("random", env=env, seed=1), seed=0, max_steps=10).actions
