@@ -21,7 +21,7 @@ import numpy as np
 from embodied.contracts import Env, Policy
 from embodied.errors import ActionError, CompatibilityError, ConfigError
 from embodied.specs import ImageSpec, Observation, ObservationSpec, image_key
-from sim.mujoco.rendering import CameraRenderer
+from sim.mujoco.rendering import CameraRenderer, project_points
 from sim.mujoco.task import Task
 
 CameraArg = bool | str | Sequence[str] | None
@@ -212,6 +212,15 @@ class MujocoEnv(Env):
             cam = self.task.cameras[0]
         mujoco.mj_kinematics(self.model, self.data)
         return self._renderer.render(self.data, cam)
+
+    def project(
+        self, points: np.ndarray, camera: str | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Pixel coordinates (u = column, v = row, px) and depth (m) of world ``points`` (N, 3)
+        in ``camera``'s image at this env's image size (:func:`project_points`)."""
+        cam = camera or (self.camera_names[0] if self.camera_names else self.task.cameras[0])
+        mujoco.mj_kinematics(self.model, self.data)
+        return project_points(self.model, self.data, cam, points, *self.image_size)
 
     def close(self) -> None:
         """Release the GL context (the env can still step; rendering recreates it)."""

@@ -21,6 +21,45 @@ GL_FIX = (
 )
 
 
+def project_points(
+    model: mujoco.MjModel,
+    data: mujoco.MjData,
+    camera: str,
+    points: np.ndarray,
+    height: int,
+    width: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel coordinates of world points in ``camera``'s rendered image (pinhole, MuJoCo's fovy).
+
+    ``data`` must hold the camera pose (after ``mj_kinematics``/``mj_forward``).
+
+    Args:
+        model: The MuJoCo model.
+        data: Its data.
+        camera: Camera name.
+        points: (N, 3) world points in m.
+        height: Rendered image height (px).
+        width: Rendered image width (px).
+
+    Returns:
+        ``uv`` (N, 2): column and row in px, continuous, (0, 0) the top-left corner of the
+        top-left pixel (so pixel ``(i, j)`` spans ``[j, j + 1) x [i, i + 1)``), and ``depth``
+        (N,) in m along the view axis (<= 0: behind the camera, ``uv`` meaningless).
+    """
+    cid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+    if cid < 0:
+        raise RenderError(f"no camera named {camera!r} in the model")
+    rot = data.cam_xmat[cid].reshape(3, 3)
+    local = (np.asarray(points, dtype=np.float64).reshape(-1, 3) - data.cam_xpos[cid]) @ rot
+    depth = -local[:, 2]  # MuJoCo cameras look along their -z axis, +y up
+    focal = 0.5 * height / np.tan(np.deg2rad(model.cam_fovy[cid]) / 2.0)
+    safe = np.where(depth > 1e-9, depth, np.inf)
+    uv = np.stack(
+        [width / 2 + focal * local[:, 0] / safe, height / 2 - focal * local[:, 1] / safe], 1
+    )
+    return uv, depth
+
+
 class CameraRenderer:
     """Renders named cameras of one model into uint8 (H, W, 3) arrays.
 

@@ -268,3 +268,30 @@ def test_registered_in_env_registry() -> None:
     assert "mujoco:reach_around" in ids and "mujoco:arm_reach" in ids
     with pytest.raises(UnknownNameError):
         sim.make("mujoco")
+
+
+def test_projected_cube_centres_land_on_their_colour() -> None:
+    env = sim.make("mujoco:arm_reach", camera=True)
+    try:
+        for seed in (0, 7):
+            obs, _ = env.reset(seed=seed)
+            frame = obs["image.front"]
+            task = env.unwrapped.task
+            uv, depth = env.unwrapped.project(task.cube_pos, "front")
+            assert (depth > 0).all()
+            for colour, (u, v) in zip(("red", "green", "blue", "yellow"), uv, strict=True):
+                r, g, b = (int(c) for c in frame[int(v), int(u)])
+                dominant = {
+                    "red": r > g + 60 and r > b + 60,
+                    "green": g > r + 60 and g > b + 60,
+                    "blue": b > r + 60 and b > g + 60,
+                    "yellow": r > b + 60 and g > b + 60,
+                }
+                assert dominant[colour], (seed, colour, (r, g, b), (u, v))  # fmt: skip
+        # a point behind the camera has negative depth
+        unwrapped = env.unwrapped
+        cam = unwrapped.data.cam_xpos[unwrapped.model.camera("front").id]
+        _, behind = unwrapped.project(np.array([cam + 10 * (cam - task.cube_pos[0])]), "front")
+        assert behind[0] < 0
+    finally:
+        env.close()
