@@ -145,3 +145,54 @@ def test_recorded_command_line_reads_back() -> None:
         out="D", n_arm=3, lr=1e-3, seed=7, init="CELLS"
     )
     assert parse_command("embodied train pdp --out D") is None
+
+
+def test_augment_moves_keypoints_with_the_image() -> None:
+    import torch
+
+    from embodied.apps.training.training_minijudge import _augment
+
+    side = 32
+    x = torch.full((8, 2, 3, side, side), -0.5)
+    uv = torch.tensor([[3.5 + i, 20.5 - i] for i in range(8)])
+    for i, (u, v) in enumerate(uv.tolist()):
+        x[i, :, :, int(v), int(u)] = 0.5
+    out, moved = _augment(x, np.random.default_rng(3), uv.clone())
+    assert moved is not None
+    for i in range(8):
+        v, u = np.unravel_index(int(out[i, 0, 0].argmax()), (side, side))
+        assert (u, v) == (int(moved[i, 0]), int(moved[i, 1])), i
+
+
+def test_cell_loss_rewards_the_keypoint_cell_and_only_it() -> None:
+    import torch
+
+    from embodied.apps.training.training_minijudge import cell_loss
+
+    side, size = 8, 64
+    uv = torch.tensor([[20.0, 44.0]])  # cell (row 5, column 2)
+    at_keypoint = torch.full((1, side, side), -8.0)
+    at_keypoint[0, 5, 2] = 8.0
+    elsewhere = torch.full((1, side, side), -8.0)
+    elsewhere[0, 0, 7] = 8.0
+    silent = torch.full((1, side * side), -8.0)
+
+    def loss(cells: torch.Tensor, y: float) -> float:
+        return float(cell_loss(cells.reshape(1, -1), uv, torch.tensor([y]), size))
+
+    assert loss(at_keypoint, 1.0) < 0.1 < loss(at_keypoint, 0.0)
+    assert loss(silent, 0.0) < 0.01 < 1.0 < loss(elsewhere, 1.0)
+    assert loss(elsewhere, 0.0) > loss(silent, 0.0) + 0.05  # a far cell saying yes costs
+
+
+def test_cell_supervised_training_runs_and_is_recorded(tmp_path: Path) -> None:
+    calib = main(tmp_path / "cells", steps=2, cell_weight=1.0)
+    assert calib["train"]["config"]["cell_weight"] == 1.0
+    assert "--cell-weight 1.0" in calib["train"]["command"]
+    arrival = calib["arrival_agreement_per_env"]["mujoco:arm_reach"]
+    assert arrival["n_arrival"] > 0 and 0 <= arrival["arrival_tpr"] <= 100
+    assert arrival["n_neg"] > 0 and 0 <= arrival["tnr"] <= 100
+    with pytest.raises(ConfigError, match="cell_weight"):
+        MiniJudgeTrainConfig(out="x", cell_weight=-1.0)
+    with pytest.raises(ConfigError, match="cell_weight"):
+        MiniJudgeTrainConfig(out="x", cell_weight=1.0, head="flatten")

@@ -24,6 +24,7 @@ from embodied.errors import UnknownNameError
 from embodied.rewards.demo2reward.demonstrations import LabelledDemonstration, record_demonstration
 from embodied.specs import Observation
 from sim.mujoco.arm_reach import sample_cube_layout
+from sim.mujoco.env import MujocoEnv, as_mujoco_env
 from sim.mujoco.reach_around import ROUTES
 
 ARM_COLORS = ("red", "green", "blue", "yellow")
@@ -301,6 +302,27 @@ def make_samples(
         for t in range(0, len(episode), stride):
             out.append(Sample(i, t, captions_for(episode, t, rng)))
     return out
+
+
+_PROJECTORS: dict[str, MujocoEnv] = {}
+
+
+def keypoints_uv(episode: LabelledDemonstration, size: int) -> np.ndarray:
+    """Pixel (u = column, v = row) of the fingertip (arm_reach) or the ball (reach_around)
+    in every frame of ``episode``, in a ``size`` x ``size`` resize of its frames.
+
+    Computed from the recorded ``info["ee_pos"]`` and the env's default camera, which is fixed
+    in both tasks (so one env per task, built once, projects every episode).
+    """
+    env = _PROJECTORS.get(episode.env_id)
+    if env is None:
+        env = as_mujoco_env(sim.make(episode.env_id))
+        env.reset(seed=0)
+        _PROJECTORS[episode.env_id] = env
+    points = np.array([np.asarray(info["ee_pos"], dtype=np.float64) for info in episode.infos])
+    uv, _ = env.project(points)
+    h, w = env.image_size
+    return uv * np.array([size / w, size / h])
 
 
 def first_env_success(episode: LabelledDemonstration) -> int:

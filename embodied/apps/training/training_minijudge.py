@@ -41,6 +41,8 @@ from torch.nn import functional as F
 
 from embodied.apps.training.data_minijudge import (
     ARM_COLORS,
+    arrival_steps,
+    keypoints_uv,
     make_demonstrations,
     make_samples,
     record_episodes,
@@ -78,6 +80,11 @@ class MiniJudgeTrainConfig:
         image_size: Judge input side in pixels (ignored with ``init``).
         head: Image head: cells or flatten (ignored with ``init``).
         film_layer: FiLM conv index (-1: off).
+        cell_weight: Weight of the cell supervision (our extension; 0: off). For the task
+            instruction and the same instruction naming another object, the cell under the
+            fingertip (ball) - projected from sim state - must give the label and the cells
+            away from it must say no, so the judge decides "reached the red cube" where the
+            fingertip is instead of anywhere in the image (colour binding).
         threads: torch CPU threads for training.
         cache: Folder to cache recorded episodes in (npz).
     """
@@ -99,6 +106,7 @@ class MiniJudgeTrainConfig:
     image_size: int = 128
     head: str = "cells"
     film_layer: int = -1
+    cell_weight: float = 0.0
     threads: int = 1
     cache: str | None = None
 
@@ -119,6 +127,15 @@ class MiniJudgeTrainConfig:
                 )
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ConfigError(f"lr {self.lr!r} must be a positive number", fix="e.g. lr=2e-3")
+        if not (math.isfinite(self.cell_weight) and self.cell_weight >= 0):
+            raise ConfigError(
+                f"cell_weight {self.cell_weight!r} must be a number >= 0", fix="e.g. cell_weight=1"
+            )
+        if self.cell_weight > 0 and self.head != "cells":
+            raise ConfigError(
+                f"cell_weight {self.cell_weight} needs head 'cells', got {self.head!r}",
+                fix="use head=cells or cell_weight=0",
+            )
         extra = sum(getattr(self, s[0]) for s in EXTRA_ARM_SOURCES)
         if self.steps > 0 and self.n_arm + self.n_ball + extra == 0:
             raise ConfigError(
@@ -233,6 +250,8 @@ class PairSet:
     ) -> None:
         rng = np.random.default_rng(seed)
         self.frames = [resize_frames(d.frames, size) for d in episodes]
+        self.size = size
+        self.keypoints = [keypoints_uv(d, size).astype(np.float32) for d in episodes]
         samples = make_samples(list(episodes), stride, rng)
         texts: dict[str, int] = {}
         rows = []
@@ -267,6 +286,11 @@ class PairSet:
             for d, t in zip(episode, step, strict=False)
         ]
         return torch.stack(out).float().div_(255.0).sub_(0.5)
+
+    def keypoint(self, idx: np.ndarray) -> torch.Tensor:
+        """Fingertip (ball) pixel (B, 2) of pairs ``idx`` in the resized frames, (u, v) px."""
+        uv = [self.keypoints[d][t] for d, t in zip(self.episode[idx], self.step[idx], strict=True)]
+        return torch.from_numpy(np.stack(uv))
 
     def batch(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """Pair indices drawn from each pool in proportion to :data:`POOL_WEIGHTS`."""
@@ -309,16 +333,54 @@ def _cached(folder: str | None, name: str, make: Any) -> list[LabelledDemonstrat
     return episodes
 
 
-def _augment(x: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+def _augment(
+    x: torch.Tensor, rng: np.random.Generator, uv: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Random +-2 px translation, horizontal flip of half the clips (no caption says left or
-    right, so flips keep the labels) and +-10 % brightness, the same over a clip."""
-    b = x.shape[0]
+    right, so flips keep the labels) and +-10 % brightness, the same over a clip; ``uv``
+    (B, 2) pixel keypoints move with the image."""
+    b, side = x.shape[0], x.shape[-1]
     dx, dy = rng.integers(-2, 3, 2)
     x = torch.roll(x, shifts=(int(dy), int(dx)), dims=(-2, -1))
     flip = torch.from_numpy(rng.random(b) < 0.5)
     x[flip] = x[flip].flip(-1)
+    if uv is not None:
+        uv = (uv + torch.tensor([float(dx), float(dy)])) % side  # roll wraps around
+        uv[flip, 0] = side - uv[flip, 0]
     gain = torch.from_numpy(rng.uniform(0.9, 1.1, (b, 1, 1, 1, 1)).astype(np.float32))
-    return ((x + 0.5) * gain - 0.5).clamp_(-0.5, 0.5)
+    return ((x + 0.5) * gain - 0.5).clamp_(-0.5, 0.5), uv
+
+
+CELL_KINDS = (TASK, WRONG_OBJECT)
+"""Caption kinds about what the fingertip (ball) reached: the ones the cell loss supervises."""
+FAR_CELLS = 1.5
+"""Cells whose centre is farther than this (in cells) from the keypoint must say no."""
+
+
+def cell_loss(cells: torch.Tensor, uv: torch.Tensor, y: torch.Tensor, size: int) -> torch.Tensor:
+    """Cell supervision (:attr:`MiniJudgeTrainConfig.cell_weight`).
+
+    Args:
+        cells: (B, N) cell logits (row-major ``side x side`` cells).
+        uv: (B, 2) keypoint pixels (u, v) in the ``size`` x ``size`` input.
+        y: (B,) labels of the pairs.
+        size: Input side (px).
+
+    Returns:
+        BCE of the logit interpolated at the keypoint against ``y``, plus the mean BCE of the
+        cells farther than :data:`FAR_CELLS` from it against 0.
+    """
+    b, n = cells.shape
+    side = math.isqrt(n)
+    grid = (uv / size * 2.0 - 1.0).view(b, 1, 1, 2)
+    at = F.grid_sample(cells.view(b, 1, side, side), grid, align_corners=False).view(b)
+    centres = (torch.arange(side, dtype=uv.dtype) + 0.5) * (size / side)
+    du = (centres[None, None, :] - uv[:, None, None, 0]) / (size / side)
+    dv = (centres[None, :, None] - uv[:, None, None, 1]) / (size / side)
+    far = (du.square() + dv.square()).flatten(1) > FAR_CELLS**2
+    loss_at = F.binary_cross_entropy_with_logits(at, y)
+    loss_far = F.binary_cross_entropy_with_logits(cells[far], torch.zeros_like(cells[far]))
+    return loss_at + loss_far
 
 
 def evaluate(
@@ -362,6 +424,36 @@ def colour_binding(judge: MiniJudge, episodes: Sequence[LabelledDemonstration]) 
         ]
         wins.append(right > np.max(others, axis=0))
     return float(100 * np.concatenate(wins).mean()) if wins else None
+
+
+def arrival_agreement(
+    judge: MiniJudge,
+    episodes: Sequence[LabelledDemonstration],
+    ev: dict[str, Any],
+    threshold: float,
+) -> dict[str, dict[str, float]]:
+    """Per env: TPR on the arrival frames (the first success frame and the next, which a
+    rollout stopping at success ends on) and TNR on all negative frames of ``ev``
+    (:func:`evaluate` of the same episodes), both at ``threshold``, in percent."""
+    out: dict[str, dict[str, float]] = {}
+    for env_id in sorted({d.env_id for d in episodes}):
+        hits: list[np.ndarray] = []
+        for d in (d for d in episodes if d.env_id == env_id):
+            steps = [t for t in arrival_steps(d) if d.labels[t]]
+            if steps:
+                probs = judge.score_batch(d.clips(judge.config.n_context, steps), d.task)
+                hits.append(probs >= threshold)
+        neg = (ev["envs"] == env_id) & ~ev["labels"]
+        arrivals = np.concatenate(hits) if hits else np.zeros(0, bool)
+        out[env_id] = {
+            "arrival_tpr": float(100 * arrivals.mean()) if len(arrivals) else float("nan"),
+            "n_arrival": len(arrivals),
+            "tnr": float(100 * (ev["probs"][neg] < threshold).mean())
+            if neg.any()
+            else float("nan"),
+            "n_neg": int(neg.sum()),
+        }
+    return out
 
 
 ARM, BALL = "mujoco:arm_reach", "mujoco:reach_around"
@@ -613,6 +705,9 @@ def train_minijudge(config: MiniJudgeTrainConfig) -> dict[str, Any]:
         "oracle_agreement_per_env": per_env,
         "oracle_agreement_per_kind": agreement_by_kind(rep, judge.threshold),
         "colour_binding_percent": colour_binding(judge, report_episodes),
+        "arrival_agreement_per_env": arrival_agreement(
+            judge, report_episodes, rep, judge.threshold
+        ),
         "calibration_agreement": rates(ev["probs"] >= judge.threshold, ev["labels"]).to_dict(),
         "table": calibration_table(ev["probs"], ev["labels"]),
         "table_split": "calibration",
@@ -636,6 +731,9 @@ def train_minijudge(config: MiniJudgeTrainConfig) -> dict[str, Any]:
         f"agreement {judge.calibration['oracle_agreement']}",
         flush=True,
     )
+    print(f"  colour binding {judge.calibration['colour_binding_percent']}", flush=True)
+    for env_id, r in judge.calibration["arrival_agreement_per_env"].items():
+        print(f"  {env_id}: arrival TPR {r['arrival_tpr']:.1f} TNR {r['tnr']:.1f}", flush=True)
     for env_id, kinds in judge.calibration["oracle_agreement_per_kind"].items():
         for kind, r in kinds.items():
             print(f"  {env_id} {kind}: TPR {r['tpr']:.1f} FPR {r['fpr']:.1f}", flush=True)
@@ -678,10 +776,18 @@ def _train(
     )
     for step in range(config.steps):
         idx = pairs.batch(config.batch, rng)
-        x = _augment(pairs.clips(pairs.episode[idx], pairs.step[idx]), rng)
+        x, uv = _augment(pairs.clips(pairs.episode[idx], pairs.step[idx]), rng, pairs.keypoint(idx))
         y = torch.from_numpy(pairs.label[idx].astype(np.float32))
-        logits = model(x, text_emb[pairs.text[idx]])
+        emb = text_emb[pairs.text[idx]]
+        img = model.embed_images(x, model.film_params(emb))
+        txt = model.embed_texts(emb)
+        logits = model.logits(img, txt)
         loss = F.binary_cross_entropy_with_logits(logits, y)
+        if config.cell_weight > 0:
+            m = torch.from_numpy(np.isin(pairs.kind[idx], CELL_KINDS))
+            if m.any() and uv is not None:
+                cells = model.cell_logits(img[m], txt[m])
+                loss = loss + config.cell_weight * cell_loss(cells, uv[m], y[m], pairs.size)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

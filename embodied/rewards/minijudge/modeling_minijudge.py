@@ -109,14 +109,20 @@ class MiniJudgeModel(nn.Module):
         """(N, text_dim) sentence embeddings -> (N, embed_dim) unit vectors."""
         return F.normalize(self.text_head(sentence_emb), dim=-1)
 
+    def cell_logits(self, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
+        """Per-cell logits (B, N) of image embeddings (B, N, D) with texts (B, D) or (1, D):
+        ``exp(log_scale) * cos(cell, txt) - log N + bias`` (row-major cells with ``head="cells"``).
+        """
+        sims = self.log_scale.exp() * torch.einsum("bnd,bd->bn", img, txt.expand(len(img), -1))
+        return sims - math.log(img.shape[1]) + self.bias
+
     def logits(self, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
         """Success logits (B,) of image embeddings (B, N, D) with texts (B, D) or (1, D).
 
-        The cells' similarities are pooled with log-sum-exp minus log N: near the max when
-        one cell is confident, the mean when all agree.
+        The cells' logits are pooled with log-sum-exp: near the max when one cell is
+        confident, the mean's logit when all agree.
         """
-        sims = self.log_scale.exp() * torch.einsum("bnd,bd->bn", img, txt.expand(len(img), -1))
-        return torch.logsumexp(sims, dim=1) - math.log(img.shape[1]) + self.bias
+        return torch.logsumexp(self.cell_logits(img, txt), dim=1)
 
     def forward(self, pixels: torch.Tensor, sentence_emb: torch.Tensor) -> torch.Tensor:
         """Success logits of clip/instruction pairs, (B,)."""
