@@ -94,6 +94,10 @@ def test_smoke_experiment_writes_results_and_the_shield_holds(tmp_path: Path) ->
     seen = [p["transitions"] for p in curve]
     assert seen == sorted(seen) and seen[-1] >= cfg.exploration_steps
     assert all(0.0 <= p["blocked"] <= 1.0 for p in curve)
+    # refreshed during exploration too: 1000, 2000 and 5000 transitions (smoke explores 6000)
+    assert [x for x in seen if 0 < x < cfg.exploration_steps] == [1000.0, 2000.0, 5000.0]
+    # with little data every state is flagged (no action meets the bound); data clears flags
+    assert curve[0]["flagged"] == 1.0 and curve[-1]["flagged"] < curve[0]["flagged"]
     for arm in ("ppo", "shielded"):
         agg = summary["aggregate"][arm]
         _consistent_rate(agg["eval_violation_rate"])
