@@ -44,8 +44,8 @@ def experiment_cmd(
     out: Path = typer.Option(..., "--out", help="Output folder (results.json/.md, curves.png)."),
     budget: str = typer.Option(
         "cpu",
-        help=f"Budget preset {sorted(BUDGETS)}: cpu = 3 envs x m in (1, 1.5, 3) x 3 seeds x 40k "
-        "steps (27 runs, about 30 min on 2 CPU cores); smoke = seconds. Given options override it.",
+        help=f"Budget preset {sorted(BUDGETS)}: cpu = 3 envs x m in (1, 1.5, 3) x 3 seeds x 200k "
+        "steps (27 runs, about 60 min on 2 CPU cores); smoke = seconds. Given options override it.",
     ),
     *,
     config: dict[str, Any],
