@@ -19,17 +19,18 @@ from embodied.rewards.minijudge import SHIPPED, MiniJudge, MiniJudgeConfig, clip
 WRONG_CUBE_SEED0, WRONG_CUBE_EPISODES = 41000, 8
 TEST_SEEDS = {"mujoco:arm_reach": [[40000, 40004], [41000, 41000 + WRONG_CUBE_EPISODES - 1]]}
 """Reset seeds of the episodes these tests record (conftest ``arm_demonstrations`` and wrong cubes)."""
-WRONG_CUBE_MAX_FPR = 65.0
+WRONG_CUBE_MAX_FPR = 10.0
 """Percent of wrong-cube frames (the arm reaches another cube than the instruction names) the
-shipped judge may call a success. It binds colours poorly: measured 47.5 on this test's
-episodes and 51.8 on the report split of calibration.json (the frames at the other cube fire
-86 % of the time, the approach 3 %); the margin covers sampling and rendering differences."""
-WRONG_CUBE_APPROACH_MAX_FPR = 15.0
+shipped judge may call a success: measured 1.6 on this test's episodes and 1.3 on the report
+split of calibration.json (the checkpoint before cell supervision: 47.5 and 51.8)."""
+WRONG_CUBE_APPROACH_MAX_FPR = 10.0
 """Percent of wrong-cube frames before the arm reaches any cube called a success
-(measured 3)."""
-REPORT_FLOORS = {"mujoco:arm_reach": (80.0, 60.0), "mujoco:reach_around": (90.0, 95.0)}
+(measured 2.2)."""
+REPORT_FLOORS = {"mujoco:arm_reach": (95.0, 93.0), "mujoco:reach_around": (90.0, 95.0)}
 """Per task (TPR, TNR) floors in percent on calibration.json's report split (measured: arm_reach
-89.9 / 72.2 - near misses and wrong cubes fool it -, reach_around 98.7 / 99.7)."""
+100.0 / 96.7, reach_around 94.3 / 97.8)."""
+COLOUR_BINDING_FLOOR = 90.0
+"""calibration.json's colour binding on the report split (measured 100.0)."""
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,9 @@ def test_shipped_checkpoint_is_small_safetensors_and_json() -> None:
     kinds = calib["oracle_agreement_per_kind"]
     assert {"expert", "near", "random"} <= set(kinds["mujoco:arm_reach"])
     assert kinds["mujoco:reach_around"]["blocked"]["n_neg"] > 0
-    assert 0 <= calib["colour_binding_percent"] <= 100
+    assert COLOUR_BINDING_FLOOR <= calib["colour_binding_percent"] <= 100
+    arm_arrival = calib["arrival_agreement_per_env"]["mujoco:arm_reach"]
+    assert arm_arrival["arrival_tpr"] >= 90 and arm_arrival["tnr"] >= 95  # measured 100 / 96.7
     from safetensors import safe_open
 
     with safe_open(str(SHIPPED / "model.safetensors"), "pt") as f:
@@ -130,14 +133,11 @@ def test_text_side_responds_to_wording(
         )
     task, far, template = (np.concatenate(x) for x in (task_p, far_p, template_p))
     assert task.mean() > far.mean() + 0.2  # another task's instruction scores low
-    assert np.abs(task - template).mean() > 0.02  # the wording of the instruction matters
+    # the wording of the instruction matters (in logits: confident scores saturate near 1)
+    task, template = (np.clip(p, 1e-6, 1 - 1e-6) for p in (task, template))
+    assert np.abs(np.log(task / (1 - task)) - np.log(template / (1 - template))).mean() > 0.2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limitation of the shipped checkpoint: it does not bind the colour word to "
-    "the reached cube (calibration.json colour_binding_percent); flips to a pass when fixed",
-)
 def test_colour_word_binds_to_the_reached_cube(
     minijudge: MiniJudge, arm_demonstrations: list[LabelledDemonstration]
 ) -> None:
