@@ -16,6 +16,7 @@ from embodied.apps.training.training_minijudge import MiniJudgeTrainConfig, pars
 
 FLAGS = "--out --n-arm --n-ball --n-val --n-wrong-val --steps --batch --lr --stride --seed "
 FLAGS += "--extra-arm-experts --wrong-arm --swap-arm --init --image-size --head --film-layer "
+FLAGS += "--cell-weight "
 FLAGS += "--threads --cache"
 
 

@@ -316,7 +316,8 @@ def keypoints_uv(episode: LabelledDemonstration, size: int) -> np.ndarray:
     """
     env = _PROJECTORS.get(episode.env_id)
     if env is None:
-        env = as_mujoco_env(sim.make(episode.env_id))
+        # no camera: projecting needs the camera pose, not a GL context kept alive in a cache
+        env = as_mujoco_env(sim.make(episode.env_id, camera=False))
         env.reset(seed=0)
         _PROJECTORS[episode.env_id] = env
     points = np.array([np.asarray(info["ee_pos"], dtype=np.float64) for info in episode.infos])
