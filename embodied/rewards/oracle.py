@@ -63,7 +63,6 @@ class RecordedOracle:
     a comparison. Unlike a :class:`~embodied.contracts.Judge` it reads the episode, not clips.
     """
 
-    name = "oracle"
     threshold = 0.5
 
     def describe(self) -> dict[str, Any]:

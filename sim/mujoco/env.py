@@ -203,13 +203,18 @@ class MujocoEnv(Env):
                 obs[key] = self._renderer.render(self.data, cam)
         return obs
 
-    def render(self, camera: str | None = None) -> np.ndarray:  # type: ignore[override]
-        """Render ``camera`` (default: the first enabled or the task's first camera)."""
+    def _camera(self, camera: str | None) -> str:
+        """``camera``, or the first enabled camera, or the task's first camera."""
         cam = camera or (self.camera_names[0] if self.camera_names else None)
         if cam is None:
             if not self.task.cameras:
                 raise ConfigError(f"task {self.task.name!r} has no camera to render")
             cam = self.task.cameras[0]
+        return cam
+
+    def render(self, camera: str | None = None) -> np.ndarray:  # type: ignore[override]
+        """Render ``camera`` (default: the first enabled or the task's first camera)."""
+        cam = self._camera(camera)
         mujoco.mj_kinematics(self.model, self.data)
         return self._renderer.render(self.data, cam)
 
@@ -217,8 +222,9 @@ class MujocoEnv(Env):
         self, points: np.ndarray, camera: str | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Pixel coordinates (u = column, v = row, px) and depth (m) of world ``points`` (N, 3)
-        in ``camera``'s image at this env's image size (:func:`project_points`)."""
-        cam = camera or (self.camera_names[0] if self.camera_names else self.task.cameras[0])
+        in ``camera``'s image (default as :meth:`render`) at this env's image size
+        (:func:`project_points`)."""
+        cam = self._camera(camera)
         mujoco.mj_kinematics(self.model, self.data)
         return project_points(self.model, self.data, cam, points, *self.image_size)
 

@@ -387,14 +387,22 @@ def evaluate(
     judge: MiniJudge, episodes: Sequence[LabelledDemonstration], stride: int = 1
 ) -> dict[str, Any]:
     """Per-frame oracle agreement of ``judge`` with each episode's task instruction."""
-    probs, labels, groups = [], [], []
-    for d in episodes:
+    probs, labels, groups, where = [], [], [], []
+    for i, d in enumerate(episodes):
         steps = list(range(0, len(d), stride))
         probs.append(judge.score_batch(d.clips(judge.config.n_context, steps), d.task))
         labels.append(d.labels[steps])
         groups += [(d.env_id, d.meta.get("kind", "?"))] * len(steps)
-    p, y, g = np.concatenate(probs), np.concatenate(labels), np.array(groups)
-    return {"probs": p, "labels": y, "envs": g[:, 0], "kinds": g[:, 1]}
+        where += [(i, t) for t in steps]
+    p, y, g, w = np.concatenate(probs), np.concatenate(labels), np.array(groups), np.array(where)
+    return {
+        "probs": p,
+        "labels": y,
+        "envs": g[:, 0],
+        "kinds": g[:, 1],
+        "episode": w[:, 0],
+        "step": w[:, 1],
+    }
 
 
 def agreement_by_kind(ev: dict[str, Any], threshold: float) -> dict[str, dict[str, Any]]:
@@ -427,27 +435,24 @@ def colour_binding(judge: MiniJudge, episodes: Sequence[LabelledDemonstration]) 
 
 
 def arrival_agreement(
-    judge: MiniJudge,
-    episodes: Sequence[LabelledDemonstration],
-    ev: dict[str, Any],
-    threshold: float,
+    episodes: Sequence[LabelledDemonstration], ev: dict[str, Any], threshold: float
 ) -> dict[str, dict[str, float]]:
     """Per env: TPR on the arrival frames (the first success frame and the next, which a
-    rollout stopping at success ends on) and TNR on all negative frames of ``ev``
-    (:func:`evaluate` of the same episodes), both at ``threshold``, in percent."""
+    rollout stopping at success ends on) and TNR on all negative frames, both at
+    ``threshold`` in percent, from ``ev`` (:func:`evaluate` of ``episodes`` at stride 1)."""
+    arrival = np.zeros(len(ev["probs"]), dtype=bool)
+    for i, d in enumerate(episodes):
+        steps = [t for t in arrival_steps(d) if d.labels[t]]
+        arrival |= (ev["episode"] == i) & np.isin(ev["step"], steps)
     out: dict[str, dict[str, float]] = {}
     for env_id in sorted({d.env_id for d in episodes}):
-        hits: list[np.ndarray] = []
-        for d in (d for d in episodes if d.env_id == env_id):
-            steps = [t for t in arrival_steps(d) if d.labels[t]]
-            if steps:
-                probs = judge.score_batch(d.clips(judge.config.n_context, steps), d.task)
-                hits.append(probs >= threshold)
+        arr = (ev["envs"] == env_id) & arrival
         neg = (ev["envs"] == env_id) & ~ev["labels"]
-        arrivals = np.concatenate(hits) if hits else np.zeros(0, bool)
         out[env_id] = {
-            "arrival_tpr": float(100 * arrivals.mean()) if len(arrivals) else float("nan"),
-            "n_arrival": len(arrivals),
+            "arrival_tpr": float(100 * (ev["probs"][arr] >= threshold).mean())
+            if arr.any()
+            else float("nan"),
+            "n_arrival": int(arr.sum()),
             "tnr": float(100 * (ev["probs"][neg] < threshold).mean())
             if neg.any()
             else float("nan"),
@@ -705,9 +710,7 @@ def train_minijudge(config: MiniJudgeTrainConfig) -> dict[str, Any]:
         "oracle_agreement_per_env": per_env,
         "oracle_agreement_per_kind": agreement_by_kind(rep, judge.threshold),
         "colour_binding_percent": colour_binding(judge, report_episodes),
-        "arrival_agreement_per_env": arrival_agreement(
-            judge, report_episodes, rep, judge.threshold
-        ),
+        "arrival_agreement_per_env": arrival_agreement(report_episodes, rep, judge.threshold),
         "calibration_agreement": rates(ev["probs"] >= judge.threshold, ev["labels"]).to_dict(),
         "table": calibration_table(ev["probs"], ev["labels"]),
         "table_split": "calibration",
@@ -778,9 +781,7 @@ def _train(
         idx = pairs.batch(config.batch, rng)
         x, uv = _augment(pairs.clips(pairs.episode[idx], pairs.step[idx]), rng, pairs.keypoint(idx))
         y = torch.from_numpy(pairs.label[idx].astype(np.float32))
-        emb = text_emb[pairs.text[idx]]
-        img = model.embed_images(x, model.film_params(emb))
-        txt = model.embed_texts(emb)
+        img, txt = model.embed(x, text_emb[pairs.text[idx]])
         logits = model.logits(img, txt)
         loss = F.binary_cross_entropy_with_logits(logits, y)
         if config.cell_weight > 0:

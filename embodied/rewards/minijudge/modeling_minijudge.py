@@ -124,10 +124,17 @@ class MiniJudgeModel(nn.Module):
         """
         return torch.logsumexp(self.cell_logits(img, txt), dim=1)
 
+    def embed(
+        self, pixels: torch.Tensor, sentence_emb: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Image (B, N, D) and text (B, D) embeddings of clip/instruction pairs (FiLM applied),
+        for :meth:`logits` and :meth:`cell_logits`."""
+        img = self.embed_images(pixels, self.film_params(sentence_emb))
+        return img, self.embed_texts(sentence_emb)
+
     def forward(self, pixels: torch.Tensor, sentence_emb: torch.Tensor) -> torch.Tensor:
         """Success logits of clip/instruction pairs, (B,)."""
-        img = self.embed_images(pixels, self.film_params(sentence_emb))
-        return self.logits(img, self.embed_texts(sentence_emb))
+        return self.logits(*self.embed(pixels, sentence_emb))
 
 
 def resize_frames(frames: np.ndarray | torch.Tensor, size: int) -> torch.Tensor:
