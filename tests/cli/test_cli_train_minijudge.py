@@ -15,8 +15,8 @@ from embodied.apps.cli._config_options import field_docs
 from embodied.apps.training.training_minijudge import MiniJudgeTrainConfig, parse_command
 
 FLAGS = "--out --n-arm --n-ball --n-val --n-wrong-val --steps --batch --lr --stride --seed "
-FLAGS += "--extra-arm-experts --wrong-arm --swap-arm --init --image-size --head --film-layer "
-FLAGS += "--cell-weight "
+FLAGS += "--extra-arm-experts --wrong-arm --swap-arm --extra-ball-experts --init --image-size --head --film-layer "
+FLAGS += "--cell-weight --arrival-weight "
 FLAGS += "--threads --cache"
 
 

@@ -112,8 +112,10 @@ def test_missing_figures_are_unmet_targets() -> None:
     assert got[("sim", "libero:libero_spatial.overhead")]["met"] is True
     row = got[("sim", "libero:libero_10.overhead")]  # the error row stands where it would be
     assert row["met"] is False and row["value"] is None and "no assets" in row["missing"]
-    row = got[("judge", "minijudge.speedup")]  # the area never reported it
-    assert row["met"] is False and "no figure matches judge/minijudge.speedup" in row["missing"]
+    row = got[("judge", "minijudge.floor_fraction")]  # the area never reported it
+    assert (
+        row["met"] is False and "no figure matches judge/minijudge.floor_fraction" in row["missing"]
+    )
     row = got[("eval", "eval_parallel_efficiency")]  # the area's process failed
     assert row["met"] is False and "ImportError: ray" in row["missing"]
     assert got[("steer", "overhead")]["met"] is False  # not finite: not met
@@ -135,7 +137,7 @@ def test_missing_figures_are_unmet_targets() -> None:
     lines = problems(report)
     assert any(line.startswith("sim: error rows") for line in lines)
     assert any(line.startswith("eval: exit code 1") for line in lines)
-    for key in ("sim/libero:libero_10.overhead", "judge/minijudge.speedup",
+    for key in ("sim/libero:libero_10.overhead", "judge/minijudge.floor_fraction",
                 "eval/eval_parallel_efficiency", "steer/overhead"):  # fmt: skip
         assert any(line.startswith(key) for line in lines), (key, lines)
     assert not any("pid_update_us" in line or "arm_reach" in line for line in lines)
@@ -200,3 +202,37 @@ def test_strict_exits_nonzero_when_a_target_is_unmet(
     report = json.loads((tmp_path / "bench.json").read_text())  # written either way
     # an unmet target leaves the area ok; an error row or a failed process does not
     assert report["areas"]["eval"]["ok"] == (outcome["ok"] and "error" not in outcome["result"])
+
+
+def test_judge_bench_profile_bounds_batching() -> None:
+    """The judge profile: its FLOP count matches the shipped architecture counted by hand, and
+    the floor, ``max_speedup`` and ``floor_fraction`` are the ratios of the times it reports."""
+    import numpy as np
+
+    from embodied.apps.bench.judge import _profile_minijudge
+    from embodied.rewards.minijudge import MiniJudge
+
+    judge = MiniJudge.from_pretrained(device="cpu")
+    rng = np.random.default_rng(0)
+    clips = [rng.integers(0, 256, (5, 128, 128, 3), dtype=np.uint8) for _ in range(4)]
+    p = _profile_minijudge(judge, clips, "reach the red cube", 400.0, 800.0, repeats=1)
+    # multiply-adds per clip of the shipped config: 15-channel 2x2 patchify stem to 16x64x64,
+    # 3x3 convs to 32x32x32, 64x16x16, 64x16x16, then 1x1 convs to 128 and 128 on 16x16 cells
+    macs = (
+        16 * 64 * 64 * 15 * 4
+        + 32 * 32 * 32 * 16 * 9
+        + 64 * 16 * 16 * 32 * 9
+        + 64 * 16 * 16 * 64 * 9
+        + 128 * 16 * 16 * 64
+        + 128 * 16 * 16 * 128
+    )
+    assert p["conv_mflops_per_clip"] == round(2 * macs / 1e6, 1)
+    net = p["network_ms_per_clip_by_chunk"]
+    assert set(net) == {"1", "2", "4"} and str(p["best_chunk"]) == min(net, key=net.__getitem__)
+    assert p["floor_ms_per_clip"] == pytest.approx(
+        min(net.values()) + p["uint8_to_float_ms_per_clip"], abs=2e-3
+    )
+    assert p["single_ms_per_clip"] == 2.5 and p["batched_ms_per_clip"] == 1.25
+    assert p["max_speedup"] == pytest.approx(2.5 / p["floor_ms_per_clip"], abs=0.01)
+    assert p["floor_fraction"] == pytest.approx(p["floor_ms_per_clip"] / 1.25, abs=2e-3)
+    assert p["matmul_gflops_per_s"] > 0 and p["network_gflops_per_s"] > 0

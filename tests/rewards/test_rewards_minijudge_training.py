@@ -129,8 +129,9 @@ def test_overlapping_splits_and_unreadable_history_are_refused(tmp_path: Path) -
 def test_recorded_command_line_reads_back() -> None:
     """The recorded ``embodied train minijudge ...`` line gives back its config and seeds."""
     config = MiniJudgeTrainConfig(
-        out="runs/j k", n_arm=3, lr=1e-3, seed=7, swap_arm=4, init="CELLS", film_layer=0
-    )
+        out="runs/j k", n_arm=3, lr=1e-3, seed=7, swap_arm=4, init="CELLS", film_layer=0,
+        extra_ball_experts=5, arrival_weight=0.5,
+    )  # fmt: skip
     command = command_line(config)
     assert command.startswith("embodied train minijudge --out 'runs/j k' --n-arm 3 ")
     assert "--cache" not in command  # None: not on the command line
@@ -139,6 +140,7 @@ def test_recorded_command_line_reads_back() -> None:
     assert parse_command(command.replace("embodied train", "python -m embodied train")) == config
     assert history_train_seeds({"steps": 5, "command": command}) == train_seeds(config)
     assert train_seeds(config)["mujoco:arm_reach"] == [[7, 9], [9007, 9038], [12007, 12010]]
+    assert train_seeds(config)["mujoco:reach_around"] == [[7, 38], [9007, 9011]]
     # the old module form, --flag=value and options of earlier versions
     old = "python -m a.train_minijudge --out D --n-arm=3 --gone 1 --lr 1e-3 --seed 7 --init CELLS"
     assert parse_command(old) == MiniJudgeTrainConfig(
@@ -196,3 +198,38 @@ def test_cell_supervised_training_runs_and_is_recorded(tmp_path: Path) -> None:
         MiniJudgeTrainConfig(out="x", cell_weight=-1.0)
     with pytest.raises(ConfigError, match="cell_weight"):
         MiniJudgeTrainConfig(out="x", cell_weight=1.0, head="flatten")
+
+
+def test_arrival_pool_holds_every_boundary_frame() -> None:
+    """With ``arrival_weight`` the frames around each first success are all trained on, whatever
+    the stride, and drawn with their share of the batch; without it the pairs are as before."""
+    from embodied.apps.training.data_minijudge import arrival_steps, record_episodes
+    from embodied.apps.training.training_minijudge import TASK, PairSet
+
+    episodes = record_episodes("mujoco:reach_around", 2, 40, kinds=("expert",), image_size=32)
+    plain = PairSet(episodes, 32, stride=5, seed=0)
+    pairs = PairSet(episodes, 32, stride=5, seed=0, arrival_weight=3.0)
+    n_plain = len(plain.label)
+    # the plain pairs come first, unchanged (same captions drawn from the same seed)
+    assert np.array_equal(pairs.episode[:n_plain], plain.episode)
+    assert np.array_equal(pairs.step[:n_plain], plain.step)
+    assert np.array_equal(pairs.label[:n_plain], plain.label)
+    assert not plain.arrival[plain.step % 5 != 0].any()
+    for i, d in enumerate(episodes):
+        near = arrival_steps(d, before=2, after=2)
+        assert len(near) == 4 and d.labels[near[2]] and not d.labels[near[1]]
+        task_rows = (pairs.episode == i) & (pairs.kind == TASK)
+        assert sorted(set(pairs.step[task_rows & pairs.arrival].tolist())) == near
+        assert set(pairs.step[task_rows & ~pairs.arrival].tolist()).isdisjoint(near)
+    # two arrival pools (success, not yet) of weight 3 each next to the task pools' 2 + 2 and
+    # the other captions' 1 + 1 (this env has no wrong-object captions)
+    arrival_pools = [
+        w for p, w in zip(pairs.pools, pairs.weights, strict=True) if pairs.arrival[p].all()
+    ]
+    assert arrival_pools == pytest.approx([3 / 12, 3 / 12])
+    idx = pairs.batch(2000, np.random.default_rng(0))
+    expected = sum(
+        w * pairs.arrival[p].mean() for p, w in zip(pairs.pools, pairs.weights, strict=True)
+    )
+    assert pairs.arrival[idx].mean() == pytest.approx(expected, abs=0.04)
+    assert expected > 0.5 > plain.arrival[plain.batch(2000, np.random.default_rng(0))].mean()

@@ -41,7 +41,9 @@ from torch.nn import functional as F
 
 from embodied.apps.training.data_minijudge import (
     ARM_COLORS,
+    Sample,
     arrival_steps,
+    captions_for,
     keypoints_uv,
     make_demonstrations,
     make_samples,
@@ -76,6 +78,8 @@ class MiniJudgeTrainConfig:
         extra_arm_experts: Additional arm_reach expert episodes (positives are rare).
         wrong_arm: arm_reach episodes where the expert reaches another cube than named.
         swap_arm: arm_reach expert episodes in groups of 4 over one layout, colours rotated.
+        extra_ball_experts: Additional reach_around expert episodes (more arrivals to learn the
+            goal radius from).
         init: Checkpoint folder to start from (fine-tune or recalibrate).
         image_size: Judge input side in pixels (ignored with ``init``).
         head: Image head: cells or flatten (ignored with ``init``).
@@ -85,6 +89,11 @@ class MiniJudgeTrainConfig:
             fingertip (ball) - projected from sim state - must give the label and the cells
             away from it must say no, so the judge decides "reached the red cube" where the
             fingertip is instead of anywhere in the image (colour binding).
+        arrival_weight: Batch share of the arrival frames (our extension; 0: off): the task
+            instruction on the first two success frames of each episode and on the two frames
+            before them, each side drawn with this weight (the task pools have 2). A rollout
+            that stops at success ends on such a frame, and a long hold otherwise outnumbers
+            it, which teaches a goal radius smaller than the simulator's.
         threads: torch CPU threads for training.
         cache: Folder to cache recorded episodes in (npz).
     """
@@ -102,11 +111,13 @@ class MiniJudgeTrainConfig:
     extra_arm_experts: int = 32
     wrong_arm: int = 0
     swap_arm: int = 0
+    extra_ball_experts: int = 0
     init: str | None = None
     image_size: int = 128
     head: str = "cells"
     film_layer: int = -1
     cell_weight: float = 0.0
+    arrival_weight: float = 0.0
     threads: int = 1
     cache: str | None = None
 
@@ -118,7 +129,7 @@ class MiniJudgeTrainConfig:
             raise ConfigError("out '' must name a checkpoint folder", fix="e.g. out='runs/judge'")
         at_least = dict.fromkeys(["n_val", "batch", "stride", "threads"], 1)
         at_least |= dict.fromkeys(["n_arm", "n_ball", "n_wrong_val", "steps", "seed"], 0)
-        at_least |= {source[0]: 0 for source in EXTRA_ARM_SOURCES}
+        at_least |= {source[0]: 0 for source in EXTRA_SOURCES}
         for key, least in at_least.items():
             if getattr(self, key) < least:
                 raise ConfigError(
@@ -127,20 +138,20 @@ class MiniJudgeTrainConfig:
                 )
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ConfigError(f"lr {self.lr!r} must be a positive number", fix="e.g. lr=2e-3")
-        if not (math.isfinite(self.cell_weight) and self.cell_weight >= 0):
-            raise ConfigError(
-                f"cell_weight {self.cell_weight!r} must be a number >= 0", fix="e.g. cell_weight=1"
-            )
+        for key in ("cell_weight", "arrival_weight"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{key} {value!r} must be a number >= 0", fix=f"e.g. {key}=1")
         if self.cell_weight > 0 and self.head != "cells":
             raise ConfigError(
                 f"cell_weight {self.cell_weight} needs head 'cells', got {self.head!r}",
                 fix="use head=cells or cell_weight=0",
             )
-        extra = sum(getattr(self, s[0]) for s in EXTRA_ARM_SOURCES)
+        extra = sum(getattr(self, s[0]) for s in EXTRA_SOURCES)
         if self.steps > 0 and self.n_arm + self.n_ball + extra == 0:
             raise ConfigError(
                 f"steps {self.steps} with no training episodes (n_arm, n_ball and the extra "
-                "arm_reach episodes are all 0)",
+                "episode counts are all 0)",
                 fix="record some, e.g. n_arm=48, or recalibrate with steps=0 and init",
             )
         # the judge architecture's own checks (head, image_size, film_layer name their key)
@@ -246,13 +257,26 @@ class PairSet:
     """(clip, caption, label) pairs over resized episode frames, sampled in balanced batches."""
 
     def __init__(
-        self, episodes: Sequence[LabelledDemonstration], size: int, stride: int, seed: int
+        self,
+        episodes: Sequence[LabelledDemonstration],
+        size: int,
+        stride: int,
+        seed: int,
+        arrival_weight: float = 0.0,
     ) -> None:
         rng = np.random.default_rng(seed)
         self.frames = [resize_frames(d.frames, size) for d in episodes]
         self.size = size
         self.keypoints = [keypoints_uv(d, size).astype(np.float32) for d in episodes]
         samples = make_samples(list(episodes), stride, rng)
+        # frames at the success boundary: every one of them, whatever the stride
+        near = [set(arrival_steps(d, before=2, after=2)) for d in episodes]
+        if arrival_weight > 0:
+            taken = {(s.episode, s.step) for s in samples}
+            for i, d in enumerate(episodes):
+                for t in sorted(near[i]):
+                    if (i, t) not in taken:
+                        samples.append(Sample(i, t, captions_for(d, t, rng)))
         texts: dict[str, int] = {}
         rows = []
         for s in samples:
@@ -268,12 +292,24 @@ class PairSet:
         arr = np.array(rows, dtype=np.int64)
         self.episode, self.step, self.text = arr[:, 0], arr[:, 1], arr[:, 2]
         self.label, self.kind = arr[:, 3].astype(bool), arr[:, 4]
+        self.arrival = (self.kind == TASK) & np.array(
+            [t in near[d] for d, t in zip(self.episode, self.step, strict=True)], dtype=bool
+        )
         env_of = np.array([d.env_id for d in episodes])[self.episode]
         pools = [
             (np.flatnonzero((env_of == env) & (self.kind == kind) & (self.label == lab)), w)
             for env in sorted(set(env_of.tolist()))
             for (kind, lab), w in POOL_WEIGHTS.items()
         ]
+        if arrival_weight > 0:
+            pools += [
+                (
+                    np.flatnonzero((env_of == env) & self.arrival & (self.label == lab)),
+                    arrival_weight,
+                )
+                for env in sorted(set(env_of.tolist()))
+                for lab in (True, False)
+            ]
         self.pools = [p for p, _ in pools if len(p)]
         weights = np.array([w for p, w in pools if len(p)])
         self.weights = weights / weights.sum()
@@ -466,10 +502,11 @@ CALIBRATION_SEED0 = 5000
 """First reset seed of the calibration split (plus ``--seed``): the threshold is chosen here."""
 REPORT_SEED0 = 6000
 """First reset seed of the report split (plus ``--seed``): agreement is reported only here."""
-EXTRA_ARM_SOURCES = (  # (config field, cache name, first reset seed, kinds) of extra arm data
-    ("extra_arm_experts", "extra_arm", 9000, ("expert",)),
-    ("wrong_arm", "wrong", 11000, ("wrong",)),
-    ("swap_arm", "swap_arm", 12000, ("swap",)),
+EXTRA_SOURCES = (  # (config field, env, cache name, first reset seed, kinds) of extra data
+    ("extra_arm_experts", ARM, "extra_arm", 9000, ("expert",)),
+    ("wrong_arm", ARM, "wrong", 11000, ("wrong",)),
+    ("swap_arm", ARM, "swap_arm", 12000, ("swap",)),
+    ("extra_ball_experts", BALL, "extra_ball", 9000, ("expert",)),
 )
 
 SeedRanges = dict[str, list[list[int]]]
@@ -488,8 +525,8 @@ def train_seeds(config: MiniJudgeTrainConfig) -> SeedRanges:
         return out
     _add_range(out, ARM, config.seed, config.n_arm)
     _add_range(out, BALL, config.seed, config.n_ball)
-    for field, _, seed0, _ in EXTRA_ARM_SOURCES:
-        _add_range(out, ARM, seed0 + config.seed, getattr(config, field))
+    for field, env_id, _, seed0, _ in EXTRA_SOURCES:
+        _add_range(out, env_id, seed0 + config.seed, getattr(config, field))
     return out
 
 
@@ -654,10 +691,10 @@ def train_minijudge(config: MiniJudgeTrainConfig) -> dict[str, Any]:
             "train",
             lambda: make_demonstrations(config.n_arm, config.n_ball, config.seed),
         )
-        for field, name, seed0, kinds in EXTRA_ARM_SOURCES:
+        for field, env_id, name, seed0, kinds in EXTRA_SOURCES:
             n = getattr(config, field)
             if n:
-                record = partial(record_episodes, ARM, n, seed0 + config.seed, kinds)
+                record = partial(record_episodes, env_id, n, seed0 + config.seed, kinds)
                 train += _cached(config.cache, f"{name}_{n}", record)
     calib_episodes = _record_split(
         config.cache,
@@ -769,7 +806,9 @@ def _train(
 ) -> None:
     """Optimise the image tower, text head, scale and bias on ``train`` (progress on the
     calibration split, which only ever chooses the threshold)."""
-    pairs = PairSet(train, judge.config.image_size, config.stride, config.seed)
+    pairs = PairSet(
+        train, judge.config.image_size, config.stride, config.seed, config.arrival_weight
+    )
     text_emb = judge.text.encode(pairs.texts)  # frozen MiniLM, each caption once
     print(f"train: {len(pairs.label)} pairs, {len(pairs.texts)} captions", flush=True)
     model = judge.model.train()
