@@ -230,7 +230,7 @@ def test_judge_bench_profile_bounds_batching() -> None:
     net = p["network_ms_per_clip_by_chunk"]
     assert set(net) == {"1", "2", "4"} and str(p["best_chunk"]) == min(net, key=net.__getitem__)
     assert p["floor_ms_per_clip"] == pytest.approx(
-        min(net.values()) + p["uint8_to_float_ms_per_clip"], abs=2e-3
+        min(net.values()) + p["preprocess_ms_per_clip"], abs=2e-3
     )
     assert p["single_ms_per_clip"] == 2.5 and p["batched_ms_per_clip"] == 1.25
     assert p["max_speedup"] == pytest.approx(2.5 / p["floor_ms_per_clip"], abs=0.01)

@@ -7,10 +7,13 @@ tiny random-initialised generative (LLaVA) and contrastive (CLIP) models built o
 
 On one CPU thread the shipped judge is compute-bound, and ``minijudge.profile`` shows it in
 the same run: the floor of a batched call is the network's own forward pass on ready float
-input at its best chunk size plus one uint8 -> float conversion of the clip
-(``floor_ms_per_clip``); ``network_gflops_per_s`` (its FLOPs per clip over that time) next to
-``matmul_gflops_per_s`` (a 1024^2 float32 matmul on the same thread) says how close the
-convolutions run to the core's arithmetic peak. A batch can only remove per-call work, so
+input at its best chunk size plus the one conversion every clip needs (uint8 camera frames,
+channels last, to normalised planar float: ``preprocess_ms_per_clip``; a transposing
+``torch`` copy and a fused conversion measured slower, and ``uint8_to_float_ms_per_clip``, the
+same bytes converted without the transposition, is the memory-bound limit below it);
+``network_gflops_per_s`` (its FLOPs per clip over that time) next to ``matmul_gflops_per_s``
+(a 1024^2 float32 matmul on the same thread) says how close the convolutions run to the
+core's arithmetic peak. A batch can only remove per-call work, so
 batching is bounded by ``max_speedup`` (single-clip time over the floor); ``floor_fraction`` is
 how much of the floor the batched path reaches. The tiny transformers models, whose per-call
 work dominates, show what batching buys when overhead is the cost.
@@ -125,7 +128,7 @@ def _profile_minijudge(
     stacked = np.stack(clips)
     convert_ms = 1e3 / _rate(lambda: torch.from_numpy(stacked).float(), len(clips), repeats)
     prep_ms = 1e3 / _rate(lambda: clips_to_pixels(clips, size), len(clips), repeats)
-    floor = net[best] + convert_ms
+    floor = net[best] + prep_ms
     flops = _conv_flops(model, pixels)
     return {
         "network_ms_per_clip_by_chunk": {str(c): round(v, 3) for c, v in net.items()},

@@ -51,7 +51,7 @@ from embodied.apps.training.data_minijudge import (
 )
 from embodied.errors import CheckpointError, ConfigError
 from embodied.io import atomic_path, write_json
-from embodied.rewards.calibration import best_threshold, calibration_table, rates
+from embodied.rewards.calibration import best_threshold, calibration_table, rates, roc_auc
 from embodied.rewards.clips import context_indices
 from embodied.rewards.demo2reward.demonstrations import LabelledDemonstration
 from embodied.rewards.minijudge.configuration_minijudge import MiniJudgeConfig
@@ -633,8 +633,12 @@ def _kind_counts(episodes: Sequence[LabelledDemonstration]) -> dict[str, dict[st
 
 
 def _per_env(ev: dict[str, Any], threshold: float) -> dict[str, dict[str, float]]:
+    """Per env: rates at ``threshold`` and the frames' ROC-AUC (threshold-free)."""
     return {
-        env_id: rates(ev["probs"][m] >= threshold, ev["labels"][m]).to_dict()
+        env_id: {
+            **rates(ev["probs"][m] >= threshold, ev["labels"][m]).to_dict(),
+            "roc_auc": roc_auc(ev["probs"][m], ev["labels"][m]),
+        }
         for env_id in sorted(set(ev["envs"].tolist()))
         for m in [ev["envs"] == env_id]
     }
