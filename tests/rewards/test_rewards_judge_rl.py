@@ -137,3 +137,19 @@ def test_cli_bad_budget_exits_2(tmp_path: Path) -> None:
     argv = ["reward", "rl", "--out", str(tmp_path), "--arms", "judge_d2r"]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 2 and "d2r_instruction" in result.output, result.output
+
+
+def test_parallel_workers_give_the_same_runs(tmp_path: Path) -> None:
+    cfg = JudgeRLConfig(**{**judge_rl.BUDGETS["smoke"], "arms": "oracle", "seeds": 2})
+    one = judge_rl.run_experiment(tmp_path / "one", cfg, log=lambda _m: None)
+    two = judge_rl.run_experiment(tmp_path / "two", cfg, log=lambda _m: None, workers=2)
+
+    def strip(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.items() if k != "train_seconds"} for r in runs]
+
+    assert [r["seed"] for r in two["runs"]] == [0, 1]
+    assert strip(two["runs"]) == strip(one["runs"])
+    for seed in (0, 1):
+        a = load_file(str(tmp_path / "one" / "policies" / f"oracle_seed{seed}.safetensors"))
+        b = load_file(str(tmp_path / "two" / "policies" / f"oracle_seed{seed}.safetensors"))
+        assert all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)

@@ -21,14 +21,16 @@ TEST_SEEDS = {"mujoco:arm_reach": [[40000, 40004], [41000, 41000 + WRONG_CUBE_EP
 """Reset seeds of the episodes these tests record (conftest ``arm_demonstrations`` and wrong cubes)."""
 WRONG_CUBE_MAX_FPR = 10.0
 """Percent of wrong-cube frames (the arm reaches another cube than the instruction names) the
-shipped judge may call a success: measured 1.6 on this test's episodes and 1.3 on the report
-split of calibration.json (the checkpoint before cell supervision: 47.5 and 51.8)."""
+shipped judge may call a success: measured 2.2 on the report split of calibration.json (the
+checkpoint before cell supervision: 51.8)."""
 WRONG_CUBE_APPROACH_MAX_FPR = 10.0
 """Percent of wrong-cube frames before the arm reaches any cube called a success
 (measured 2.2)."""
-REPORT_FLOORS = {"mujoco:arm_reach": (95.0, 93.0), "mujoco:reach_around": (90.0, 95.0)}
+REPORT_FLOORS = {"mujoco:arm_reach": (95.0, 95.0), "mujoco:reach_around": (95.0, 97.0)}
 """Per task (TPR, TNR) floors in percent on calibration.json's report split (measured: arm_reach
-100.0 / 96.7, reach_around 94.3 / 97.8)."""
+100.0 / 99.1, reach_around 97.1 / 99.3)."""
+AUC_FLOOR = 0.995
+"""Per task frame ROC-AUC on the report split (measured 0.9997 and 0.9996)."""
 COLOUR_BINDING_FLOOR = 90.0
 """calibration.json's colour binding on the report split (measured 100.0)."""
 
@@ -53,7 +55,10 @@ def test_shipped_checkpoint_is_small_safetensors_and_json() -> None:
     assert kinds["mujoco:reach_around"]["blocked"]["n_neg"] > 0
     assert COLOUR_BINDING_FLOOR <= calib["colour_binding_percent"] <= 100
     arm_arrival = calib["arrival_agreement_per_env"]["mujoco:arm_reach"]
-    assert arm_arrival["arrival_tpr"] >= 90 and arm_arrival["tnr"] >= 95  # measured 100 / 96.7
+    assert arm_arrival["arrival_tpr"] >= 90 and arm_arrival["tnr"] >= 95  # measured 100 / 99.1
+    ball_arrival = calib["arrival_agreement_per_env"]["mujoco:reach_around"]
+    # measured 80.8 (21 of 26 frames) / 99.3: below the 90 % goal, a known limit (README)
+    assert ball_arrival["arrival_tpr"] >= 75 and ball_arrival["tnr"] >= 95
     from safetensors import safe_open
 
     with safe_open(str(SHIPPED / "model.safetensors"), "pt") as f:
@@ -87,6 +92,7 @@ def test_shipped_threshold_is_chosen_and_reported_on_disjoint_seeds() -> None:
         calib["oracle_agreement"][k] for k in ("n_pos", "n_neg")
     )
     for env_id, (min_tpr, min_tnr) in REPORT_FLOORS.items():
+        assert per_env[env_id]["roc_auc"] >= AUC_FLOOR, (env_id, per_env[env_id])
         assert per_env[env_id]["tpr"] >= min_tpr, (env_id, per_env[env_id])
         assert per_env[env_id]["tnr"] >= min_tnr, (env_id, per_env[env_id])
 

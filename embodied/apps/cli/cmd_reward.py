@@ -244,6 +244,9 @@ _RL_BUDGET_HELP = (
 def rl(
     out: Path = typer.Option(..., "--out", help="Output folder (results.json, results.md)."),
     budget: str = typer.Option("cpu", "--budget", help=_RL_BUDGET_HELP),
+    workers: int = typer.Option(
+        1, "--workers", min=1, help="Runs trained at once (processes); results do not depend on it."
+    ),
     *,
     config: dict[str, Any],
 ) -> None:
@@ -258,7 +261,7 @@ def rl(
         cfg = JudgeRLConfig(**{**RL_BUDGETS[budget], **config})
     except ConfigError as exc:  # a bad option value is a usage error (exit 2)
         raise typer.BadParameter(str(exc)) from exc
-    summary = run_judge_rl(out, cfg)
+    summary = run_judge_rl(out, cfg, workers=workers)
     print(judge_rl_markdown(summary))
     print(f"wrote {out / 'results.json'}, {out / 'results.md'}")
 

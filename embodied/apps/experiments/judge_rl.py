@@ -324,53 +324,90 @@ def results_markdown(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _run_one(
+    cfg: JudgeRLConfig, arm: str, seed: int, out: str, judge: Any = None
+) -> dict[str, Any]:
+    """Train and evaluate one (arm, seed); save its policy. Runs in a worker process too."""
+    if judge is None and arm != "oracle":
+        judge = load_arm_judge(cfg)
+    model, record = train_arm(cfg, arm, seed, judge)
+    run = {"arm": arm, "seed": seed, **record, **evaluate(model, cfg)}
+    if cfg.save_policies:
+        save_policy(model, Path(out) / "policies" / f"{arm}_seed{seed}.safetensors")
+    return run
+
+
 def run_experiment(
-    out: str | Path, cfg: JudgeRLConfig, log: Callable[[str], None] = print
+    out: str | Path, cfg: JudgeRLConfig, log: Callable[[str], None] = print, workers: int = 1
 ) -> dict[str, Any]:
     """Every arm for every seed; writes ``results.json`` and ``results.md`` into ``out``.
 
     Results are written after every run, so an interrupted experiment keeps what it finished
-    and a rerun into the same folder skips the runs already there.
+    and a rerun into the same folder skips the runs already there. ``workers`` > 1 trains that
+    many runs at once in separate processes (each loads its own judge); results do not depend
+    on it.
     """
+    if workers < 1:
+        raise ConfigError(f"workers {workers!r} must be >= 1", fix="e.g. workers=2")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    judge = load_arm_judge(cfg) if any(a != "oracle" for a in cfg.arm_list) else None
     # templates: {task} is each episode's own instruction
     instructions = {arm: arm_template(cfg, arm) for arm in cfg.arm_list}
     config = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
-    done: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
     previous = out / "results.json"
     if previous.exists():
         from embodied.io import read_json_file
 
         old = read_json_file(previous, what="judge RL results", fix="move the folder away")
         if old.get("config") == config:
-            done = list(old.get("runs", []))
-    runs = list(done)
-    for seed in range(cfg.first_seed, cfg.first_seed + cfg.seeds):
-        for arm in cfg.arm_list:
-            if any(r["arm"] == arm and r["seed"] == seed for r in runs):
-                continue
-            twin = next(
-                (r for r in runs if r["seed"] == seed and r["arm"] != "oracle"
-                 and instructions[r["arm"]] == instructions[arm]),
-                None,
-            )  # fmt: skip
-            if twin is not None:  # same judge, instruction and seed: the same run again
-                runs.append({**twin, "arm": arm, "same_as": twin["arm"]})
-                _write(out, cfg, config, runs, instructions, t0)
-                continue
-            model, record = train_arm(cfg, arm, seed, judge)
-            run = {"arm": arm, "seed": seed, **record, **evaluate(model, cfg)}
-            if cfg.save_policies:
-                save_policy(model, out / "policies" / f"{arm}_seed{seed}.safetensors")
-            runs.append(run)
-            log(
-                f"{arm} seed {seed}: eval success {run['eval_successes']}/{run['eval_episodes']}"
-                f" ({run['train_seconds']:.0f} s training)"
-            )
-            _write(out, cfg, config, runs, instructions, t0)
+            runs = list(old.get("runs", []))
+    # an arm whose instruction an earlier judge arm already has repeats that arm's runs
+    twin_of = {
+        arm: next(
+            (a for a in cfg.arm_list[:k] if a != "oracle" and instructions[a] == instructions[arm]),
+            None,
+        )
+        for k, arm in enumerate(cfg.arm_list)
+        if arm != "oracle"
+    }
+    todo = [
+        (arm, seed)
+        for seed in range(cfg.first_seed, cfg.first_seed + cfg.seeds)
+        for arm in cfg.arm_list
+        if twin_of.get(arm) is None and not any(r["arm"] == arm and r["seed"] == seed for r in runs)
+    ]
+
+    def finished(run: dict[str, Any]) -> None:
+        runs.append(run)
+        log(
+            f"{run['arm']} seed {run['seed']}: eval success {run['eval_successes']}/"
+            f"{run['eval_episodes']} ({run['train_seconds']:.0f} s training)"
+        )
+        _write(out, cfg, config, runs, instructions, t0)
+
+    if workers == 1 or len(todo) <= 1:
+        judge = load_arm_judge(cfg) if any(arm != "oracle" for arm, _ in todo) else None
+        for arm, seed in todo:
+            finished(_run_one(cfg, arm, seed, str(out), judge))
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # spawn: a forked worker would inherit torch's threads and the parent's GL state
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            futures = [pool.submit(_run_one, cfg, arm, seed, str(out)) for arm, seed in todo]
+            for future in as_completed(futures):
+                finished(future.result())
+    for arm, twin in twin_of.items():
+        for seed in range(cfg.first_seed, cfg.first_seed + cfg.seeds):
+            have = any(r["arm"] == arm and r["seed"] == seed for r in runs)
+            source = next((r for r in runs if r["arm"] == twin and r["seed"] == seed), None)
+            if twin is not None and not have and source is not None:
+                runs.append({**source, "arm": arm, "same_as": twin})
+    order = {arm: k for k, arm in enumerate(cfg.arm_list)}
+    runs.sort(key=lambda r: (r["seed"], order.get(r["arm"], len(order))))
     return _write(out, cfg, config, runs, instructions, t0)
 
 
