@@ -49,7 +49,9 @@ def test_every_readme_command_exists_with_its_options() -> None:
     commands = _readme_commands()
     assert len(commands) >= 14, commands
     for path, options in commands:
-        result = CliRunner().invoke(app, [*path, "--help"], terminal_width=200)
+        result = CliRunner().invoke(
+            app, [*path, "--help"], terminal_width=200, env={"COLUMNS": "200"}
+        )
         assert result.exit_code == 0, (path, result.output)
         for option in options:
             assert option in result.output, (path, option, result.output)
