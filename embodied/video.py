@@ -17,8 +17,10 @@ def write_mp4(path: str | Path, frames: Iterable[np.ndarray], fps: float) -> Pat
     target = Path(path)
     with atomic_path(target) as tmp:
         mp4 = tmp.with_suffix(".mp4")  # ffmpeg picks the container from the suffix
+        # H.264's yuv420p needs even sizes; imageio rescales to a multiple of the block, so
+        # a block of 8 would stretch an 84 px policy camera to 88 px
         writer = imageio.get_writer(
-            str(mp4), fps=max(1.0, float(fps)), codec="libx264", quality=7, macro_block_size=8
+            str(mp4), fps=max(1.0, float(fps)), codec="libx264", quality=7, macro_block_size=2
         )
         try:
             for frame in frames:

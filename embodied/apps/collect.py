@@ -75,6 +75,11 @@ class CollectConfig:
             stationary std ``action_noise``. 0 is DART's independent noise per step; a
             longer time drifts the state further before the expert corrects it (our
             extension: at 20 Hz independent noise on velocity commands averages out).
+        init_states: LIBERO only: ``fixed`` starts episode ``k`` from the task's fixed init
+            state ``(seed + k) % 50``, the scenes the standard evaluation runs; ``sampled``
+            lets LIBERO place the objects itself from the task's init regions, numpy seeded
+            with ``seed + k``: the same distribution, none of the evaluation's scenes (data
+            to train a policy that is then evaluated on the fixed ones).
         policy_kwargs: More keyword arguments of the policy factory (``--policy-arg``).
 
     Derived:
@@ -95,6 +100,7 @@ class CollectConfig:
     max_attempts: int | None = None
     action_noise: float = 0.0
     noise_time_constant: float = 0.0
+    init_states: str = "fixed"
     policy_kwargs: Mapping[str, Any] = field(default_factory=dict)
     attempts: int = field(init=False)
 
@@ -124,6 +130,16 @@ class CollectConfig:
                 fix="drop --no-camera to record those cameras",
             )
         parse_speed(self.speed)  # raises on a bad value
+        if self.init_states not in ("fixed", "sampled"):
+            raise ConfigError(
+                f"init_states must be 'fixed' or 'sampled', got {self.init_states!r}",
+                fix="pass --init-states fixed (LIBERO's evaluation scenes) or sampled",
+            )
+        if self.init_states != "fixed" and not self.env.startswith("libero:"):
+            raise ConfigError(
+                f"init_states={self.init_states!r} is for LIBERO envs, not {self.env}",
+                fix="drop --init-states (other envs draw their scene from --seed)",
+            )
         for key, value in (
             ("action_noise", self.action_noise),
             ("noise_time_constant", self.noise_time_constant),
@@ -334,16 +350,20 @@ def _roll_until_kept(
     result: CollectResult,
     on_attempt: Callable[[CollectResult], None] | None,
     noise: ExecutionNoise | None = None,
+    reset_options: Callable[[int], dict[str, Any]] | None = None,
     **rollout_kwargs: Any,
 ) -> None:
-    """Roll out episodes ``first_seed, first_seed + 1, ...`` until enough are kept."""
+    """Roll out episodes ``first_seed, first_seed + 1, ...`` until enough are kept.
+
+    ``reset_options(seed)``: the env's reset options of the episode with that seed."""
     for attempt in range(config.attempts):
         if result.kept >= config.episodes:
             break
         seed = first_seed + attempt
         if noise is not None:
             noise.seed(seed)
-        ep = rollout(env, pol, seed=seed, safety=noise, **rollout_kwargs)
+        options = reset_options(seed) if reset_options is not None else None
+        ep = rollout(env, pol, seed=seed, safety=noise, reset_options=options, **rollout_kwargs)
         if ep.success or config.keep_failures:
             keep(ep, seed)
             result.kept += 1
@@ -376,7 +396,8 @@ def collect_libero(
     """Collect a LIBERO task into ``out/<task name>_demo.hdf5`` in LIBERO's own layout.
 
     Rolls out without cameras (episode ``k`` starts from LIBERO's fixed init state
-    ``(seed + k) % 50``), keeps the simulator state before every action, then renders the
+    ``(seed + k) % 50``, or with ``init_states="sampled"`` from the placement LIBERO samples
+    with numpy seed ``seed + k``), keeps the simulator state before every action, then renders the
     kept episodes' cameras from those states (:mod:`sim.libero.recording`).
 
     Raises:
@@ -423,8 +444,17 @@ def collect_libero(
             rec.meta = {"seed": seed, "policy": config.policy}
             kept.append(rec)
 
+        sampled = config.init_states == "sampled"
         _roll_until_kept(
-            config, env, pol, config.seed, keep, result, on_attempt, record_images=False
+            config,
+            env,
+            pol,
+            config.seed,
+            keep,
+            result,
+            on_attempt,
+            reset_options=(lambda seed: {"placement_seed": seed}) if sampled else None,
+            record_images=False,
         )
     finally:
         env.close()

@@ -24,11 +24,15 @@ convention ``close_positive`` (-1 opens, +1 closes; :attr:`LiberoEnv.gripper_con
 
 ``reset(options={"init_state": i})`` starts from LIBERO's fixed init state ``i`` of the task
 (default: ``seed % n_init_states``, or 0 without a seed), then runs the protocol's no-op wait
-steps. ``info["success"]`` is LIBERO's BDDL goal check after every step.
+steps. ``reset(options={"placement_seed": s})`` instead lets LIBERO place the objects itself
+(its BDDL init regions, numpy seeded with ``s``): scenes from the same distribution as the
+fixed init states but not among them, for training data disjoint from the evaluation's.
+``info["success"]`` is LIBERO's BDDL goal check after every step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -107,6 +111,9 @@ class LiberoEnv(Env):
         cameras: Cameras to observe (keys of :data:`CAMERAS`, or one comma-separated
             string); ``()`` for state only, the
             fastest (a camera costs ~90-180 ms per frame on a CPU).
+        render_size: Camera size (px, square), replacing the protocol's ``render_size``
+            (e.g. ``--env-arg render_size=84`` for a policy trained on 84 px
+            demonstrations: frames rendered at that size, never resized).
         assets_dir: Local LIBERO assets folder (else ``$EMBODIED_LIBERO_ASSETS``, else the hub).
         record_states: Keep the flattened MuJoCo state after the reset and after every step
             in :attr:`sim_states` (``sim_states[t]`` is the state ``action[t]`` acts on), to
@@ -145,11 +152,19 @@ class LiberoEnv(Env):
         *,
         protocol: LiberoProtocol | None = None,
         cameras: Sequence[str] = ("agentview",),
+        render_size: int | None = None,
         assets_dir: str | None = None,
         hard_reset: bool = False,
         record_states: bool = False,
     ) -> None:
         self.protocol = protocol or LiberoProtocol()
+        if render_size is not None:
+            if isinstance(render_size, bool) or not isinstance(render_size, int):
+                raise ConfigError(
+                    f"render_size must be an int (px), got {render_size!r}",
+                    fix="e.g. render_size=128",
+                )
+            self.protocol = dataclasses.replace(self.protocol, render_size=render_size)
         self.task = task if isinstance(task, LiberoTask) else resolve_task(task)
         if isinstance(cameras, str):  # "agentview,eye_in_hand" from a CLI
             cameras = [c for c in cameras.split(",") if c]
@@ -183,6 +198,7 @@ class LiberoEnv(Env):
         self._ee_prev: np.ndarray | None = None
         self._last_raw_obs: dict[str, Any] = {}
         self.init_state_index = -1
+        self.placement_seed: int | None = None
         self.episode_count = 0
         self.record_states = bool(record_states)
         self.sim_states: list[np.ndarray] = []
@@ -233,25 +249,49 @@ class LiberoEnv(Env):
         Args:
             seed: Picks init state ``seed % N`` unless ``options`` does; seeds numpy's RNG
                 only with ``LiberoProtocol(reseed_on_reset=True)``.
-            options: ``{"init_state": i}`` picks LIBERO's fixed init state ``i`` (0..N-1).
+            options: ``{"init_state": i}`` picks LIBERO's fixed init state ``i`` (0..N-1);
+                ``{"placement_seed": s}`` (an int >= 0) seeds numpy with ``s`` and keeps the
+                placement LIBERO's reset samples from the task's init regions (no fixed init
+                state; ``info["init_state"]`` is -1). The same ``s`` gives the same scene.
         """
         super().reset(seed=seed)
         opts = dict(options or {})
-        unknown = sorted(set(opts) - {"init_state"})
+        unknown = sorted(set(opts) - {"init_state", "placement_seed"})
         if unknown:
-            raise ConfigError(f"unknown LIBERO reset option(s) {unknown}; options: ['init_state']")
-        n = len(self.init_states)
-        index = opts.get("init_state")
-        if index is None:
-            index = 0 if seed is None else seed % n
-        if not (isinstance(index, int | np.integer) and 0 <= int(index) < n):
             raise ConfigError(
-                f"init_state {index!r} out of range for {self.env_id} ({n} fixed init states)",
-                fix=f"pass an int in 0..{n - 1}",
+                f"unknown LIBERO reset option(s) {unknown}",
+                fix="pass {'init_state': i} (a fixed init state) or {'placement_seed': s}",
             )
+        placement = opts.get("placement_seed")
+        if placement is not None:
+            if "init_state" in opts:
+                raise ConfigError(
+                    f"init_state={opts['init_state']!r} and placement_seed={placement!r}: a "
+                    "scene is either a fixed init state or one LIBERO places itself",
+                    fix="pass one of the two reset options",
+                )
+            if not (isinstance(placement, int | np.integer) and int(placement) >= 0):
+                raise ConfigError(
+                    f"placement_seed {placement!r} is not an int >= 0",
+                    fix="pass a non-negative int (numpy's seed for LIBERO's placement)",
+                )
+            index: Any = -1
+        else:
+            n = len(self.init_states)
+            index = opts.get("init_state")
+            if index is None:
+                index = 0 if seed is None else seed % n
+            if not (isinstance(index, int | np.integer) and 0 <= int(index) < n):
+                raise ConfigError(
+                    f"init_state {index!r} out of range for {self.env_id} ({n} fixed init states)",
+                    fix=f"pass an int in 0..{n - 1}",
+                )
         self.init_state_index = int(index)
+        self.placement_seed = None if placement is None else int(placement)
         self.episode_count += 1
-        if not self.protocol.reseed_on_reset:
+        if placement is not None:
+            self._raw.seed(int(placement))  # LIBERO's seed(): np.random.seed
+        elif not self.protocol.reseed_on_reset:
             np.random.set_state(self._reference_rng_state(self.init_state_index))
         elif seed is not None:
             self._raw.seed(seed)
@@ -264,7 +304,8 @@ class LiberoEnv(Env):
         try:
             raw_obs = self._raw.reset()
             self._gate_cameras()  # a hard reset installs fresh sensors
-            raw_obs = self._raw.set_init_state(self.init_states[self.init_state_index])
+            if placement is None:
+                raw_obs = self._raw.set_init_state(self.init_states[self.init_state_index])
             # Clear what the flattened init state does not cover and a soft reset keeps
             # (solver warm start, last controls, gripper ramp): a hard reset starts from
             # zeros, and an init state then gives the same episode whatever ran before.

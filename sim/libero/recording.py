@@ -59,7 +59,9 @@ class RecordedEpisode:
             the action of the same row.
         actions: (T, 7) LIBERO OSC actions sent to the env.
         model_xml: The MJCF model the states belong to (``sim.model.get_xml()``).
-        init_state: Index of LIBERO's fixed init state the episode started from.
+        init_state: Index of LIBERO's fixed init state the episode started from (-1: none).
+        placement_seed: numpy seed of the placement LIBERO sampled itself, for an episode
+            reset with ``options={"placement_seed": s}`` (``None``: a fixed init state).
         success: Whether LIBERO's ``check_success`` held at the end.
     """
 
@@ -68,6 +70,7 @@ class RecordedEpisode:
     model_xml: str
     init_state: int = -1
     success: bool = False
+    placement_seed: int | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -95,6 +98,7 @@ def recorded_episode(env: Any, actions: np.ndarray, success: bool) -> RecordedEp
         actions=actions,
         model_xml=str(base.raw_env.env.sim.model.get_xml()),
         init_state=int(base.init_state_index),
+        placement_seed=getattr(base, "placement_seed", None),
         success=success,
     )
 
@@ -138,6 +142,9 @@ def render_episode(
     raw_env = env.raw_env
     if episode.init_state >= 0:  # the env's own reset: same wait steps, same RNG state
         env.reset(options={"init_state": episode.init_state})
+        raws = [env.raw_obs]
+    elif episode.placement_seed is not None:  # same seed, same placement and fixtures
+        env.reset(options={"placement_seed": episode.placement_seed})
         raws = [env.raw_obs]
     else:
         raw_env.reset()
@@ -283,6 +290,8 @@ def write_demo_file(
                 demo.attrs["model_file"] = ep.model_xml
                 demo.attrs["init_state"] = np.asarray(ep.states[0], dtype=np.float64)
                 demo.attrs["embodied_init_state_index"] = ep.init_state
+                if ep.placement_seed is not None:
+                    demo.attrs["embodied_placement_seed"] = ep.placement_seed
                 total += n
                 if on_episode is not None:
                     on_episode(i)

@@ -395,3 +395,14 @@ def test_cli_eval_on_a_libero_task_in_a_worker(tmp_path: Path, shared_dir: Path)
     frames = imageio.mimread(tmp_path / data["files"]["videos"][0])
     assert len(frames) == 6 and frames[0].shape == (256, 256, 3)
     assert "libero:libero_90:0" in proc.stdout and "close the top drawer" in proc.stdout
+
+
+def test_videos_keep_the_policy_cameras_size(tmp_path: Path) -> None:
+    """An 84 px camera (not a multiple of 8) is written at 84 px, not rescaled."""
+    from embodied.video import write_mp4
+
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 255, (84, 84, 3), dtype=np.uint8) for _ in range(3)]
+    path = write_mp4(tmp_path / "v.mp4", frames, fps=20)
+    back = imageio.mimread(path)
+    assert len(back) == 3 and back[0].shape == (84, 84, 3)

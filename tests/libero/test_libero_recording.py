@@ -240,3 +240,74 @@ def test_visuomotor_policy_trains_on_the_file_and_runs_on_libero(
         env.close()
     assert ep.actions.shape == (4, 7) and np.isfinite(ep.actions).all()
     assert ep.instruction == written["task"].language
+
+
+def test_placement_seeded_scenes_are_new_reproducible_and_replay(tmp_path: Path) -> None:
+    """``placement_seed``: LIBERO places the objects itself; the same seed, the same scene,
+    none of the fixed init states (the evaluation's), and the written file replays it."""
+    env = sim.make(TASK, cameras=(), record_states=True)
+    try:
+        base: Any = env.unwrapped
+        fixed = []
+        for i in range(len(base.init_states)):  # the evaluation's scenes, settled as they run
+            env.reset(options={"init_state": i})
+            fixed.append(np.asarray(base.raw_env.get_sim_state()).copy())
+        _, info = env.reset(options={"placement_seed": 7})
+        first = np.asarray(base.raw_env.get_sim_state()).copy()
+        assert info["init_state"] == -1 and base.placement_seed == 7
+        env.reset(options={"init_state": 0})  # another scene in between
+        assert base.placement_seed is None
+        env.reset(options={"placement_seed": 7})
+        np.testing.assert_array_equal(base.raw_env.get_sim_state(), first)
+        env.reset(options={"placement_seed": 8})
+        other = np.asarray(base.raw_env.get_sim_state())
+        # object poses (qpos after the robot's 9 joints) differ from seed 8 and from every
+        # fixed init state, which the sampled scenes were not drawn as
+        objects = slice(10, 40)
+        assert np.abs(other[objects] - first[objects]).max() > 1e-3
+        assert np.abs(np.stack(fixed)[:, objects] - first[objects]).max(axis=1).min() > 1e-3
+        for bad, key in (({"placement_seed": -1}, "placement_seed"), ({"seed_x": 1}, "seed_x")):
+            with pytest.raises(ConfigError, match=key):
+                env.reset(options=bad)
+        with pytest.raises(ConfigError, match="one of the two"):
+            env.reset(options={"placement_seed": 1, "init_state": 2})
+        expert = policies.load("expert", env=env)
+        ep = rollout(env, expert, reset_options={"placement_seed": 7}, max_steps=STEPS)
+        rec = recorded_episode(env, ep.actions, ep.success)
+        task = base.task
+    finally:
+        env.close()
+    assert rec.init_state == -1 and rec.placement_seed == 7
+    path = tmp_path / f"{task.name}_demo.hdf5"
+    make = lambda cams, size: sim.make(  # noqa: E731
+        TASK, cameras=cams, protocol=LiberoProtocol(render_size=size)
+    )
+    # write_demo_file replays the episode and fails if it leaves the recorded states
+    write_demo_file(path, task, [rec], make_render_env=make, cameras=("agentview",), image_size=32)
+    with h5py.File(path, "r") as f:
+        assert f["data/demo_0"].attrs["embodied_placement_seed"] == 7
+        np.testing.assert_array_equal(f["data/demo_0/states"][0], first)
+
+
+def test_collect_init_states_option_is_checked() -> None:
+    from embodied.apps.collect import CollectConfig
+
+    with pytest.raises(ConfigError, match="init_states must be"):
+        CollectConfig(env=TASK, init_states="random")
+    with pytest.raises(ConfigError, match="for LIBERO envs"):
+        CollectConfig(env="mujoco:arm_reach", init_states="sampled")
+    assert CollectConfig(env=TASK, init_states="sampled").init_states == "sampled"
+
+
+def test_render_size_env_option_renders_at_that_size() -> None:
+    """``--env-arg render_size=N`` (a policy trained on N px demonstrations) renders N px."""
+    env = sim.make(TASK, cameras=("agentview",), render_size=40)
+    try:
+        obs, _ = env.reset(options={"init_state": 0})
+        assert obs["image.agentview"].shape == (40, 40, 3)
+        assert env.observation_spec.cameras["agentview"].height == 40
+    finally:
+        env.close()
+    for bad in ("84", 8):
+        with pytest.raises(ConfigError, match="render_size"):
+            sim.make(TASK, cameras=(), render_size=bad)

@@ -38,6 +38,7 @@ def register(app: typer.Typer) -> None:
         "max_attempts",
         "action_noise",
         "noise_time_constant",
+        "init_states",
     )
     def collect_cmd(
         out: Path = typer.Option(..., "--out", help="Dataset folder (resumed if it exists)."),
