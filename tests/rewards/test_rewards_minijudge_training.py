@@ -21,12 +21,13 @@ from embodied.apps.training.training_minijudge import (
     history_train_seeds,
     parse_command,
     seed_overlaps,
+    select_minijudge,
     train_minijudge,
     train_seeds,
 )
 from embodied.errors import CheckpointError, ConfigError
 from embodied.rewards.calibration import best_threshold, rates
-from embodied.rewards.minijudge import MiniJudge
+from embodied.rewards.minijudge import SHIPPED, MiniJudge
 
 SMALL: dict[str, Any] = {"n_arm": 2, "n_ball": 2, "n_val": 2, "n_wrong_val": 1}
 SMALL |= {"extra_arm_experts": 0, "image_size": 64, "batch": 16}
@@ -233,3 +234,71 @@ def test_arrival_pool_holds_every_boundary_frame() -> None:
     )
     assert pairs.arrival[idx].mean() == pytest.approx(expected, abs=0.04)
     assert expected > 0.5 > plain.arrival[plain.batch(2000, np.random.default_rng(0))].mean()
+
+
+def test_arrival_negative_weight_sets_the_pre_arrival_share() -> None:
+    """``arrival_negative_weight`` weighs the frames before each arrival on their own: 0 drops
+    their pool (they stay in the ordinary negative pools), None keeps ``arrival_weight``."""
+    from embodied.apps.training.data_minijudge import record_episodes
+    from embodied.apps.training.training_minijudge import PairSet
+
+    episodes = record_episodes("mujoco:reach_around", 2, 40, kinds=("expert",), image_size=32)
+
+    def arrival_pools(pairs: PairSet) -> list[tuple[bool, float]]:
+        return [
+            (bool(pairs.label[p][0]), float(w))
+            for p, w in zip(pairs.pools, pairs.weights, strict=True)
+            if pairs.arrival[p].all()
+        ]
+
+    same = PairSet(episodes, 32, stride=5, seed=0, arrival_weight=3.0)
+    assert arrival_pools(same) == [(True, pytest.approx(3 / 12)), (False, pytest.approx(3 / 12))]
+    pos_only = PairSet(
+        episodes, 32, stride=5, seed=0, arrival_weight=3.0, arrival_negative_weight=0
+    )
+    assert arrival_pools(pos_only) == [(True, pytest.approx(3 / 9))]
+    # the frames before arrival are still drawn, as ordinary negatives of the task instruction
+    before = pos_only.arrival & ~pos_only.label
+    assert before.any()
+    drawn = pos_only.batch(4000, np.random.default_rng(0))
+    assert 0 < before[drawn].mean() < before[same.batch(4000, np.random.default_rng(0))].mean()
+    half = PairSet(episodes, 32, stride=5, seed=0, arrival_weight=2.0, arrival_negative_weight=1)
+    assert arrival_pools(half) == [(True, pytest.approx(2 / 9)), (False, pytest.approx(1 / 9))]
+    with pytest.raises(ConfigError, match="arrival_negative_weight"):
+        MiniJudgeTrainConfig(out="x", arrival_negative_weight=-1.0)
+
+
+def test_selection_uses_only_unseen_development_episodes(tmp_path: Path) -> None:
+    """Candidates are compared on arrival frames of development episodes at their own
+    thresholds; a candidate whose splits include a development seed is refused (exit 2)."""
+    from typer.testing import CliRunner
+
+    from embodied.apps.cli import app
+
+    strict = tmp_path / "strict"  # the shipped weights with an unreachable threshold
+    strict.mkdir()
+    for name in ("model.safetensors", "calibration.json"):
+        (strict / name).write_bytes((SHIPPED / name).read_bytes())
+    config = json.loads((SHIPPED / "config.json").read_text())
+    (strict / "config.json").write_text(json.dumps({**config, "threshold": 0.999999}))
+    result = select_minijudge([strict, SHIPPED], n_val=2, n_ball=2)
+    assert result["development_seeds"] == {
+        "mujoco:arm_reach": [[70000, 70001]],
+        "mujoco:reach_around": [[70000, 70001]],
+    }
+    strict_row, shipped_row = result["candidates"]
+    assert strict_row["threshold"] == pytest.approx(0.999999)
+    n_arrival = sum(v["n_arrival"] for v in shipped_row.values() if isinstance(v, dict))
+    assert n_arrival > 0
+    assert strict_row["arrival_missed"] == n_arrival  # nothing scores 0.999999
+    assert shipped_row["arrival_missed"] < n_arrival
+    assert result["chosen"] == str(SHIPPED)
+
+    calib = json.loads((SHIPPED / "calibration.json").read_text())
+    calib["splits"]["report"]["seeds"]["mujoco:reach_around"].append([70001, 70001])
+    (strict / "calibration.json").write_text(json.dumps(calib))
+    with pytest.raises(ConfigError, match="report seeds include development seeds"):
+        select_minijudge([strict], n_val=2, n_ball=2)
+    run = CliRunner().invoke(app, ["train", "minijudge-select", str(strict)])
+    assert run.exit_code == 2, run.output
+    assert "development seeds" in run.output

@@ -16,9 +16,14 @@ import typer
 from embodied.apps.cli._config_options import Opt, config_options
 from embodied.apps.cli._steer import log, steer_env
 from embodied.apps.experiments.steer import SteerExperimentConfig, train_tiny_on_env
-from embodied.apps.training.training_minijudge import MiniJudgeTrainConfig, train_minijudge
+from embodied.apps.training.training_minijudge import (
+    MiniJudgeTrainConfig,
+    select_minijudge,
+    train_minijudge,
+)
 from embodied.distributed import Distributed
 from embodied.errors import ConfigError
+from embodied.io import write_json
 from policies.diffusion.configuration_pdp import PDPConfig
 from policies.diffusion.training_pdp import train_pdp
 from policies.openvla.training_openvla import BCSettings
@@ -181,6 +186,34 @@ def train_minijudge_cmd(*, config: dict[str, Any]) -> None:
     calibration = train_minijudge(judge_config)
     summary = {"out": judge_config.out, "threshold": calibration["threshold"]}
     print(json.dumps({**summary, "oracle_agreement": calibration["oracle_agreement"]}))
+
+
+@train_app.command("minijudge-select")
+def select_minijudge_cmd(
+    checkpoints: list[Path] = typer.Argument(..., help="Candidate checkpoint folders."),
+    cache: Path = typer.Option(None, "--cache", help="Keep the recorded episodes here."),
+    out: Path = typer.Option(None, "--out", help="Write the comparison JSON here (atomic)."),
+    threads: int = typer.Option(1, "--threads", min=1, help="torch CPU threads."),
+) -> None:
+    """Choose among minijudge candidates on development episodes (reset seeds 70000+).
+
+    Candidates are compared at their own thresholds on arrival frames of development episodes
+    that no candidate was trained, calibrated or reported on; the report split is never read,
+    so the chosen checkpoint's calibration.json figures stay held out.
+    """
+    torch.set_num_threads(threads)
+    try:
+        result = select_minijudge(checkpoints, None if cache is None else str(cache))
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    if out is not None:
+        write_json(out, result)
+    for row in result["candidates"]:
+        print(
+            f"{row['checkpoint']}: threshold {row['threshold']:.3f}, arrival frames missed "
+            f"{row['arrival_missed']}, worst TNR {row['worst_tnr']:.2f} %"
+        )
+    print(f"chosen: {result['chosen']}")
 
 
 def register(app: typer.Typer) -> None:

@@ -94,6 +94,12 @@ class MiniJudgeTrainConfig:
             before them, each side drawn with this weight (the task pools have 2). A rollout
             that stops at success ends on such a frame, and a long hold otherwise outnumbers
             it, which teaches a goal radius smaller than the simulator's.
+        arrival_negative_weight: Batch share of the two frames before each arrival (our
+            extension; None: ``arrival_weight``). Frames a step either side of the goal radius
+            look nearly the same, so drawing both sides equally often leaves the boundary
+            where the simulator puts it only on average; 0 draws the success side alone,
+            which moves the judge's boundary outward by about a frame (the frames before
+            arrival stay in the ordinary negative pools).
         threads: torch CPU threads for training.
         cache: Folder to cache recorded episodes in (npz).
     """
@@ -118,6 +124,7 @@ class MiniJudgeTrainConfig:
     film_layer: int = -1
     cell_weight: float = 0.0
     arrival_weight: float = 0.0
+    arrival_negative_weight: float | None = None
     threads: int = 1
     cache: str | None = None
 
@@ -138,8 +145,10 @@ class MiniJudgeTrainConfig:
                 )
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ConfigError(f"lr {self.lr!r} must be a positive number", fix="e.g. lr=2e-3")
-        for key in ("cell_weight", "arrival_weight"):
+        for key in ("cell_weight", "arrival_weight", "arrival_negative_weight"):
             value = getattr(self, key)
+            if value is None and key == "arrival_negative_weight":
+                continue
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"{key} {value!r} must be a number >= 0", fix=f"e.g. {key}=1")
         if self.cell_weight > 0 and self.head != "cells":
@@ -263,8 +272,12 @@ class PairSet:
         stride: int,
         seed: int,
         arrival_weight: float = 0.0,
+        arrival_negative_weight: float | None = None,
     ) -> None:
         rng = np.random.default_rng(seed)
+        negative_weight = (
+            arrival_weight if arrival_negative_weight is None else arrival_negative_weight
+        )
         self.frames = [resize_frames(d.frames, size) for d in episodes]
         self.size = size
         self.keypoints = [keypoints_uv(d, size).astype(np.float32) for d in episodes]
@@ -305,10 +318,11 @@ class PairSet:
             pools += [
                 (
                     np.flatnonzero((env_of == env) & self.arrival & (self.label == lab)),
-                    arrival_weight,
+                    weight,
                 )
                 for env in sorted(set(env_of.tolist()))
-                for lab in (True, False)
+                for lab, weight in ((True, arrival_weight), (False, negative_weight))
+                if weight > 0
             ]
         self.pools = [p for p, _ in pools if len(p)]
         weights = np.array([w for p, w in pools if len(p)])
@@ -811,7 +825,12 @@ def _train(
     """Optimise the image tower, text head, scale and bias on ``train`` (progress on the
     calibration split, which only ever chooses the threshold)."""
     pairs = PairSet(
-        train, judge.config.image_size, config.stride, config.seed, config.arrival_weight
+        train,
+        judge.config.image_size,
+        config.stride,
+        config.seed,
+        config.arrival_weight,
+        config.arrival_negative_weight,
     )
     text_emb = judge.text.encode(pairs.texts)  # frozen MiniLM, each caption once
     print(f"train: {len(pairs.label)} pairs, {len(pairs.texts)} captions", flush=True)
@@ -850,3 +869,93 @@ def _train(
                 f"({time.perf_counter() - t0:.0f} s)",
                 flush=True,
             )
+
+
+DEVELOPMENT_SEED0 = 70000
+"""First reset seed of the development episodes :func:`select_minijudge` compares candidate
+checkpoints on: never trained on, never calibrating a threshold, never reported."""
+DEVELOPMENT_N_VAL = 48
+"""Development episodes per task, recorded like a report split (mixed kinds)."""
+DEVELOPMENT_BALL_EXPERTS = 96
+"""Extra reach_around expert episodes (their arrival frames are the judge's hardest frames)."""
+
+
+def development_seeds(
+    n_val: int = DEVELOPMENT_N_VAL, n_ball: int = DEVELOPMENT_BALL_EXPERTS
+) -> SeedRanges:
+    """Reset seeds of :func:`select_minijudge`'s development episodes."""
+    out = split_seeds(DEVELOPMENT_SEED0, n_val, 0)
+    _add_range(out, BALL, DEVELOPMENT_SEED0, n_ball)
+    return merge_seeds(out)
+
+
+def checkpoint_seeds(checkpoint: Path) -> dict[str, SeedRanges]:
+    """Reset seeds a checkpoint's ``calibration.json`` says it was trained, calibrated and
+    reported on (training: every stage of its history)."""
+    calib = json.loads((Path(checkpoint) / "calibration.json").read_text())
+    return {
+        "train": history_train_seeds(calib["train"]),
+        "calibration": calib["splits"]["calibration"]["seeds"],
+        "report": calib["splits"]["report"]["seeds"],
+    }
+
+
+def select_minijudge(
+    checkpoints: Sequence[Path],
+    cache: str | None = None,
+    n_val: int = DEVELOPMENT_N_VAL,
+    n_ball: int = DEVELOPMENT_BALL_EXPERTS,
+) -> dict[str, Any]:
+    """Compare candidate checkpoints on development episodes and choose one.
+
+    Each candidate is judged at its own calibrated threshold on arrival frames (the first
+    success frame and the next: where a rollout stopping at success ends) of a report-like
+    development split and of ``n_ball`` more reach_around experts. The choice is the fewest
+    arrival-frame misses over both sets; ties go to the higher worst-task TNR. The report
+    split is never looked at, so its figures stay an unbiased estimate for the chosen one.
+
+    Raises:
+        ConfigError: a candidate's ``calibration.json`` names a development seed among its
+            training, calibration or report seeds.
+    """
+    if not checkpoints:
+        raise ConfigError("checkpoints: none given", fix="pass one or more checkpoint folders")
+    dev = development_seeds(n_val, n_ball)
+    for ck in checkpoints:
+        for role, seeds in checkpoint_seeds(ck).items():
+            shared = seed_overlaps(dev, seeds)
+            if shared:
+                raise ConfigError(
+                    f"checkpoint {str(ck)!r}: its {role} seeds include development seeds "
+                    f"({'; '.join(shared)})",
+                    fix="development episodes must be unseen: retrain without those seeds",
+                )
+    s0 = DEVELOPMENT_SEED0
+    sets = {
+        "development": _cached(
+            cache, f"dev_split_{s0}_{n_val}", lambda: make_demonstrations(n_val, n_val, s0)
+        ),
+        "ball_experts": _cached(
+            cache,
+            f"dev_ball_{s0}_{n_ball}",
+            lambda: record_episodes(BALL, n_ball, s0, ("expert",)),
+        ),
+    }
+    rows = []
+    for ck in checkpoints:
+        judge = MiniJudge.from_pretrained(ck, device="cpu")
+        row: dict[str, Any] = {"checkpoint": str(ck), "threshold": judge.threshold}
+        misses, tnr = 0, 100.0
+        for name, episodes in sets.items():
+            for env_id, r in arrival_agreement(
+                episodes, evaluate(judge, episodes), judge.threshold
+            ).items():
+                missed = round(r["n_arrival"] * (100 - r["arrival_tpr"]) / 100)
+                row[f"{name} {env_id}"] = {**r, "arrival_missed": missed}
+                misses += missed
+                if r["n_neg"]:
+                    tnr = min(tnr, r["tnr"])
+        row["arrival_missed"], row["worst_tnr"] = misses, tnr
+        rows.append(row)
+    best = min(rows, key=lambda r: (r["arrival_missed"], -r["worst_tnr"]))
+    return {"development_seeds": dev, "candidates": rows, "chosen": best["checkpoint"]}

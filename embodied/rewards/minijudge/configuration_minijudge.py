@@ -145,9 +145,7 @@ class MiniJudgeConfig:
                 f"minijudge checkpoint {str(folder)!r} has no config.json",
                 fix="pass a folder written by MiniJudge.save_pretrained",
             )
-        resave = (
-            "restore the checkpoint, or retrain it (python -m embodied.rewards.minijudge.train)"
-        )
+        resave = "restore the checkpoint, or retrain it (embodied train minijudge --out DIR)"
         raw = read_json_file(path, what="minijudge config", fix=resave)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(raw) - known)

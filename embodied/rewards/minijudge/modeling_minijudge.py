@@ -200,17 +200,14 @@ class MiniJudge(BaseJudge):
         Raises:
             CheckpointError: missing files or weights that do not fit the config.
         """
-        retrain = (
-            "restore the checkpoint, or retrain with "
-            "`python -m embodied.rewards.minijudge.train --out DIR`"
-        )
+        retrain = "restore the checkpoint, or retrain with `embodied train minijudge --out DIR`"
         folder = Path(path) if path is not None else SHIPPED
         config = MiniJudgeConfig.load(folder, device=device)
         weights = folder / "model.safetensors"
         if not weights.exists():
             raise CheckpointError(
                 f"minijudge checkpoint {str(folder)!r} has no model.safetensors",
-                fix="retrain with `python -m embodied.rewards.minijudge.train --out DIR`",
+                fix="retrain with `embodied train minijudge --out DIR`",
             )
         model = MiniJudgeModel(config)
         state = load_safetensors_file(weights, what="minijudge weights", fix=retrain)
