@@ -147,7 +147,7 @@ class MiniJudgeTrainConfig:
             raise ConfigError(f"lr {self.lr!r} must be a positive number", fix="e.g. lr=2e-3")
         for key in ("cell_weight", "arrival_weight", "arrival_negative_weight"):
             value = getattr(self, key)
-            if value is None and key == "arrival_negative_weight":
+            if value is None:  # arrival_negative_weight: follow arrival_weight
                 continue
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"{key} {value!r} must be a number >= 0", fix=f"e.g. {key}=1")
