@@ -90,6 +90,60 @@ def best_threshold(
     return best_t
 
 
+def tnr_threshold(
+    probs: Sequence[float] | np.ndarray,
+    labels: Sequence[bool] | np.ndarray,
+    groups: Sequence[str] | np.ndarray,
+    target: float,
+) -> float:
+    """Lowest threshold at which every group's TNR is at least ``target`` (Neyman-Pearson).
+
+    For a false-positive budget (e.g. ``target`` 0.99: at most 1 % of each task's non-success
+    frames called success) this spends the rest on detection, where :func:`best_threshold`
+    weighs every frame alike and so sets the boundary by the plentiful easy frames, not by the
+    few arrival frames at the goal's edge. Per group, the threshold lies midway between the
+    highest negative score it must reject (call failure) and the next higher negative score;
+    the result is the highest over groups.
+
+    Args:
+        probs: Scores in [0, 1].
+        labels: Oracle labels (True: success).
+        groups: A group per score (e.g. the env id); each must have negatives.
+        target: Required TNR per group, a fraction in (0, 1).
+
+    Raises:
+        ConfigError: ``target`` outside (0, 1), mismatched lengths, or a group without
+            negatives.
+    """
+    if not 0.0 < target < 1.0:
+        raise ConfigError(
+            f"target TNR {target!r} must be a fraction in (0, 1)", fix="e.g. target=0.99"
+        )
+    p = np.asarray(probs, dtype=np.float64).ravel()
+    y = np.asarray(labels, dtype=bool).ravel()
+    g = np.asarray(groups).ravel()
+    if not p.size == y.size == g.size:
+        raise ConfigError(
+            f"{p.size} scores, {y.size} labels and {g.size} groups",
+            fix="pass one label and one group per score",
+        )
+    out = 0.0
+    for group in sorted(set(g.tolist())):
+        neg = np.sort(p[(g == group) & ~y])
+        if neg.size == 0:
+            raise ConfigError(
+                f"group {group!r} has no negative scores to hold a TNR on",
+                fix="calibrate on a split with failure frames for every group",
+            )
+        # the k lowest negatives must score below the threshold (1e-9: 0.99 * 100 is 99)
+        k = int(np.ceil(target * neg.size - 1e-9))
+        v = neg[k - 1]
+        above = neg[neg > v]
+        t = float((v + above[0]) / 2) if above.size else float(np.nextafter(v, np.inf))
+        out = max(out, t)
+    return out
+
+
 def fit_platt(
     scores: Sequence[float] | np.ndarray,
     labels: Sequence[bool] | np.ndarray,

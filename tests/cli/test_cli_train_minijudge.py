@@ -16,7 +16,7 @@ from embodied.apps.training.training_minijudge import MiniJudgeTrainConfig, pars
 
 FLAGS = "--out --n-arm --n-ball --n-val --n-wrong-val --steps --batch --lr --stride --seed "
 FLAGS += "--extra-arm-experts --wrong-arm --swap-arm --extra-ball-experts --init --image-size --head --film-layer "
-FLAGS += "--cell-weight --arrival-weight --arrival-negative-weight "
+FLAGS += "--cell-weight --arrival-weight --arrival-negative-weight --threshold-tnr "
 FLAGS += "--threads --cache"
 
 
@@ -43,7 +43,11 @@ def test_help_lists_every_field_with_its_doc_and_default() -> None:
 
 def test_bad_value_is_a_usage_error_naming_the_key(tmp_path: Path) -> None:
     runner = CliRunner()
-    for option, value, named in [("--head", "bogus", "head 'bogus'"), ("--n-val", "0", "n_val 0")]:
+    for option, value, named in [
+        ("--head", "bogus", "head 'bogus'"),
+        ("--n-val", "0", "n_val 0"),
+        ("--threshold-tnr", "95", "threshold_tnr 95.0"),
+    ]:
         argv = ["train", "minijudge", "--out", str(tmp_path / "j"), option, value]
         result = runner.invoke(app, argv, env={"COLUMNS": "200"})
         assert result.exit_code == 2, (option, result.output)

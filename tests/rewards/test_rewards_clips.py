@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from embodied.errors import ConfigError
-from embodied.rewards.calibration import best_threshold, calibration_table, fit_platt, rates
+from embodied.rewards.calibration import (
+    best_threshold,
+    calibration_table,
+    fit_platt,
+    rates,
+    tnr_threshold,
+)
 from embodied.rewards.clips import (
     context_indices,
     episode_clips,
@@ -85,6 +91,30 @@ def test_rates_and_threshold() -> None:
     assert table[0]["threshold"] == 0.05 and table[0]["tpr"] == 100.0
     with pytest.raises(ConfigError, match="decisions for"):
         rates([True], [True, False])
+
+
+def test_tnr_threshold_is_the_lowest_keeping_every_group_at_the_target(
+    rng: np.random.Generator,
+) -> None:
+    """The Neyman-Pearson rule: each group keeps TNR >= target, and the threshold cannot go
+    lower (the next lower negative score would pass in the binding group)."""
+    p, y = rng.random(600), rng.random(600) < 0.3
+    g = np.where(rng.random(600) < 0.5, "arm", "ball")
+    p[(g == "ball") & ~y] *= 0.5  # one group's negatives score lower: the other one binds
+    for target in (0.5, 0.9, 0.97, 0.99):
+        t = tnr_threshold(p, y, g, target)
+        tnrs = {k: rates(p[g == k] >= t, y[g == k]).tnr for k in ("arm", "ball")}
+        assert min(tnrs.values()) >= 100 * target, (target, tnrs)
+        below = p[(g == "arm") & ~y & (p < t)].max()  # the binding group's highest rejected
+        assert rates(p[g == "arm"] >= below, y[g == "arm"]).tnr < 100 * target
+        assert tnrs["ball"] > tnrs["arm"]
+    # ties: the threshold sits above the tied scores, never between equal ones
+    assert tnr_threshold([0.2, 0.2, 0.2, 0.9], [0, 0, 0, 1], ["a"] * 4, 0.5) > 0.2
+    assert tnr_threshold([0.1, 0.4], [0, 0], ["a", "a"], 0.99) > 0.4  # all must be rejected
+    with pytest.raises(ConfigError, match="target TNR 95"):
+        tnr_threshold(p, y, g, 95)
+    with pytest.raises(ConfigError, match="group 'b' has no negative"):
+        tnr_threshold([0.1, 0.9], [0, 1], ["a", "b"], 0.9)
 
 
 def test_fit_platt_recovers_slope_sign_and_refuses_one_class(rng: np.random.Generator) -> None:

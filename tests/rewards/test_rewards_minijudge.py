@@ -25,14 +25,15 @@ TEST_SEEDS = {"mujoco:arm_reach": [[40000, 40004], [41000, 41000 + WRONG_CUBE_EP
 """Reset seeds of the episodes these tests record (conftest ``arm_demonstrations`` and wrong cubes)."""
 WRONG_CUBE_MAX_FPR = 10.0
 """Percent of wrong-cube frames (the arm reaches another cube than the instruction names) the
-shipped judge may call a success: measured 1.4 on the report split of calibration.json (the
-checkpoint before cell supervision: 51.8)."""
+shipped judge may call a success: measured 3.3 on the report split of calibration.json at the
+threshold of the TNR >= 98.5 % rule (1.4 at the earlier TPR + TNR threshold; the checkpoint
+before cell supervision: 51.8)."""
 WRONG_CUBE_APPROACH_MAX_FPR = 10.0
 """Percent of wrong-cube frames before the arm reaches any cube called a success
-(measured 2.2)."""
-REPORT_FLOORS = {"mujoco:arm_reach": (95.0, 95.0), "mujoco:reach_around": (95.0, 97.0)}
+(measured 3.5 at the shipped threshold, 2.2 at the earlier one)."""
+REPORT_FLOORS = {"mujoco:arm_reach": (95.0, 95.0), "mujoco:reach_around": (95.0, 95.0)}
 """Per task (TPR, TNR) floors in percent on calibration.json's report split (measured: arm_reach
-100.0 / 99.2, reach_around 97.5 / 99.3)."""
+100.0 / 96.2, reach_around 100.0 / 98.0); 95 % TNR is the bar the judge must keep."""
 AUC_FLOOR = 0.995
 """Per task frame ROC-AUC on the report split (measured 0.9998 and 0.9996)."""
 COLOUR_BINDING_FLOOR = 90.0
@@ -59,10 +60,10 @@ def test_shipped_checkpoint_is_small_safetensors_and_json() -> None:
     assert kinds["mujoco:reach_around"]["blocked"]["n_neg"] > 0
     assert COLOUR_BINDING_FLOOR <= calib["colour_binding_percent"] <= 100
     arm_arrival = calib["arrival_agreement_per_env"]["mujoco:arm_reach"]
-    assert arm_arrival["arrival_tpr"] >= 90 and arm_arrival["tnr"] >= 95  # measured 100 / 99.2
+    assert arm_arrival["arrival_tpr"] >= 90 and arm_arrival["tnr"] >= 95  # measured 100 / 96.2
     ball_arrival = calib["arrival_agreement_per_env"]["mujoco:reach_around"]
-    # measured 84.6 (22 of 26 frames) / 99.3: below the 90 % goal on this split (README)
-    assert ball_arrival["arrival_tpr"] >= 80 and ball_arrival["tnr"] >= 95
+    assert ball_arrival["arrival_tpr"] >= 90 and ball_arrival["tnr"] >= 95  # measured 100 / 98.0
+    assert calib["threshold_rule"].startswith("lowest threshold keeping each task's TNR >= 98.5")
     from safetensors import safe_open
 
     with safe_open(str(SHIPPED / "model.safetensors"), "pt") as f:

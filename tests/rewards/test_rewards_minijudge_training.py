@@ -26,7 +26,7 @@ from embodied.apps.training.training_minijudge import (
     train_seeds,
 )
 from embodied.errors import CheckpointError, ConfigError
-from embodied.rewards.calibration import best_threshold, rates
+from embodied.rewards.calibration import best_threshold, rates, tnr_threshold
 from embodied.rewards.minijudge import SHIPPED, MiniJudge
 
 SMALL: dict[str, Any] = {"n_arm": 2, "n_ball": 2, "n_val": 2, "n_wrong_val": 1}
@@ -102,6 +102,19 @@ def test_train_then_recalibrate_from_init(tmp_path: Path) -> None:
     assert history["episodes"] == 0 and history["seeds"] == {}  # nothing trained on
     # the recalibrated checkpoint still records the seeds its weights were trained on
     assert recal["splits"]["train"]["seeds"] == splits["train"]
+
+    # the TNR-target rule: the lowest threshold keeping each task's calibration TNR >= 90 %
+    target = tmp_path / "target"
+    by_tnr = main(target, init=str(first), steps=0, threshold_tnr=0.9, cache=str(cache))
+    expected = tnr_threshold(ev_cal["probs"], ev_cal["labels"], ev_cal["envs"], 0.9)
+    assert by_tnr["threshold"] == pytest.approx(max(expected, 0.05), abs=1e-6)
+    assert by_tnr["threshold_rule"].startswith("lowest threshold keeping each task's TNR >= 90 %")
+    for env_id in ("mujoco:arm_reach", "mujoco:reach_around"):
+        m = ev_cal["envs"] == env_id
+        tnr = rates(ev_cal["probs"][m] >= by_tnr["threshold"], ev_cal["labels"][m]).tnr
+        assert tnr >= 90.0, (env_id, tnr)
+    assert "--threshold-tnr 0.9" in by_tnr["train"]["command"]
+    assert json.loads((target / "config.json").read_text())["threshold"] == by_tnr["threshold"]
 
 
 def test_overlapping_splits_and_unreadable_history_are_refused(tmp_path: Path) -> None:
@@ -270,7 +283,8 @@ def test_arrival_negative_weight_sets_the_pre_arrival_share() -> None:
 
 def test_selection_uses_only_unseen_development_episodes(tmp_path: Path) -> None:
     """Candidates are compared on arrival frames of development episodes at their own
-    thresholds; a candidate whose splits include a development seed is refused (exit 2)."""
+    thresholds, among those keeping the TNR floor on every task; a candidate whose splits
+    include a development seed is refused (exit 2)."""
     from typer.testing import CliRunner
 
     from embodied.apps.cli import app
@@ -281,18 +295,33 @@ def test_selection_uses_only_unseen_development_episodes(tmp_path: Path) -> None
         (strict / name).write_bytes((SHIPPED / name).read_bytes())
     config = json.loads((SHIPPED / "config.json").read_text())
     (strict / "config.json").write_text(json.dumps({**config, "threshold": 0.999999}))
-    result = select_minijudge([strict, SHIPPED], n_val=2, n_ball=2)
+    lenient = tmp_path / "lenient"  # calls every frame success: no misses, TNR 0
+    lenient.mkdir()
+    for name in ("model.safetensors", "calibration.json"):
+        (lenient / name).write_bytes((SHIPPED / name).read_bytes())
+    (lenient / "config.json").write_text(json.dumps({**config, "threshold": 1e-9}))
+    cache = str(tmp_path / "dev")
+    result = select_minijudge([strict, SHIPPED, lenient], cache, n_val=2, n_ball=2)
     assert result["development_seeds"] == {
         "mujoco:arm_reach": [[70000, 70001]],
         "mujoco:reach_around": [[70000, 70001]],
     }
-    strict_row, shipped_row = result["candidates"]
+    strict_row, shipped_row, lenient_row = result["candidates"]
+    assert (lenient_row["arrival_missed"], lenient_row["worst_tnr"]) == (0, 0.0)
+    assert result["min_tnr"] == 98.0  # the lenient one is below the TNR floor
     assert strict_row["threshold"] == pytest.approx(0.999999)
     n_arrival = sum(v["n_arrival"] for v in shipped_row.values() if isinstance(v, dict))
     assert n_arrival > 0
     assert strict_row["arrival_missed"] == n_arrival  # nothing scores 0.999999
     assert shipped_row["arrival_missed"] < n_arrival
     assert result["chosen"] == str(SHIPPED)
+    # between the two extremes, the floor alone decides
+    floored = select_minijudge([strict, lenient], cache, n_val=2, n_ball=2)
+    assert floored["chosen"] == str(strict)  # the only one keeping TNR >= 98 %
+    floorless = select_minijudge([strict, lenient], cache, n_val=2, n_ball=2, min_tnr=0)
+    assert floorless["chosen"] == str(lenient)  # fewest misses
+    with pytest.raises(ConfigError, match="min_tnr 120"):
+        select_minijudge([SHIPPED], cache, n_val=2, n_ball=2, min_tnr=120)
 
     calib = json.loads((SHIPPED / "calibration.json").read_text())
     calib["splits"]["report"]["seeds"]["mujoco:reach_around"].append([70001, 70001])

@@ -17,6 +17,7 @@ from embodied.apps.cli._config_options import Opt, config_options
 from embodied.apps.cli._steer import log, steer_env
 from embodied.apps.experiments.steer import SteerExperimentConfig, train_tiny_on_env
 from embodied.apps.training.training_minijudge import (
+    DEVELOPMENT_MIN_TNR,
     MiniJudgeTrainConfig,
     select_minijudge,
     train_minijudge,
@@ -194,6 +195,11 @@ def select_minijudge_cmd(
     cache: Path = typer.Option(None, "--cache", help="Keep the recorded episodes here."),
     out: Path = typer.Option(None, "--out", help="Write the comparison JSON here (atomic)."),
     threads: int = typer.Option(1, "--threads", min=1, help="torch CPU threads."),
+    min_tnr: float = typer.Option(
+        DEVELOPMENT_MIN_TNR,
+        "--min-tnr",
+        help="Candidates must keep this TNR (percent) on every task's development frames.",
+    ),
 ) -> None:
     """Choose among minijudge candidates on development episodes (reset seeds 70000+).
 
@@ -203,7 +209,8 @@ def select_minijudge_cmd(
     """
     torch.set_num_threads(threads)
     try:
-        result = select_minijudge(checkpoints, None if cache is None else str(cache))
+        cache_dir = None if cache is None else str(cache)
+        result = select_minijudge(checkpoints, cache_dir, min_tnr=min_tnr)
     except ConfigError as exc:
         raise typer.BadParameter(str(exc)) from exc
     if out is not None:

@@ -51,7 +51,13 @@ from embodied.apps.training.data_minijudge import (
 )
 from embodied.errors import CheckpointError, ConfigError
 from embodied.io import atomic_path, write_json
-from embodied.rewards.calibration import best_threshold, calibration_table, rates, roc_auc
+from embodied.rewards.calibration import (
+    best_threshold,
+    calibration_table,
+    rates,
+    roc_auc,
+    tnr_threshold,
+)
 from embodied.rewards.clips import context_indices
 from embodied.rewards.demo2reward.demonstrations import LabelledDemonstration
 from embodied.rewards.minijudge.configuration_minijudge import MiniJudgeConfig
@@ -100,6 +106,10 @@ class MiniJudgeTrainConfig:
             where the simulator puts it only on average; 0 draws the success side alone,
             which moves the judge's boundary outward by about a frame (the frames before
             arrival stay in the ordinary negative pools).
+        threshold_tnr: Threshold rule (our extension; None: the highest TPR + TNR over the
+            calibration split's frames). A fraction in (0, 1): the lowest threshold at which
+            each task keeps this TNR on the calibration split's frames, spending the rest of
+            the false-positive budget on the arrival frames at the goal's edge.
         threads: torch CPU threads for training.
         cache: Folder to cache recorded episodes in (npz).
     """
@@ -125,6 +135,7 @@ class MiniJudgeTrainConfig:
     cell_weight: float = 0.0
     arrival_weight: float = 0.0
     arrival_negative_weight: float | None = None
+    threshold_tnr: float | None = None
     threads: int = 1
     cache: str | None = None
 
@@ -151,6 +162,11 @@ class MiniJudgeTrainConfig:
                 continue
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"{key} {value!r} must be a number >= 0", fix=f"e.g. {key}=1")
+        if self.threshold_tnr is not None and not 0.0 < self.threshold_tnr < 1.0:
+            raise ConfigError(
+                f"threshold_tnr {self.threshold_tnr!r} must be a fraction in (0, 1)",
+                fix="e.g. threshold_tnr=0.99, or leave it unset for the TPR + TNR rule",
+            )
         if self.cell_weight > 0 and self.head != "cells":
             raise ConfigError(
                 f"cell_weight {self.cell_weight} needs head 'cells', got {self.head!r}",
@@ -737,14 +753,23 @@ def train_minijudge(config: MiniJudgeTrainConfig) -> dict[str, Any]:
     judge.clear_cache()
 
     ev = evaluate(judge, calib_episodes)
-    judge.threshold = float(np.clip(best_threshold(ev["probs"], ev["labels"]), 0.05, 0.95))
+    if config.threshold_tnr is None:
+        threshold = np.clip(best_threshold(ev["probs"], ev["labels"]), 0.05, 0.95)
+        rule = "maximum TPR + TNR over the calibration split's frames, clipped to 0.05..0.95"
+    else:  # never clipped down: that would break the TNR it promises
+        tnr_t = tnr_threshold(ev["probs"], ev["labels"], ev["envs"], config.threshold_tnr)
+        threshold = max(tnr_t, 0.05)
+        rule = (
+            f"lowest threshold keeping each task's TNR >= {100 * config.threshold_tnr:g} % over "
+            "the calibration split's frames, at least 0.05"
+        )
+    judge.threshold = float(threshold)
     rep = evaluate(judge, report_episodes)
     per_env = _per_env(rep, judge.threshold)
     judge.calibration = {
         "threshold": judge.threshold,
-        "threshold_rule": "maximum TPR + TNR over the calibration split's frames, clipped to "
-        "0.05..0.95; every agreement figure below is on the report split unless named "
-        "calibration",
+        "threshold_rule": f"{rule}; every agreement figure below is on the report split unless "
+        "named calibration",
         "instruction": "the task instruction (e.g. 'reach the red cube')",
         "splits": {
             "seed_ranges": "env id -> inclusive [first, last] reset seeds; the three splits "
@@ -878,6 +903,10 @@ DEVELOPMENT_N_VAL = 48
 """Development episodes per task, recorded like a report split (mixed kinds)."""
 DEVELOPMENT_BALL_EXPERTS = 96
 """Extra reach_around expert episodes (their arrival frames are the judge's hardest frames)."""
+DEVELOPMENT_MIN_TNR = 98.0
+"""TNR floor (percent, every task) of :func:`select_minijudge`'s candidates: 3 points above
+the 95 % the judge must keep on held-out frames, for the sampling error of a few thousand
+correlated frames per task, and because each false positive is a false reward in RL."""
 
 
 def development_seeds(
@@ -905,19 +934,26 @@ def select_minijudge(
     cache: str | None = None,
     n_val: int = DEVELOPMENT_N_VAL,
     n_ball: int = DEVELOPMENT_BALL_EXPERTS,
+    min_tnr: float = DEVELOPMENT_MIN_TNR,
 ) -> dict[str, Any]:
     """Compare candidate checkpoints on development episodes and choose one.
 
     Each candidate is judged at its own calibrated threshold on arrival frames (the first
     success frame and the next: where a rollout stopping at success ends) of a report-like
     development split and of ``n_ball`` more reach_around experts. The choice is the fewest
-    arrival-frame misses over both sets; ties go to the higher worst-task TNR. The report
-    split is never looked at, so its figures stay an unbiased estimate for the chosen one.
+    arrival-frame misses over both sets among candidates whose TNR on every task's frames is
+    at least ``min_tnr`` percent (all candidates when none is); ties go to the higher
+    worst-task TNR. The report split is never looked at, so its figures stay an unbiased
+    estimate for the chosen one.
 
     Raises:
         ConfigError: a candidate's ``calibration.json`` names a development seed among its
-            training, calibration or report seeds.
+            training, calibration or report seeds, or ``min_tnr`` is outside 0..100.
     """
+    if not 0.0 <= min_tnr <= 100.0:
+        raise ConfigError(
+            f"min_tnr {min_tnr!r} must be a percentage in 0..100", fix="e.g. min_tnr=98"
+        )
     if not checkpoints:
         raise ConfigError("checkpoints: none given", fix="pass one or more checkpoint folders")
     dev = development_seeds(n_val, n_ball)
@@ -957,5 +993,11 @@ def select_minijudge(
                     tnr = min(tnr, r["tnr"])
         row["arrival_missed"], row["worst_tnr"] = misses, tnr
         rows.append(row)
-    best = min(rows, key=lambda r: (r["arrival_missed"], -r["worst_tnr"]))
-    return {"development_seeds": dev, "candidates": rows, "chosen": best["checkpoint"]}
+    eligible = [r for r in rows if r["worst_tnr"] >= min_tnr] or rows
+    best = min(eligible, key=lambda r: (r["arrival_missed"], -r["worst_tnr"]))
+    return {
+        "development_seeds": dev,
+        "min_tnr": min_tnr,
+        "candidates": rows,
+        "chosen": best["checkpoint"],
+    }
