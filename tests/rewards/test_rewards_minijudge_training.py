@@ -301,14 +301,17 @@ def test_selection_uses_only_unseen_development_episodes(tmp_path: Path) -> None
         (lenient / name).write_bytes((SHIPPED / name).read_bytes())
     (lenient / "config.json").write_text(json.dumps({**config, "threshold": 1e-9}))
     cache = str(tmp_path / "dev")
-    result = select_minijudge([strict, SHIPPED, lenient], cache, n_val=2, n_ball=2)
+    # a floor the shipped judge keeps on any draw: on two development episodes per task its
+    # worst TNR moves with the platform's rendering, around the 98 % default
+    result = select_minijudge([strict, SHIPPED, lenient], cache, n_val=2, n_ball=2, min_tnr=50)
     assert result["development_seeds"] == {
         "mujoco:arm_reach": [[70000, 70001]],
         "mujoco:reach_around": [[70000, 70001]],
     }
     strict_row, shipped_row, lenient_row = result["candidates"]
     assert (lenient_row["arrival_missed"], lenient_row["worst_tnr"]) == (0, 0.0)
-    assert result["min_tnr"] == 98.0  # the lenient one is below the TNR floor
+    assert result["min_tnr"] == 50.0  # the lenient one is below the TNR floor
+    assert shipped_row["worst_tnr"] >= 50.0
     assert strict_row["threshold"] == pytest.approx(0.999999)
     n_arrival = sum(v["n_arrival"] for v in shipped_row.values() if isinstance(v, dict))
     assert n_arrival > 0
@@ -317,6 +320,7 @@ def test_selection_uses_only_unseen_development_episodes(tmp_path: Path) -> None
     assert result["chosen"] == str(SHIPPED)
     # between the two extremes, the floor alone decides
     floored = select_minijudge([strict, lenient], cache, n_val=2, n_ball=2)
+    assert floored["min_tnr"] == 98.0
     assert floored["chosen"] == str(strict)  # the only one keeping TNR >= 98 %
     floorless = select_minijudge([strict, lenient], cache, n_val=2, n_ball=2, min_tnr=0)
     assert floorless["chosen"] == str(lenient)  # fewest misses
