@@ -31,6 +31,7 @@ wrapping, device placement, autocast, gradient sync):
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -228,15 +229,38 @@ class Distributed:
         t = torch.as_tensor(np.ascontiguousarray(array)).to(self.device)
         return broadcast(t, from_process=0).cpu().numpy()  # type: ignore[no-any-return]
 
+    def any_rank(self, flag: bool) -> bool:
+        """True on every process when ``flag`` is true on any one of them.
+
+        Decisions that end the loop early (a wall-time budget) are taken per process from
+        its own clock; they must agree, or the ranks that go on wait forever in the next
+        gradient all-reduce for the ones that stopped.
+        """
+        if self.accelerator is None or self.world_size == 1:
+            return bool(flag)
+        t = torch.tensor([1.0 if flag else 0.0], device=self.device)
+        return bool(self.accelerator.reduce(t, reduction="sum").item() > 0)
+
     def barrier(self) -> None:
         """Wait for every process (e.g. before reading what the main process wrote)."""
         if self.accelerator is not None and self.world_size > 1:
             self.accelerator.wait_for_everyone()
 
-    def close(self) -> None:
-        """Tear down the process group (call at the end of a launched run)."""
+    def close(self, wait: bool = True) -> None:
+        """Tear down the process group (call at the end of a launched run).
+
+        Without it gloo's worker threads still hold work objects at interpreter exit and the
+        process can die with SIGABRT ("terminate called without an active exception") after
+        a run that succeeded.
+
+        Args:
+            wait: Wait for every process first (normal end). False after an error on this
+                process: the others may never reach the barrier.
+        """
         if self.accelerator is not None and self.world_size > 1:
-            self.accelerator.wait_for_everyone()
-            self.accelerator.end_training()
+            gc.collect()  # DDP wrappers left in reference cycles still hold the group
+            if wait:
+                self.accelerator.wait_for_everyone()
+                self.accelerator.end_training()
             if torch.distributed.is_available() and torch.distributed.is_initialized():
                 torch.distributed.destroy_process_group()

@@ -344,8 +344,34 @@ def train_pdp(
     Returns:
         A :class:`TrainResult`.
     """
-    t0 = time.perf_counter()
     dist = Distributed.from_env()  # under torchrun / accelerate launch: DDP
+    try:
+        result = _train_pdp(
+            dist, data, out_dir, config, overrides, resume, checkpoint_every, progress,
+            tensorboard, budget_s, stop_after,
+        )  # fmt: skip
+    except BaseException:
+        dist.close(wait=False)
+        raise
+    dist.close()
+    return result
+
+
+def _train_pdp(
+    dist: Distributed,
+    data: str | os.PathLike[str] | Sequence[EpisodeData] | Demonstrations,
+    out_dir: str | os.PathLike[str],
+    config: PDPConfig | None,
+    overrides: dict[str, Any] | None,
+    resume: bool,
+    checkpoint_every: int,
+    progress: bool,
+    tensorboard: bool,
+    budget_s: float | None,
+    stop_after: int | None,
+) -> TrainResult:
+    """:func:`train_pdp` inside the process context ``dist`` (which the caller tears down)."""
+    t0 = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     demonstrations = (
@@ -561,7 +587,7 @@ def train_pdp(
         while step < cfg.steps:
             if stop_after is not None and step - start_step >= stop_after:
                 break
-            if budget_s is not None and time.perf_counter() - t0 > budget_s:
+            if budget_s is not None and dist.any_rank(time.perf_counter() - t0 > budget_s):
                 break
             lr = policy_lr(cfg, step)
             for g in opt.param_groups:

@@ -66,6 +66,7 @@ def main(out: Path) -> None:
                 "weights": weights,
                 "single_losses": ref_local,
                 "single_weights": ref_weights,
+                "any_rank": [dist.any_rank(dist.rank == 1), dist.any_rank(False)],
             }
         )
     )

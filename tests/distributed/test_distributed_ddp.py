@@ -49,6 +49,7 @@ def test_single_process_context_and_sharding() -> None:
     dist = Distributed.from_env()
     assert not dist.enabled and dist.is_main and dist.world_size == 1
     assert dist.shard(32) == slice(0, 32)
+    assert dist.any_rank(True) and not dist.any_rank(False)
     two = [Distributed(rank=r, world_size=2) for r in (0, 1)]
     assert [d.shard(32) for d in two] == [slice(0, 16), slice(16, 32)]
     with pytest.raises(ConfigError, match="33 is not divisible by 2"):
@@ -77,6 +78,7 @@ def test_ddp_helpers_two_processes(tmp_path: Path) -> None:
     np.testing.assert_allclose(mean_local, r0["single_losses"], rtol=1e-5)
     np.testing.assert_array_equal(r0["weights"], r1["weights"])  # gradients were all-reduced
     np.testing.assert_allclose(r0["weights"], r0["single_weights"], rtol=1e-5, atol=1e-6)
+    assert r0["any_rank"] == r1["any_rank"] == [True, False]  # rank 1's flag reaches rank 0
 
 
 def _tb_losses(tb: Path) -> dict[int, float]:
@@ -133,3 +135,27 @@ def test_train_pdp_two_processes_match_one(pdp_data: Path, tmp_path: Path) -> No
     state = json.loads((tmp_path / "two" / "train_state.json").read_text())
     assert state["step"] == 20
     assert len(list((tmp_path / "two").glob("train_state_*.safetensors"))) == 1
+
+
+def test_train_pdp_budget_agreed_and_group_torn_down(pdp_data: Path, tmp_path: Path) -> None:
+    """A budget only rank 1 exceeds stops both ranks at one step; the group is destroyed.
+
+    Before the ranks agreed, rank 0 waited forever in the all-reduce rank 1 never joined;
+    before ``train_pdp`` destroyed its process group, gloo could abort the process at exit
+    (SIGABRT, "terminate called without an active exception") after a successful run.
+    """
+    require("accelerate")
+    proc = subprocess.run(
+        _torchrun(2, str(HERE / "pdp_budget.py"), str(pdp_data), str(tmp_path)),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["steps"] == r1["steps"]
+    assert 0 < r0["steps"] < 60  # rank 1's budget stopped both, long before the 60 steps
+    assert not r0["initialized_after"] and not r1["initialized_after"]
+    state = json.loads((tmp_path / "run" / "train_state.json").read_text())
+    assert state["step"] == r0["steps"]  # the early stop was checkpointed

@@ -161,12 +161,16 @@ def train_vla_cmd(
     main_log = log if dist.is_main else (lambda msg: None)
     settings = BCSettings(**bc, log_every=max(1, bc["steps"] // 8))
     cfg = SteerExperimentConfig(**config)
-    dist.shard(settings.batch_size)  # a batch that does not split over the processes fails now
-    env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout)
-    *_, history = train_tiny_on_env(
-        env, out, cfg.demonstration_episodes, settings, reset, targets, seed=0, log=main_log,
-        dist=dist, text={"num_hidden_layers": cfg.llm_layers},
-    )  # fmt: skip
+    try:
+        dist.shard(settings.batch_size)  # a batch that does not split fails before any work
+        env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout)
+        *_, history = train_tiny_on_env(
+            env, out, cfg.demonstration_episodes, settings, reset, targets, seed=0,
+            log=main_log, dist=dist, text={"num_hidden_layers": cfg.llm_layers},
+        )  # fmt: skip
+    except BaseException:
+        dist.close(wait=False)
+        raise
     if dist.is_main:
         print(json.dumps({"checkpoint": str(out), "final_loss": history[-1]["loss"]}))
     dist.close()
