@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -44,6 +45,20 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _run_two_ranks(script: str, *args: str, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run ``script`` (in this folder) on 2 gloo ranks; return the ``out/rank<r>.json`` files."""
+    proc = subprocess.run(
+        _torchrun(2, str(HERE / script), *args),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r0, r1 = (json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1))
+    return r0, r1
+
+
 def test_single_process_context_and_sharding() -> None:
     """Not launched: a plain context (no accelerate); shards split a global batch evenly."""
     dist = Distributed.from_env()
@@ -62,15 +77,7 @@ def test_single_process_context_and_sharding() -> None:
 def test_ddp_helpers_two_processes(tmp_path: Path) -> None:
     """2 gloo ranks: different local data, synchronised gradients, single-process result."""
     require("accelerate")
-    proc = subprocess.run(
-        _torchrun(2, str(HERE / "ddp_toy.py"), str(tmp_path)),
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    r0, r1 = _run_two_ranks("ddp_toy.py", str(tmp_path), out=tmp_path)
     assert r0["world_size"] == r1["world_size"] == 2
     assert r0["wrapper"] == "DistributedDataParallel"
     assert not np.allclose(r0["local_losses"], r1["local_losses"])  # each rank its own block
@@ -145,15 +152,7 @@ def test_train_pdp_budget_agreed_and_group_torn_down(pdp_data: Path, tmp_path: P
     (SIGABRT, "terminate called without an active exception") after a successful run.
     """
     require("accelerate")
-    proc = subprocess.run(
-        _torchrun(2, str(HERE / "pdp_budget.py"), str(pdp_data), str(tmp_path)),
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    r0, r1 = _run_two_ranks("pdp_budget.py", str(pdp_data), str(tmp_path), out=tmp_path)
     assert r0["steps"] == r1["steps"]
     assert 0 < r0["steps"] < 60  # rank 1's budget stopped both, long before the 60 steps
     assert not r0["initialized_after"] and not r1["initialized_after"]
