@@ -26,6 +26,8 @@ wrapping, device placement, autocast, gradient sync):
   only the trainable submodule is registered (unused parameters never stall the all-reduce and
   checkpoints keep the model's own parameter names).
 * ``is_main`` / :meth:`Distributed.barrier`: one process writes checkpoints and logs.
+* a context manager: ``with Distributed.from_env() as dist:`` tears the process group down
+  at the end (after an error without waiting for the other processes).
 """
 
 from __future__ import annotations
@@ -245,6 +247,13 @@ class Distributed:
         """Wait for every process (e.g. before reading what the main process wrote)."""
         if self.accelerator is not None and self.world_size > 1:
             self.accelerator.wait_for_everyone()
+
+    def __enter__(self) -> Distributed:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        """:meth:`close`; after an error on this process without waiting for the others."""
+        self.close(wait=exc_type is None)
 
     def close(self, wait: bool = True) -> None:
         """Tear down the process group (call at the end of a launched run).

@@ -344,17 +344,11 @@ def train_pdp(
     Returns:
         A :class:`TrainResult`.
     """
-    dist = Distributed.from_env()  # under torchrun / accelerate launch: DDP
-    try:
-        result = _train_pdp(
+    with Distributed.from_env() as dist:  # under torchrun / accelerate launch: DDP
+        return _train_pdp(
             dist, data, out_dir, config, overrides, resume, checkpoint_every, progress,
             tensorboard, budget_s, stop_after,
         )  # fmt: skip
-    except BaseException:
-        dist.close(wait=False)
-        raise
-    dist.close()
-    return result
 
 
 def _train_pdp(

@@ -157,23 +157,19 @@ def train_vla_cmd(
     processes), only the main process logs, writes the checkpoint and prints.
     """
     torch.set_num_threads(1)
-    dist = Distributed.from_env(find_unused_parameters=True)  # last vision layers are unused
-    main_log = log if dist.is_main else (lambda msg: None)
     settings = BCSettings(**bc, log_every=max(1, bc["steps"] // 8))
     cfg = SteerExperimentConfig(**config)
-    try:
+    # the last vision layers are unused: DDP must not wait for their gradients
+    with Distributed.from_env(find_unused_parameters=True) as dist:
         dist.shard(settings.batch_size)  # a batch that does not split fails before any work
         env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout)
         *_, history = train_tiny_on_env(
             env, out, cfg.demonstration_episodes, settings, reset, targets, seed=0,
-            log=main_log, dist=dist, text={"num_hidden_layers": cfg.llm_layers},
+            log=log if dist.is_main else (lambda msg: None), dist=dist,
+            text={"num_hidden_layers": cfg.llm_layers},
         )  # fmt: skip
-    except BaseException:
-        dist.close(wait=False)
-        raise
-    if dist.is_main:
-        print(json.dumps({"checkpoint": str(out), "final_loss": history[-1]["loss"]}))
-    dist.close()
+        if dist.is_main:
+            print(json.dumps({"checkpoint": str(out), "final_loss": history[-1]["loss"]}))
 
 
 @train_app.command("minijudge")
