@@ -576,3 +576,49 @@ class PDPConfig:
             ignore=("policy_type", "format_version"),
             fix="the checkpoint was written by a newer version; upgrade embodied",
         )
+
+
+AUTOCAST_MODES = ("auto", "bf16", "off")
+"""Mixed precision of the camera backbones in training (:class:`TrainSpeedConfig`)."""
+
+
+@dataclass
+class TrainSpeedConfig:
+    """How policy training uses the hardware: the function learned is the same up to rounding.
+
+    Not part of the checkpoint (a policy trained one way runs any way); recorded in the
+    run's ``train_state.json``. Measured on the LIBERO visuomotor DP (``embodied bench
+    policy``, key ``dp_visuomotor_libero``).
+
+    Args:
+        autocast: Precision of the camera backbones' convolutions: ``bf16``, ``off``
+            (float32) or ``auto`` (bf16 where the device computes it natively: CPUs with AMX
+            or AVX512-BF16, CUDA GPUs with bf16; float32 elsewhere). The denoiser, the
+            spatial softmax, the loss and the optimizer stay float32.
+        channels_last: Backbone weights in channels-last layout (the crops already are).
+        compile: ``torch.compile`` the backbones (on this project's 2-core CPU it made the
+            step slower, so it is off by default).
+        fused_optimizer: Adam/AdamW's fused kernel (one pass over all parameters instead of
+            one per tensor group).
+    """
+
+    autocast: str = "auto"
+    channels_last: bool = True
+    compile: bool = False
+    fused_optimizer: bool = True
+
+    def __post_init__(self) -> None:
+        _check(
+            self.autocast in AUTOCAST_MODES,
+            f"autocast={self.autocast!r} is unknown",
+            f"use one of {AUTOCAST_MODES}",
+        )
+
+    @classmethod
+    def plain(cls) -> TrainSpeedConfig:
+        """Every switch off: float32, default layout, no compilation, per-group optimizer."""
+        return cls(autocast="off", channels_last=False, compile=False, fused_optimizer=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable dict."""
+        return config_to_dict(self)

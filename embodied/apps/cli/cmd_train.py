@@ -13,9 +13,11 @@ from typing import Any
 import torch
 import typer
 
+from embodied.apps.cli._common import parse_kv
 from embodied.apps.cli._config_options import Opt, config_options
 from embodied.apps.cli._steer import log, steer_env
 from embodied.apps.experiments.steer import SteerExperimentConfig, train_tiny_on_env
+from embodied.apps.training.selection_pdp import DEVELOPMENT_SEED, SelectConfig, select_snapshot
 from embodied.apps.training.training_minijudge import (
     DEVELOPMENT_MIN_TNR,
     MiniJudgeTrainConfig,
@@ -25,7 +27,7 @@ from embodied.apps.training.training_minijudge import (
 from embodied.distributed import Distributed
 from embodied.errors import ConfigError
 from embodied.io import write_json
-from policies.diffusion.configuration_pdp import PDPConfig
+from policies.diffusion.configuration_pdp import PDPConfig, TrainSpeedConfig
 from policies.diffusion.training_pdp import train_pdp
 from policies.openvla.training_openvla import BCSettings
 from sim.libero import demonstration_files as libero_demonstration_files
@@ -35,6 +37,9 @@ train_app = typer.Typer(help=__doc__, no_args_is_help=True)
 
 
 @train_app.command("pdp")
+@config_options(
+    TrainSpeedConfig, *(f.name for f in dataclasses.fields(TrainSpeedConfig)), into="speed"
+)
 @config_options(
     PDPConfig,
     *(
@@ -89,13 +94,20 @@ def train_pdp_cmd(
     checkpoint_every: int = typer.Option(500, help="Steps between resumable checkpoints."),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT/train_state.json."),
     budget_s: float = typer.Option(0.0, help="Stop after this many seconds (0 = no limit)."),
-    threads: int = typer.Option(1, help="torch CPU threads."),
+    snapshot_every_s: float = typer.Option(
+        0.0,
+        help="Keep the EMA policy every this many seconds of training (OUT/snapshots/; "
+        "0 = none), for `embodied train pdp-select`.",
+    ),
+    threads: int = typer.Option(0, help="torch CPU threads (0 = one per core)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
     *,
     config: dict[str, Any],
+    speed: dict[str, Any],
 ) -> None:
     """Train a Parameterized Diffusion Policy (manifold VAE, then z-conditioned diffusion)."""
-    torch.set_num_threads(threads)
+    if threads:
+        torch.set_num_threads(threads)
     overrides: dict[str, object] = dict(config)  # PDPConfig fields, "manifold.steps" nested
     if exclude_state:
         overrides["obs_exclude"] = [s.strip() for s in exclude_state.split(",") if s.strip()]
@@ -112,6 +124,8 @@ def train_pdp_cmd(
         checkpoint_every=checkpoint_every,
         progress=not no_progress,
         budget_s=budget_s or None,
+        speed=TrainSpeedConfig(**speed),
+        snapshot_every_s=snapshot_every_s or None,
     )
     if int(os.environ.get("RANK", "0") or 0) != 0:
         return  # under torchrun / accelerate launch only the main process prints its result
@@ -125,6 +139,43 @@ def train_pdp_cmd(
             }
         )
     )
+
+
+@train_app.command("pdp-select")
+def select_pdp_cmd(
+    run: Path = typer.Argument(..., help="Training run folder (train pdp --snapshot-every-s)."),
+    env: str = typer.Option("libero:libero_object", "--env", help="Env or suite of the scenes."),
+    episodes: int = typer.Option(3, "--episodes", help="Development episodes per task."),
+    seed: int = typer.Option(
+        DEVELOPMENT_SEED, "--seed", help="First placement seed (apart from the training data's)."
+    ),
+    workers: int = typer.Option(1, "--workers", help="Evaluation worker processes."),
+    cameras: str = typer.Option(
+        "agentview,eye_in_hand", "--cameras", help="LIBERO cameras, comma-separated."
+    ),
+    env_arg: list[str] = typer.Option(
+        [], "--env-arg", help="Env option key=value for every env family (repeatable)."
+    ),
+) -> None:
+    """Choose a DP checkpoint on development scenes (sampled placements, never LIBERO's fixed
+    init states): evaluates every snapshot once, writes RUN/selection/curve.{json,png} (success
+    against training wall time) and copies the best snapshot to RUN/best."""
+    common = parse_kv(env_arg, "--env-arg", "render_size=84")
+    env_kwargs = {
+        "mujoco": dict(common),
+        "libero": {"cameras": tuple(c for c in cameras.split(",") if c), **common},
+    }
+    try:
+        cfg = SelectConfig(str(run), env, episodes, seed, workers, env_kwargs)
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    summary = select_snapshot(cfg)
+    for row in summary["curve"]:
+        print(
+            f"{row['snapshot']}: {row['train_seconds'] / 60:.1f} min, "
+            f"{row['successes']}/{row['n']} [{100 * row['ci_low']:.1f}, {100 * row['ci_high']:.1f}] %"
+        )
+    print(f"chosen: {summary['chosen']} -> {run / 'best'}")
 
 
 @train_app.command("vla")

@@ -18,6 +18,9 @@ import policies
 from embodied.contracts import Env, Policy
 from embodied.errors import ConfigError
 
+SCENES = ("fixed", "sampled")
+"""Values of :attr:`EvalConfig.scenes`."""
+
 PolicyFactory = Callable[[Env], Policy]
 """Builds a policy for an env (called in the worker process; must be picklable)."""
 
@@ -107,6 +110,11 @@ class EvalConfig:
         max_episode_errors: Stop the evaluation (``EvaluationError``) once more than this
             many episodes failed to run to their end (raised, or their worker died); None:
             never stop, every such episode counts in n as a failure.
+        scenes: Where episodes of a family with fixed init states (LIBERO) start: ``fixed``
+            (episode k from init state k mod N, the benchmark's protocol) or ``sampled``
+            (development scenes: the placement the family samples itself with seed
+            ``seed + k``, never one of the fixed init states; pick seeds apart from the
+            training data's). Families without fixed init states ignore it.
 
     Derived:
         env_ids: ``envs`` as a tuple.
@@ -127,6 +135,7 @@ class EvalConfig:
     preflight: bool = True
     judge: str | None = None
     max_episode_errors: int | None = None
+    scenes: str = "fixed"
     env_ids: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -159,6 +168,11 @@ class EvalConfig:
                 f"max_episode_errors must be >= 0 or None, got {self.max_episode_errors}",
                 fix="0 stops at the first failed episode; None never stops",
             )
+        if self.scenes not in SCENES:
+            raise ConfigError(
+                f"scenes={self.scenes!r} is unknown",
+                fix=f"use one of {SCENES}: fixed init states (the benchmark) or sampled ones",
+            )
         if self.start_method not in ("forkserver", "spawn"):
             raise ConfigError(
                 f"start_method {self.start_method!r} not allowed; use 'forkserver' or 'spawn'",
@@ -189,6 +203,7 @@ class EvalConfig:
             "start_method": self.start_method,
             "judge": self.judge,
             "max_episode_errors": self.max_episode_errors,
+            "scenes": self.scenes,
         }
 
 

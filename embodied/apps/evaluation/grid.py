@@ -68,11 +68,21 @@ def expand_tasks(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> li
     return out
 
 
+def _scene(n_init: int | None, config: EvalConfig, k: int) -> tuple[int | None, dict[str, int]]:
+    """Episode ``k``'s fixed init state (or None) and its reset options."""
+    if n_init is None:
+        return None, {}
+    if config.scenes == "sampled":  # a placement the family samples, no fixed init state
+        return None, {"placement_seed": config.seed + k}
+    return k % n_init, {"init_state": k % n_init}
+
+
 def build_grid(config: EvalConfig) -> list[EpisodeSpec]:
     """Lay out every episode of ``config``, task-major so workers can reuse their envs.
 
     Episode ``k`` of a task uses seed ``config.seed + k`` and, where the family has fixed
-    init states, ``reset_options={"init_state": k % N}``. Every variant sees the same
+    init states, ``reset_options={"init_state": k % N}`` (``config.scenes == "sampled"``:
+    ``{"placement_seed": seed + k}`` instead). Every variant sees the same
     seeds and init states (paired comparison).
     """
     specs: list[EpisodeSpec] = []
@@ -86,7 +96,7 @@ def build_grid(config: EvalConfig) -> list[EpisodeSpec]:
             n = config.episodes if config.episodes is not None else entry.default_episodes
             for variant in config.variants:
                 for k in range(n):
-                    init = None if entry.num_init_states is None else k % entry.num_init_states
+                    init, options = _scene(entry.num_init_states, config, k)
                     specs.append(
                         EpisodeSpec(
                             index=len(specs),
@@ -96,7 +106,7 @@ def build_grid(config: EvalConfig) -> list[EpisodeSpec]:
                             seed=config.seed + k,
                             init_state=init,
                             variant=variant.name,
-                            reset_options={} if init is None else {"init_state": init},
+                            reset_options=options,
                             record_video=k in config.video_episodes,
                         )
                     )
