@@ -80,6 +80,8 @@ class CollectConfig:
             lets LIBERO place the objects itself from the task's init regions, numpy seeded
             with ``seed + k``: the same distribution, none of the evaluation's scenes (data
             to train a policy that is then evaluated on the fixed ones).
+        workers: LIBERO suites (``libero:libero_object``): tasks collected at once, one
+            process each (one core each: a task's rendering is single-threaded).
         policy_kwargs: More keyword arguments of the policy factory (``--policy-arg``).
 
     Derived:
@@ -101,6 +103,7 @@ class CollectConfig:
     action_noise: float = 0.0
     noise_time_constant: float = 0.0
     init_states: str = "fixed"
+    workers: int = 1
     policy_kwargs: Mapping[str, Any] = field(default_factory=dict)
     attempts: int = field(init=False)
 
@@ -149,6 +152,14 @@ class CollectConfig:
                     f"{key} must be a finite number >= 0, got {value}",
                     fix=f"e.g. --{key.replace('_', '-')} 0.3, or 0 for none",
                 )
+        if self.workers < 1:
+            raise ConfigError(f"workers must be >= 1, got {self.workers}", fix="e.g. --workers 2")
+        if self.workers > 1 and not self.env.startswith("libero:"):
+            raise ConfigError(
+                f"workers={self.workers}: parallel collection is per task of a LIBERO suite, "
+                f"not for {self.env}",
+                fix="drop --workers (or collect a LIBERO suite, e.g. libero:libero_object)",
+            )
         object.__setattr__(self, "policy_kwargs", dict(self.policy_kwargs))
 
     def env_kwargs(self) -> dict[str, Any]:
@@ -248,7 +259,10 @@ def collect(
     """
     out = Path(out)
     if config.env.startswith("libero:"):
-        return collect_libero(config, out, on_attempt)
+        tasks = collect_tasks(config)
+        if len(tasks) > 1:
+            return collect_libero_suite(config, out, tasks, on_attempt)
+        return collect_libero(replace(config, env=tasks[0]), out, on_attempt)
     env_kwargs = config.env_kwargs()
     env = sim.make(config.env, **env_kwargs)
     try:
@@ -386,6 +400,67 @@ LIBERO_CAMERAS = ("agentview", "eye_in_hand")
 """Cameras a LIBERO collection renders by default (the two of LIBERO's demonstrations)."""
 LIBERO_IMAGE_SIZE = 128
 """Default image size (px) of a LIBERO collection, as LIBERO's official files."""
+
+
+def collect_tasks(config: CollectConfig) -> list[str]:
+    """The env ids ``config.env`` names: every task of a LIBERO suite, else itself."""
+    if not config.env.startswith("libero:"):
+        return [config.env]
+    from embodied.apps.evaluation.grid import expand_tasks
+
+    return [entry.env_id for entry in expand_tasks(config.env)]
+
+
+def libero_demo_path(out: Path, env_id: str) -> Path:
+    """Where :func:`collect_libero` writes task ``env_id``: ``out/<task name>_demo.hdf5``."""
+    from sim.libero.tasks import resolve_task
+
+    return out / f"{resolve_task(env_id.partition(':')[2]).name}_demo.hdf5"
+
+
+def _collect_libero_task(config: CollectConfig, out: Path) -> CollectResult:
+    return collect_libero(config, out)  # a worker process's whole job (picklable)
+
+
+def collect_libero_suite(
+    config: CollectConfig,
+    out: Path,
+    tasks: list[str],
+    on_attempt: Callable[[CollectResult], None] | None = None,
+) -> CollectResult:
+    """Collect every task of a LIBERO suite into ``out``, ``config.workers`` tasks at once.
+
+    Each task's file is written whole when the task ends (atomically), so a rerun with the same
+    arguments resumes: tasks whose file exists are skipped, the task that was running when
+    the collection was killed starts over.
+    """
+    import concurrent.futures as cf
+    import multiprocessing
+
+    todo = [t for t in tasks if not libero_demo_path(out, t).exists()]
+    done = len(tasks) - len(todo)
+    total = CollectResult(out, config.episodes * done, 0, 0, last_shard=-1)
+    if on_attempt is not None:
+        on_attempt(total)
+
+    def add(result: CollectResult) -> None:
+        total.kept += result.kept
+        total.failed += result.failed
+        total.attempts += result.attempts
+        if on_attempt is not None:
+            on_attempt(total)
+
+    configs = [replace(config, env=t, workers=1) for t in todo]
+    if config.workers == 1:
+        for cfg in configs:
+            add(collect_libero(cfg, out))
+        return total
+    context = multiprocessing.get_context("forkserver")  # never fork a GL context
+    with cf.ProcessPoolExecutor(min(config.workers, len(configs)) or 1, mp_context=context) as pool:
+        futures = [pool.submit(_collect_libero_task, cfg, out) for cfg in configs]
+        for future in cf.as_completed(futures):
+            add(future.result())
+    return total
 
 
 def collect_libero(

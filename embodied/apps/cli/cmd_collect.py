@@ -2,7 +2,9 @@
 
 The episodes go into a robomimic-style shard folder. Collecting into an
 existing folder resumes it after its largest seed (same env, observations and
-actions only).
+actions only). A LIBERO suite (libero:libero_object) collects every task into
+one <task>_demo.hdf5 each, --workers tasks at once; rerunning skips the tasks
+whose file exists.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from embodied.apps.cli._common import parse_kv
 from embodied.apps.cli._config_options import Opt, config_options
-from embodied.apps.collect import CollectConfig, CollectResult, collect
+from embodied.apps.collect import CollectConfig, CollectResult, collect, collect_tasks
 
 
 def register(app: typer.Typer) -> None:
@@ -39,6 +41,7 @@ def register(app: typer.Typer) -> None:
         "action_noise",
         "noise_time_constant",
         "init_states",
+        "workers",
     )
     def collect_cmd(
         out: Path = typer.Option(..., "--out", help="Dataset folder (resumed if it exists)."),
@@ -57,7 +60,8 @@ def register(app: typer.Typer) -> None:
             TextColumn("{task.fields[status]}"),
         )
         with Progress(*columns, transient=False) as progress:
-            bar = progress.add_task(f"collect {cfg.env}", total=cfg.episodes, status="")
+            total = cfg.episodes * len(collect_tasks(cfg))  # every task of a LIBERO suite
+            bar = progress.add_task(f"collect {cfg.env}", total=total, status="")
 
             def on_attempt(result: CollectResult) -> None:
                 status = f"{result.failed} failed / {result.attempts} run"
