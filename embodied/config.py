@@ -9,15 +9,21 @@ do the round trip the same way everywhere:
 * a field whose type is itself a config dataclass is written as an object and rebuilt;
 * unknown keys are refused with an error naming them and the valid keys - a checkpoint from a
   newer version, or a typo, never loads silently half-understood.
+
+``check_options`` applies the same rule to the keyword options of a policy or expert
+(``--policy-arg key=value``): known names only, values converted to the annotated types.
 """
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import functools
+import inspect
+import math
 import types
 import typing
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 from embodied.errors import ConfigError, EmbodiedError
@@ -111,3 +117,136 @@ def _from_json(hint: Any, value: Any) -> Any:
 
 def _is_union(hint: Any) -> bool:
     return typing.get_origin(hint) in (typing.Union, types.UnionType)
+
+
+_EMPTY = inspect.Parameter.empty
+
+
+def check_options(
+    target: Callable[..., Any],
+    options: Mapping[str, Any],
+    what: str,
+    *,
+    skip: Collection[str] = ("self", "env"),
+) -> dict[str, Any]:
+    """Check keyword ``options`` for ``target`` (a function or class) by its signature.
+
+    One rule for every policy and expert option (``--policy-arg key=value``): each name must be
+    a parameter of ``target`` and each value must fit its annotation. Values given as text (the
+    command line) are converted: ``"0.3"`` for a float, ``"2"`` for an int, ``"true"`` for a
+    bool; a list for a tuple annotation.
+
+    Args:
+        target: What the options are passed to (a class: its ``__init__``).
+        options: Name -> value.
+        what: How the error names the receiver (``"policy 'sine'"``).
+        skip: Parameters that are not options (set by the caller).
+
+    Returns:
+        The options with converted values.
+
+    Raises:
+        ConfigError: an unknown name, or a value of the wrong type; the message names the key,
+            the value and what it takes.
+    """
+    fn = target.__init__ if isinstance(target, type) else target  # type: ignore[misc]
+    params = {
+        name: p
+        for name, p in inspect.signature(fn).parameters.items()
+        if name not in skip and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    }
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # an annotation that does not resolve: check names only
+        hints = {}
+    unknown = sorted(set(options) - set(params))
+    if unknown:
+        known = ", ".join(params) or "none"
+        raise ConfigError(
+            f"{what} got unknown option(s) {unknown}; its options: {known}",
+            fix=f"pass only {known} (e.g. --policy-arg {next(iter(params), 'key')}=...)",
+        )
+    out: dict[str, Any] = {}
+    for name, value in options.items():
+        hint = hints.get(name, _EMPTY)
+        try:
+            out[name] = _convert(hint, value)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"{what} option {name}={value!r} is not {_describe(hint)}",
+                fix=f"pass {name} as {_describe(hint)}",
+            ) from None
+    return out
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    """``value`` as ``hint`` takes it; raises TypeError/ValueError if it cannot be."""
+    if hint is _EMPTY or hint is Any:
+        return value
+    if _is_union(hint):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(arg, value)
+            except (TypeError, ValueError):
+                continue
+        raise ValueError(value)
+    origin = typing.get_origin(hint) or hint
+    if origin is typing.Literal:
+        if value in typing.get_args(hint):
+            return value
+        raise ValueError(value)
+    if origin is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+            return value.lower() in ("true", "1")
+        raise ValueError(value)
+    if origin is float:
+        if isinstance(value, bool):
+            raise TypeError(value)
+        number = float(value)  # int, float or numeric text
+        if isinstance(value, str) and not math.isfinite(number):
+            raise ValueError(value)
+        return number
+    if origin is int:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise TypeError(value)
+        return int(value)
+    if origin is str:
+        if not isinstance(value, str):
+            raise TypeError(value)
+        return value
+    if origin in (tuple, list) or origin is collections.abc.Sequence:
+        if isinstance(value, str) or not isinstance(value, list | tuple):
+            raise TypeError(value)
+        items_hint = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        if origin is tuple and items_hint and Ellipsis not in typing.get_args(hint):
+            if len(items_hint) != len(value):
+                raise ValueError(value)
+            return tuple(_convert(a, v) for a, v in zip(items_hint, value, strict=True))
+        inner = items_hint[0] if items_hint else _EMPTY
+        items = [_convert(inner, v) for v in value]
+        return tuple(items) if origin is tuple else items
+    return value
+
+
+def _describe(hint: Any) -> str:
+    """What a value of ``hint`` is, in words."""
+    if hint is _EMPTY or hint is Any:
+        return "any value"
+    if _is_union(hint):
+        return " or ".join(_describe(a) for a in typing.get_args(hint))
+    origin = typing.get_origin(hint) or hint
+    words = {float: "a number", int: "an integer", bool: "true or false", str: "a string"}
+    if origin is type(None):
+        return "null"
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(hint))
+    if origin in (tuple, list) or origin is collections.abc.Sequence:
+        return "a list such as [0.2, 0.4]"
+    return words.get(origin, getattr(origin, "__name__", str(origin)))

@@ -89,6 +89,24 @@ def _umask() -> int:
     return mask
 
 
+def require_output_dir(path: str | os.PathLike[str], option: str = "--out") -> Path:
+    """``path`` as an output folder: it may exist as a folder or not at all, never as a file.
+
+    Commands call this before any work, so a wrong ``--out`` fails in a second with the fix,
+    not after minutes of work with a traceback.
+
+    Raises:
+        ConfigError: ``path`` exists and is not a folder.
+    """
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(
+            f"{option} {str(out)!r} is an existing file, not a folder",
+            fix=f"pass a folder for {option} (a new name, or an existing output folder)",
+        )
+    return out
+
+
 def write_json(path: str | os.PathLike[str], data: Any) -> None:
     """Atomically write ``data`` as indented JSON."""
     with atomic_path(path) as tmp:

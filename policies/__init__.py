@@ -69,4 +69,11 @@ def load(spec: str | os.PathLike[str], env: Env | None = None, **kwargs: Any) ->
                 "pass a folder written by save_pretrained / `embodied train`",
             )
         return CHECKPOINT_LOADERS.make(policy_type, path=path, env=env, **kwargs)
+    if str(spec) not in POLICIES and (path.exists() or os.sep in str(spec) or "/" in str(spec)):
+        what = "is a file, not a checkpoint folder" if path.exists() else "does not exist"
+        raise CheckpointError(
+            f"policy {str(spec)!r} {what}",
+            fix="pass a checkpoint folder (config.json + weights, as `embodied train` writes "
+            f"it) or a policy name: {', '.join(POLICIES.names())}",
+        )
     return POLICIES.make(str(spec), env=env, **kwargs)

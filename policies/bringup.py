@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from embodied.config import check_options
 from embodied.contracts import Env, Policy
 from embodied.errors import CompatibilityError, ConfigError
 from embodied.specs import Observation
@@ -100,4 +101,4 @@ def make_hold(env: Env | None = None, **kwargs: Any) -> Policy:
 @POLICIES.register("sine")
 def make_sine(env: Env | None = None, **kwargs: Any) -> Policy:
     """Bring-up: joints oscillate around their start position (amplitude_rad, frequency_hz)."""
-    return SinePolicy(_joint_env(env, "sine"), **kwargs)
+    return SinePolicy(_joint_env(env, "sine"), **check_options(SinePolicy, kwargs, "policy 'sine'"))

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from embodied.config import check_options
 from embodied.contracts import Env, Knob, KnobMixin, Policy
 from embodied.errors import ConfigError, UnknownNameError
 from embodied.specs import Observation
@@ -123,7 +124,9 @@ def make_speed_knob_expert(env: Env | None = None, **kwargs: Any) -> SpeedKnobEx
             "expert_speed_knob needs the env it runs on",
             fix='policies.load("expert_speed_knob", env=env)',
         )
-    return SpeedKnobExpert(env, **kwargs)
+    return SpeedKnobExpert(
+        env, **check_options(SpeedKnobExpert, kwargs, "policy 'expert_speed_knob'")
+    )
 
 
 POLICIES.register("expert_speed_knob", make_speed_knob_expert)

@@ -14,33 +14,54 @@ point:
   GAE bootstraps from (reference ``_calculate_gae``: ``value = sum(probs * q_values)``). The
   critic is regressed on the GAE lambda-return of the taken action, ``Q(s_t, a_t) -> R_t``
   (reference ``_loss_fn``, ``q_value = take_along_axis(q_values, action)``).
-* **Advantage** (reference ``expected_improvement_min`` and ``calc_remax_advantage``): the
-  other ``M - 1`` retries at state s draw actions ``A ~ pi`` and are valued by the (rollout)
-  Q values, with the taken action's value replaced by its sampled return R (``replace_q``:
-  a retry of the same action meets the same return draw). The learning signal of the taken
-  action is the expected improvement of R over the best of those retries,
-  ``EI(R) = E[(R - max_{j<M} q'_{A_j})_+]``, and the baseline is ``sum_b pi_b EI(q'_b)``;
-  ``A = EI(R) - sum_b pi_b EI(q'_b)``. With the actions sorted by q' (descending) and ``C_k``
-  the cumulative policy mass, ``EI(x) = v_0 + sum_k (v_{k+1} - v_k) (1 - C_k)^(m-1)`` with
-  ``v_k = (x - q'_(k))_+``: the probability that all ``m - 1`` retries fall below rank k is
-  ``(1 - C_k)^(m-1)``, which is defined for any real m - this is the paper's continuous
-  retry count ``m > 0``. (The reference passes ``M - 1`` to ``expected_improvement_min``.)
-* **PPO update**: the advantage is normalised per minibatch and used in the clipped
-  surrogate; value loss and entropy bonus are SB3's; ``use_current_probs`` (reference
-  default True) recomputes pi in EI and the baseline with the current (detached) policy at
-  every minibatch.
+* **Advantage** (reference ``expected_improvement_min`` and ``calc_remax_advantage``, called
+  by the agent as ``calc_remax_advantage(targets, traj_batch.q_values, probs,
+  traj_batch.action, args.M-1, ...)``): the other ``M - 1`` retries at state s draw actions
+  ``A ~ pi`` and are valued by the reference values ``q'``: the (rollout) Q values with the
+  taken action's entry replaced by its sampled return R (``replace_q``, ``replace_type=
+  "return"``: a retry of the same action meets the same return draw). ``EI(x; q') =
+  E[(x - max_{j<M} q'_{A_j})_+]`` is the expected improvement of x over the best of those
+  retries. The signal is ``EI(R; q')``; the baseline scores the *original* Q value of every
+  action against the same ``q'`` and averages under pi, ``sum_b pi_b EI(q_b; q')``
+  (reference: ``q_plus = expected_improvement_min(q, q_ref_for_q, ...)``), so
+  ``A = EI(R; q') - sum_b pi_b EI(q_b; q')``. With the actions sorted by q' (descending) and
+  ``C_k`` the cumulative policy mass, ``EI(x; q') = v_0 + sum_k (v_{k+1} - v_k) (1 -
+  C_k)^(m-1)`` with ``v_k = (x - q'_(k))_+``: the probability that all ``m - 1`` retries fall
+  below rank k is ``(1 - C_k)^(m-1)``, which is defined for any real m - this is the paper's
+  continuous retry count ``m > 0``. (The reference passes ``M - 1`` to
+  ``expected_improvement_min``; ``1 - C_k`` is clipped to ``[1e-8, 1]`` as there.) Checked
+  against values produced by the reference's own JAX functions (copied verbatim) at
+  m = 0.5 ... 4, with and without ``replace_q``
+  (``tests/controllers/fixtures/reppo_reference_advantage.json``).
+* **PPO update**: the advantage is normalised per minibatch with the population std
+  (reference: ``(a - a.mean()) / (a.std() + 1e-8)``, ``jnp.std``) and used in the clipped
+  surrogate; value loss and entropy bonus are SB3's; ``use_current_probs`` (reference default
+  True) recomputes pi in EI and the baseline with the current (detached) policy at every
+  minibatch.
 
 Deviations from the reference (labelled *our choice*):
 
-* **m = 1 exactly** is plain PPO with the Q critic: no retries, so ``J_1`` is the expected
-  return and the update uses SB3's GAE advantages unchanged (bit-identical to ``PPO`` with
-  :class:`QActorCriticPolicy`; tested). The reference's formula evaluated at exponent 0
-  floors the signal at ``min_b q'_b`` (and, with ``replace_q``, puts R into the baseline),
-  so it is not PPO there; :func:`remax_advantage` at m = 1 returns ``R - sum_b pi_b q_b``.
-* Advantage normalisation uses SB3's unbiased std (the reference: population std); the value
-  loss is SB3's (unclipped unless ``clip_range_vf`` is set; the reference clips it); the old Q
-  values are recomputed at the start of ``train()`` with the unchanged rollout parameters
-  instead of being stored during the rollout.
+* **m = 1 exactly** in :class:`RePPO` is plain PPO with the Q critic: no retries, so ``J_1``
+  is the expected return and the update uses SB3's GAE advantages and SB3's advantage
+  normalisation (unbiased std) unchanged (bit-identical to ``PPO`` with
+  :class:`QActorCriticPolicy`; tested). The reference's formula at exponent 0 is not PPO's
+  advantage: there every weight ``(1 - C_k)^0`` is 1, ``EI(x; q') = (x - min q')_+``, and
+  ``A = (R - min q')_+ - sum_b pi_b (q_b - min q')_+``, which with ``replace_q`` equals
+  ``R - sum_b pi_b q_b - pi_a (min q' - q_a)_+`` (a = the taken action) and without it
+  ``R - sum_b pi_b q_b + (min q - R)_+``. :func:`remax_advantage` computes the reference
+  formula at m = 1 unless ``ppo_at_m1=True`` (our extension).
+  **The m = 1 arm is therefore not the m -> 1 limit of the family.** The formula is
+  continuous in m (we measured ``|A(m=1+1e-6) - A(m=1)| <= 3e-5`` on 100000 random samples),
+  but it jumps away from the PPO arm: between m = 1 (PPO) and m = 1 + 1e-6 the advantage
+  changes by ``pi_a (min q' - q_a)_+`` with ``replace_q`` - nonzero only where the taken
+  action's Q is below every other Q and below its own return. Measured (float64; q ~ N(0, 1),
+  R ~ N(0, 4), pi = softmax(1.5 N(0, 1)), K = 6, a ~ pi, 100000 samples): with ``replace_q``
+  12 % of samples jump, by 0.029 on average and up to 2.94; without it 28 %, mean 0.36, up
+  to 7.9. On the fixture's three batches the largest jump is 0.10 (``replace_q``) and 2.04
+  (without).
+* The value loss is SB3's (unclipped unless ``clip_range_vf`` is set; the reference clips it);
+  the old Q values are recomputed at the start of ``train()`` with the unchanged rollout
+  parameters instead of being stored during the rollout.
 * Only ``replace_type="return"`` of the reference is ported (its default and the one used in
   its ``sh/run_minatar.sh``).
 * ``m`` must be finite and > 0 (the paper's range; its MinAtar sweep uses 0.8 ... 3.0).
@@ -229,13 +250,22 @@ def remax_advantage(
     actions: th.Tensor,
     m: float,
     replace_q: bool = True,
+    *,
+    ppo_at_m1: bool = False,
 ) -> th.Tensor:
-    """ReMax advantage ``EI(R) - sum_b pi_b EI(q'_b)`` of the taken actions.
+    """ReMax advantage ``EI(R; q') - sum_b pi_b EI(q_b; q')`` of the taken actions.
 
-    Port of the reference ``calc_remax_advantage`` with ``use_baseline=True`` and
-    ``replace_type="return"``: with ``replace_q`` the taken action's Q value is replaced by
-    its return R in both terms (``q'``). At ``m == 1`` (no retries; *our choice*, see the
-    module docstring) it is ``R - sum_b pi_b q_b``, the ordinary advantage with a Q critic.
+    Port of the reference ``calc_remax_advantage`` (``agents/minatar/reppo.py``) with
+    ``use_baseline=True`` and ``replace_type="return"``, called as the reference agent calls it
+    (exponent ``m - 1``). ``q'`` is ``q`` with the taken action's entry replaced by its return R
+    when ``replace_q`` (else ``q' = q``); ``EI(x; q')`` is :func:`expected_improvement` of x
+    over the best of ``m - 1`` retries ``A ~ pi`` valued by ``q'``. The signal scores the return
+    R against ``q'``; the baseline scores the *original* Q values ``q_b`` of every action
+    against the same ``q'`` and averages them under pi (reference: ``R_plus =
+    expected_improvement_min(R, q_ref_for_R, ...)``, ``q_plus = expected_improvement_min(q,
+    q_ref_for_q, ...)``, ``baseline = sum(pi * q_plus)``). At ``m == 1`` this is the reference
+    formula at exponent 0, ``(R - min q')_+ - sum_b pi_b (q_b - min q')_+`` - not PPO's
+    advantage (see the module docstring).
 
     Args:
         returns: Sampled returns R of the taken actions (lambda-returns), shape (B,).
@@ -243,18 +273,22 @@ def remax_advantage(
         pi: Action probabilities, shape (B, K).
         actions: Taken actions, shape (B,), integer.
         m: Retry count (> 0, real).
-        replace_q: Value a retry of the taken action by R instead of its Q value.
+        replace_q: Value a retry of the taken action by R instead of its Q value (reference
+            default of the agent).
+        ppo_at_m1: *Our extension*, off by default: at ``m == 1`` exactly return
+            ``R - sum_b pi_b q_b`` (PPO's advantage with the Q critic) instead of the
+            reference formula; other m are unaffected.
 
     Returns:
         Advantages, shape (B,).
     """
     m = check_m(m)
-    if m == 1.0:
+    if ppo_at_m1 and m == 1.0:
         return returns - (pi * q).sum(dim=-1)
     idx = actions.long().reshape(-1, 1)
     q_ref = q.scatter(1, idx, returns.reshape(-1, 1)) if replace_q else q
     signal = expected_improvement(returns.reshape(-1, 1), q_ref, pi, m)[:, 0]
-    q_plus = expected_improvement(q_ref, q_ref, pi, m)  # (B, K)
+    q_plus = expected_improvement(q, q_ref, pi, m)  # (B, K): original Q scored against q'
     return signal - (pi * q_plus).sum(dim=-1)
 
 
@@ -386,7 +420,9 @@ class RePPO(PPO):
                 adv_means.append(advantages.mean().item())
                 adv_stds.append(advantages.std().item() if len(advantages) > 1 else 0.0)
                 if self.normalize_advantage and len(advantages) > 1:
-                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+                    # m = 1: SB3's PPO (unbiased std); ReMax: the reference's population std
+                    std = advantages.std() if plain else advantages.std(unbiased=False)
+                    advantages = (advantages - advantages.mean()) / (std + 1e-8)
 
                 ratio = th.exp(log_prob - data.old_log_prob)
                 policy_loss_1 = advantages * ratio

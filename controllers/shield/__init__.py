@@ -6,7 +6,8 @@ probability of violating the specification within ``H`` steps exceeds ``lambda``
 1. :mod:`~controllers.shield.abstraction` - binned measured quantities -> abstract states,
    atomic propositions (``bad``), a finite :class:`ActionSet`;
 2. :mod:`~controllers.shield.pac` - counts ``N(s, a, s')`` and Weissman L1 confidence sets
-   (union bound over pairs), with their interval relaxation;
+   (union bound over pairs and, by default, over sample sizes: valid for counts gathered
+   adaptively), with their interval relaxation;
 3. :mod:`~controllers.shield.automaton` - the LTLf spec as a DFA (ltlf2dfa + MONA, or built
    in for ``G phi``) and the product with the abstract MDP;
 4. :mod:`~controllers.shield.robust` - robust value iteration (nature minimises safety);

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controllers.shield.abstraction import BinSpec
+from controllers.shield.pac import check_bound
 from embodied.config import config_from_dict, config_to_dict
 from embodied.errors import ConfigError
 
@@ -27,8 +28,16 @@ class ShieldConfig:
             violating the spec within ``H`` steps (then acting as safely as possible) is
             <= ``lambda``, i.e. its safety value is >= ``1 - lambda``. In [0, 1).
         delta: PAC confidence: with probability >= ``1 - delta`` every true transition
-            distribution lies in its confidence set (union bound over all state-action pairs).
-            In (0, 1).
+            distribution lies in its confidence set (union bound over all state-action pairs;
+            with ``bound="anytime"`` also over each pair's sample count). In (0, 1).
+        bound: How the per-pair L1 radius accounts for the sample count ``n``
+            (:func:`~controllers.shield.pac.l1_radius`). ``"anytime"`` (default): each
+            pair's failure probability is split over ``n`` as
+            ``delta / (|S||A|) * 6 / (pi^2 n^2)``, so the guarantee holds at every count at
+            once and thus for counts collected adaptively (refreshing after every rollout,
+            never taking blocked actions, stopping whenever), as the shield's online learning
+            does. ``"fixed_n"``: the narrower radius at ``delta / (|S||A|)``, valid only when
+            every pair's sample size is fixed before seeing the data.
         spec: LTLf safety specification over the abstraction's propositions, e.g.
             ``"G !bad"`` or ``"G !(bad1 | bad2)"``; other formulas need ltlf2dfa + MONA.
         ambiguity: ``"l1"`` (exact Weissman L1 ball) or ``"interval"`` (its per-successor
@@ -42,6 +51,7 @@ class ShieldConfig:
     horizon: int | None = 10
     risk_bound: float = 0.05
     delta: float = 0.05
+    bound: str = "anytime"
     spec: str = "G !bad"
     ambiguity: str = "l1"
     automaton: str = "auto"
@@ -70,6 +80,7 @@ class ShieldConfig:
             self.horizon = int(self.horizon)
         _number("risk_bound", self.risk_bound, 0.0, 1.0, closed_low=True, fix="e.g. 0.05")
         _number("delta", self.delta, 0.0, 1.0, closed_low=False, fix="e.g. 0.05")
+        check_bound(self.bound)
         _number("tolerance", self.tolerance, 0.0, 1.0, closed_low=False, fix="e.g. 1e-10")
         if not isinstance(self.spec, str) or not self.spec.strip():
             raise ConfigError(

@@ -11,10 +11,31 @@ distribution"), over ``k = |S|`` possible successors::
 
 ``ln(2^k - 2)`` is evaluated as ``k ln 2 + log1p(-2^(1-k))`` so it does not overflow for
 large ``k``. The total confidence ``delta`` is split over all pairs by a union bound,
-``delta_sa = delta / (|S| |A|)``: with probability at least ``1 - delta`` every pair's true
-distribution lies in its ball simultaneously, which is what a guarantee over the whole
-model needs. (The bound holds for a sample size fixed in advance; counts gathered
-adaptively, e.g. stopping when a pair looks safe, need one more union bound over ``n``.)
+``delta_sa = delta / (|S| |A|)``.
+
+That bound holds for a sample size ``n`` fixed in advance. The shield's counts are not: it
+refreshes after every rollout, reads each ball at whatever count the pair has reached then,
+and never takes the actions it blocks, so which pairs grow, and when they are read, depends
+on the data. The default ``bound="anytime"`` therefore adds a union bound over ``n``: the
+ball at count ``n`` uses the failure probability::
+
+    delta_sa_n = delta_sa * 6 / (pi^2 n^2)        (sum over n >= 1 is delta_sa)
+    =>  eps_n = sqrt(2 / n * (ln(2^k - 2) - ln delta_sa + ln(pi^2 n^2 / 6)))
+
+(the fixed-``n`` radius at ``delta_sa_n``; it shrinks like ``sqrt(ln n / n)`` instead of
+``sqrt(1 / n)``). Why this holds under adaptive collection: the model assumes that, given the
+abstract pair, each visit draws its successor i.i.d. from ``p(. | s, a)``, so the successors of
+a pair are the first ``N(s, a)`` entries of one i.i.d. sequence ``X_1, X_2, ...`` of that pair,
+whatever rule decides which pair is visited, when to refresh and when to stop. The ball at
+count ``n`` is a function of ``X_1 .. X_n`` alone and misses ``p`` with probability at most
+``delta_sa_n``; summing over every ``n >= 1`` and every pair, with probability at least
+``1 - delta`` every pair's true distribution lies in its ball at every count simultaneously,
+hence at every count at which the shield reads it, for any data-dependent stopping or refresh
+rule.
+``bound="fixed_n"`` (``eps = sqrt(2 / n * (ln(2^k - 2) - ln delta_sa))``, the narrower radius)
+keeps the ``1 - delta`` guarantee only when each pair's sample size is fixed before the data is
+seen; it is not valid for the shield's own online learning.
+
 An unvisited pair gets ``eps = 2``: the L1 ball of radius 2 is the whole simplex.
 
 Two ambiguity sets of the same data feed the robust value iteration
@@ -39,6 +60,10 @@ import numpy as np
 
 from embodied.errors import ConfigError
 
+BOUNDS = ("anytime", "fixed_n")
+"""Radius variants: ``"anytime"`` (default; valid for adaptively collected counts, every n at
+once) and ``"fixed_n"`` (valid only for a sample size fixed in advance)."""
+
 
 def pair_confidence(delta: float, n_states: int, n_actions: int) -> float:
     """Per-pair failure probability ``delta / (|S| |A|)`` (union bound over all pairs).
@@ -55,18 +80,36 @@ def pair_confidence(delta: float, n_states: int, n_actions: int) -> float:
     return delta / (n_states * n_actions)
 
 
-def l1_radius(n: int | np.ndarray, n_successors: int, delta_sa: float) -> np.ndarray:
+def check_bound(bound: str) -> str:
+    """``bound`` if it is one of :data:`BOUNDS`, else ``ConfigError``."""
+    if bound not in BOUNDS:
+        raise ConfigError(
+            f"PAC bound {bound!r} is not one of {list(BOUNDS)}",
+            fix="use 'anytime' (valid for adaptively collected counts) or 'fixed_n'",
+        )
+    return bound
+
+
+def l1_radius(
+    n: int | np.ndarray, n_successors: int, delta_sa: float, *, bound: str = "anytime"
+) -> np.ndarray:
     """Weissman et al. 2003 L1 radius for ``n`` samples over ``n_successors`` outcomes.
 
     Args:
         n: Sample count(s) ``N(s, a)``; 0 means unvisited.
         n_successors: ``k``, number of possible outcomes (``|S|``).
         delta_sa: Failure probability of this one ball, in (0, 1).
+        bound: ``"anytime"`` (default): the fixed-``n`` radius at
+            ``delta_sa * 6 / (pi^2 n^2)``, so the ball holds at every ``n >= 1`` at once with
+            probability ``>= 1 - delta_sa`` (valid for adaptively collected counts).
+            ``"fixed_n"``: the radius at ``delta_sa`` itself, valid only for a sample size
+            fixed in advance.
 
     Returns:
         ``eps`` per count, in [0, 2] (dimensionless, an L1 distance between distributions);
         2 for ``n == 0``; 0 for ``k == 1`` (one outcome: the distribution is known).
     """
+    check_bound(bound)
     if not 0.0 < delta_sa < 1.0:
         raise ConfigError(f"per-pair delta must be in (0, 1), got {delta_sa!r}")
     counts = np.asarray(n, dtype=np.float64)
@@ -77,9 +120,12 @@ def l1_radius(n: int | np.ndarray, n_successors: int, delta_sa: float) -> np.nda
         raise ConfigError(f"n_successors must be >= 1, got {n_successors}")
     if k == 1:
         return np.where(counts > 0, 0.0, 2.0)
-    log_terms = k * math.log(2.0) + math.log1p(-(2.0 ** (1 - k))) - math.log(delta_sa)
-    with np.errstate(divide="ignore"):
-        eps = np.sqrt(2.0 / counts * log_terms)
+    visited = np.maximum(counts, 1.0)
+    log_k = k * math.log(2.0) + math.log1p(-(2.0 ** (1 - k)))  # ln(2^k - 2)
+    log_terms = np.full_like(visited, log_k - math.log(delta_sa))
+    if bound == "anytime":  # -ln(delta_sa * 6 / (pi^2 n^2)) = -ln delta_sa + ln(pi^2 n^2 / 6)
+        log_terms += math.log(math.pi**2 / 6.0) + 2.0 * np.log(visited)
+    eps = np.sqrt(2.0 / visited * log_terms)
     return np.where(counts > 0, np.minimum(eps, 2.0), 2.0)
 
 
@@ -203,18 +249,24 @@ class TransitionCounts:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(n > 0, self.counts / np.maximum(n, 1.0), uniform)
 
-    def radii(self, delta: float) -> np.ndarray:
-        """(S, A) L1 radii with total confidence ``1 - delta`` (union bound over pairs)."""
+    def radii(self, delta: float, *, bound: str = "anytime") -> np.ndarray:
+        """(S, A) L1 radii with total confidence ``1 - delta`` (union bound over pairs).
+
+        ``bound="anytime"`` (default) adds the union bound over each pair's count ``n``
+        (see :func:`l1_radius`), valid however the counts were collected; ``"fixed_n"``
+        only for sample sizes fixed in advance.
+        """
         delta_sa = pair_confidence(delta, self.n_states, self.n_actions)
-        return l1_radius(self.visits(), self.n_states, delta_sa)
+        return l1_radius(self.visits(), self.n_states, delta_sa, bound=bound)
 
-    def l1_ball(self, delta: float) -> L1Ball:
-        """The PAC L1 balls (holding all true distributions w.p. >= ``1 - delta``)."""
-        return L1Ball(self.estimate(), self.radii(delta))
+    def l1_ball(self, delta: float, *, bound: str = "anytime") -> L1Ball:
+        """The PAC L1 balls (holding all true distributions w.p. >= ``1 - delta``; with
+        ``bound="fixed_n"`` only for sample sizes fixed in advance)."""
+        return L1Ball(self.estimate(), self.radii(delta, bound=bound))
 
-    def intervals(self, delta: float) -> IntervalModel:
+    def intervals(self, delta: float, *, bound: str = "anytime") -> IntervalModel:
         """The interval MDP containing :meth:`l1_ball` (for Storm and the interval VI)."""
-        return IntervalModel.from_l1(self.l1_ball(delta))
+        return IntervalModel.from_l1(self.l1_ball(delta, bound=bound))
 
     def copy(self) -> TransitionCounts:
         """An independent copy."""

@@ -55,7 +55,7 @@ class RobustShield:
     """Minimally restrictive shield over PAC confidence sets of an abstract MDP.
 
     Args:
-        config: The :class:`ShieldConfig` (bins, horizon, risk bound, delta, spec).
+        config: The :class:`ShieldConfig` (bins, horizon, risk bound, delta, bound, spec).
         abstraction: The state abstraction; its bins must equal ``config.bins``.
         actions: The discrete actions.
         counts: Transition counts to start from (default: none observed yet).
@@ -135,8 +135,8 @@ class RobustShield:
     def refresh(self) -> RobustValues:
         """Recompute the worst-case safety values and the allowed actions from the counts."""
         c = self.config
-        ball = self.counts.l1_ball(c.delta)
-        model = ball if c.ambiguity == "l1" else self.counts.intervals(c.delta)
+        ball = self.counts.l1_ball(c.delta, bound=c.bound)
+        model = ball if c.ambiguity == "l1" else self.counts.intervals(c.delta, bound=c.bound)
         self.values = robust_safety(self.product, model, c.horizon, tolerance=c.tolerance)
         q = self.values.q_values  # (S, Q, A)
         meets = np.asarray(1.0 - q <= c.risk_bound + ROUNDOFF)

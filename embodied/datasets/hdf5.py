@@ -30,7 +30,10 @@ _SHARD_RE = re.compile(r"^episode_(\d{6})\.hdf5$")
 _GROUP_RE = re.compile(r"^demo_(\d+)$")
 """Name of an episode's group under ``data/`` (the robomimic format's name)."""
 _FORMAT = "robomimic-shards"
-_RECOLLECT = "delete this shard and re-collect the episode (`embodied collect` resumes)"
+_RECOLLECT = (
+    "delete this shard, then run the same `embodied collect --out` with --episodes 1: it adds "
+    "one episode in its place (with the next unused seed; shard numbers may skip)"
+)
 
 
 @dataclass
@@ -286,7 +289,7 @@ class Dataset(Sequence[EpisodeData]):
         except OSError as exc:
             raise DatasetError(
                 f"cannot read dataset file {str(file)!r}: {exc}",
-                fix="the file is damaged or not HDF5; delete it and re-collect that episode",
+                fix=f"the file is damaged or not HDF5: {_RECOLLECT}",
             ) from exc
         return sorted(names, key=lambda n: int(n.removeprefix("demo_")))  # names match _GROUP_RE
 

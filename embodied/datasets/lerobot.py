@@ -88,48 +88,99 @@ _V2_FIX = (
 
 
 # ---- statistics (compute_stats.py) ---------------------------------------------------------
+#
+# meta/stats.json and the episodes' stats/* columns are computed as lerobot 0.4.4 computes them
+# (lerobot/datasets/compute_stats.py, lerobot_dataset.py::save_episode), with one exception
+# (image std, below). Checked against stats lerobot 0.4.4 itself wrote for the same episodes:
+# tests/dataset_io/fixtures/lerobot_stats_0.4.4.json.
+#
+# Per episode (compute_episode_stats -> get_feature_stats -> RunningQuantileStats, one batch):
+#   * a vector or scalar feature: per dimension over the episode's frames, in the column's own
+#     dtype (a float32 state's mean and std are float32): min, max, mean, std =
+#     sqrt(max(0, E[x^2] - E[x]^2)), count = frames, and q01/q10/q50/q90/q99 read off a
+#     5000-bin histogram over [min - 1e-10, max + 1e-10] with linear interpolation in the bin.
+#     A one-frame episode gets np.std and every quantile = the mean (_compute_basic_stats).
+#     ``timestamp`` is taken as float64 frame_index / fps, as add_frame makes it (the parquet
+#     column is float32).
+#   * a video feature: the frames of sample_indices (all of them up to 100, then n**0.75
+#     evenly spaced), subsampled by auto_downsample_height_width when a side is >= 300 px, per
+#     channel over all their pixels; every stat but count divided by 255 and shaped (3, 1, 1);
+#     count = sampled frames. Exception: lerobot 0.4.4 squares the uint8 pixels in uint8, which
+#     overflows and clamps its per-episode image std to 0 (fixed after 0.4.4 in
+#     huggingface/lerobot#3697); we square them in float64, so the image std is the std of the
+#     sampled pixels. Everything else about image stats is 0.4.4's.
+# Across episodes (aggregate_feature_stats, folded episode by episode as
+# LeRobotDatasetMetadata.save_episode does, aggregate_stats([stats, episode_stats])): min of
+# the mins, max of the maxes, count summed, the count-weighted mean, std from the pooled
+# variance sum(count * (std^2 + (mean - total_mean)^2)) / total_count, and each quantile the
+# count-weighted mean of the episodes' quantiles. That last is lerobot 0.4.4's approximation,
+# not a quantile of the pooled frames: it can lie inside or outside the per-episode range.
+
+_QUANTILE_BINS = 5000
+"""``RunningQuantileStats``' default ``num_quantile_bins``."""
 
 
 def _quantile_keys() -> list[str]:
     return [f"q{int(q * 100):02d}" for q in DEFAULT_QUANTILES]
 
 
-def _histogram_quantile(column: np.ndarray, q: float, lo: float, hi: float) -> float:
-    """lerobot's ``RunningQuantileStats`` estimate (5000-bin histogram, one batch)."""
-    edges = np.linspace(lo - 1e-10, hi + 1e-10, 5001)
-    hist, _ = np.histogram(column, bins=edges)
+def _histogram_quantile(hist: np.ndarray, edges: np.ndarray, target: float) -> Any:
+    """``RunningQuantileStats._compute_single_quantile`` (lerobot 0.4.4)."""
     cumsum = np.cumsum(hist)
-    target = q * column.shape[0]
-    idx = int(np.searchsorted(cumsum, target))
+    idx = np.searchsorted(cumsum, target)
     if idx == 0:
-        return float(edges[0])
+        return edges[0]
     if idx >= len(cumsum):
-        return float(edges[-1])
+        return edges[-1]
     before = cumsum[idx - 1]
     in_bin = cumsum[idx] - before
     if in_bin == 0:
-        return float(edges[idx])
-    return float(edges[idx] + (target - before) / in_bin * (edges[idx + 1] - edges[idx]))
+        return edges[idx]
+    return edges[idx] + (target - before) / in_bin * (edges[idx + 1] - edges[idx])
 
 
-def _stats_2d(rows: np.ndarray, count: int) -> dict[str, np.ndarray]:
-    """min/max/mean/std/count/quantiles over the rows of ``(N, D)`` (lerobot's per-dim stats)."""
-    as_float = rows.astype(np.float64)
-    stats: dict[str, np.ndarray] = {
-        "min": rows.min(axis=0),
-        "max": rows.max(axis=0),
-        "mean": as_float.mean(axis=0),
-        "std": as_float.std(axis=0),
-        "count": np.array([count], dtype=np.int64),
+def _stats_2d(rows: np.ndarray, count: int, *, wide_squares: bool = False) -> dict[str, Any]:
+    """lerobot 0.4.4's ``get_feature_stats`` of ``(N, D)`` rows, per column, in their dtype.
+
+    ``wide_squares`` squares in float64 for ``E[x^2]`` (uint8 pixels; lerobot squares them
+    in uint8, which overflows).
+    """
+    squares = rows.astype(np.float64) ** 2 if wide_squares else rows**2
+    if rows.shape[0] < 2:  # _compute_basic_stats
+        mean = np.mean(rows, axis=0)
+        stats: dict[str, Any] = {
+            "min": np.min(rows, axis=0),
+            "max": np.max(rows, axis=0),
+            "mean": mean,
+            "std": np.std(rows, axis=0),
+            "count": np.array([count]),
+        }
+        for key in _quantile_keys():
+            stats[key] = mean.copy()
+        return stats
+    # RunningQuantileStats().update(rows) then get_statistics(), step for step (dtypes included)
+    n, dims = rows.shape
+    mean = np.mean(rows, axis=0)
+    mean_of_squares = np.mean(squares, axis=0)
+    lo, hi = np.min(rows, axis=0), np.max(rows, axis=0)
+    edges = [np.linspace(lo[d] - 1e-10, hi[d] + 1e-10, _QUANTILE_BINS + 1) for d in range(dims)]
+    # update()'s running-mean step: a no-op for one batch but for inf/nan, kept as lerobot's
+    mean += (np.mean(rows, axis=0) - mean) * (n / n)
+    mean_of_squares += (np.mean(squares, axis=0) - mean_of_squares) * (n / n)
+    # np.histogram converts bool to uint8 itself (with a warning)
+    columns = rows.astype(np.uint8) if rows.dtype == np.bool_ else rows
+    hists = [np.histogram(columns[:, d], bins=edges[d])[0] for d in range(dims)]
+    stats = {
+        "min": lo.copy(),
+        "max": hi.copy(),
+        "mean": mean.copy(),
+        "std": np.sqrt(np.maximum(0, mean_of_squares - mean**2)),
+        "count": np.array([count]),
     }
-    lo, hi = as_float.min(axis=0), as_float.max(axis=0)
     for q, key in zip(DEFAULT_QUANTILES, _quantile_keys(), strict=True):
-        if rows.shape[0] < 2:
-            stats[key] = stats["mean"].copy()
-        else:
-            stats[key] = np.array(
-                [_histogram_quantile(as_float[:, d], q, lo[d], hi[d]) for d in range(rows.shape[1])]
-            )
+        stats[key] = np.array(
+            [_histogram_quantile(h, e, q * n) for h, e in zip(hists, edges, strict=True)]
+        )
     return stats
 
 
@@ -154,17 +205,14 @@ def _image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
         step = int(width / 150) if width > height else int(height / 150)
         sampled = sampled[:, ::step, ::step]
     channels = sampled.shape[-1]
-    stats = _stats_2d(sampled.reshape(-1, channels), sampled.shape[0])
-    return {
-        k: v if k == "count" else (v.astype(np.float64) / 255.0).reshape(channels, 1, 1)
-        for k, v in stats.items()
-    }
+    stats = _stats_2d(sampled.reshape(-1, channels), sampled.shape[0], wide_squares=True)
+    return {k: v if k == "count" else (v / 255.0).reshape(channels, 1, 1) for k, v in stats.items()}
 
 
 def _aggregate_stats(stats_list: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Merge per-episode stats of one feature as lerobot's ``aggregate_feature_stats`` does."""
+    """lerobot 0.4.4's ``aggregate_feature_stats``: merge stats of one feature."""
     means = np.stack([s["mean"] for s in stats_list])
-    variances = np.stack([np.asarray(s["std"], np.float64) ** 2 for s in stats_list])
+    variances = np.stack([s["std"] ** 2 for s in stats_list])
     counts = np.stack([s["count"] for s in stats_list])
     total = counts.sum(axis=0)
     while counts.ndim < means.ndim:
@@ -179,9 +227,16 @@ def _aggregate_stats(stats_list: Sequence[Mapping[str, np.ndarray]]) -> dict[str
         "count": total,
     }
     for key in _quantile_keys():
-        values = np.stack([s[key] for s in stats_list])
-        out[key] = values.min(axis=0) if int(key[1:]) <= 50 else values.max(axis=0)
+        out[key] = (np.stack([s[key] for s in stats_list]) * counts).sum(axis=0) / total
     return out
+
+
+def _dataset_stats(per_episode: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """One feature's ``meta/stats.json`` entry: the episodes' stats folded in episode order."""
+    stats = dict(per_episode[0])
+    for episode in per_episode[1:]:
+        stats = _aggregate_stats([stats, episode])
+    return stats
 
 
 # ---- export --------------------------------------------------------------------------------
@@ -819,7 +874,7 @@ def _write_dataset(
     }
     _write_json(root / INFO_PATH, info)
     stats = {
-        key: {k: _nested(v) for k, v in _aggregate_stats(per_episode).items()}
+        key: {k: _nested(v) for k, v in _dataset_stats(per_episode).items()}
         for key, per_episode in totals.stats.items()
     }
     _write_json(root / STATS_PATH, stats)
@@ -918,7 +973,9 @@ def _write_episode(
         else:
             episode_stats[f.key] = _vector_stats(arrays[f.key])
     for key in DEFAULT_FEATURES:
-        episode_stats[key] = _vector_stats(arrays[key])
+        # lerobot's add_frame keeps timestamps as float64 frame_index / fps for the stats
+        values = frame_index / fps if key == "timestamp" else arrays[key]
+        episode_stats[key] = _vector_stats(values)
     for key, stats in episode_stats.items():
         totals.stats.setdefault(key, []).append(stats)
         for stat in (*_STAT_ORDER, *_quantile_keys()):

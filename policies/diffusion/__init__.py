@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from embodied.config import check_options
 from embodied.contracts import Env, Policy
 from embodied.errors import ConfigError
 from policies import CHECKPOINT_LOADERS, POLICIES
@@ -37,7 +38,10 @@ def _load_checkpoint(path: str | os.PathLike[str], env: Env | None = None, **kwa
     # Local: registry plugin; policy_pdp imports torch + diffusers (seconds) on use.
     from policies.diffusion.policy_pdp import PDPPolicy
 
-    return PDPPolicy.from_pretrained(path, **kwargs)
+    options = check_options(
+        PDPPolicy.from_pretrained, kwargs, f"PDP checkpoint {str(path)!r}", skip=("cls", "path")
+    )
+    return PDPPolicy.from_pretrained(path, **options)
 
 
 def _make_pdp(env: Env | None = None, path: str | None = None, **kwargs: Any) -> Policy:

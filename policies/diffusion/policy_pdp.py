@@ -252,9 +252,22 @@ class PDPPolicy(KnobMixin, Policy):
 
     @classmethod
     def from_pretrained(
-        cls, path: str | os.PathLike[str], noise_seed: int = 0, z: str = "knob", **_: Any
+        cls,
+        path: str | os.PathLike[str],
+        noise_seed: int = 0,
+        z: str = "knob",
+        device: str = "cpu",
     ) -> PDPPolicy:
-        """Load from a local folder or a Hugging Face hub id (``owner/name``)."""
+        """Load from a local folder or a Hugging Face hub id (``owner/name``).
+
+        ``device``: where the policy runs; inference here runs on the CPU (the chunk takes
+        milliseconds, less than moving a batch-1 observation to a GPU), so only ``"cpu"``.
+        """
+        if device != "cpu":
+            raise ConfigError(
+                f"PDP policies run on the CPU, got device={device!r}",
+                fix="drop device (or pass device=cpu)",
+            )
         return cls(load_model(path), noise_seed=int(noise_seed), z=z)
 
 

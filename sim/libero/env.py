@@ -40,6 +40,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from embodied.config import check_options
 from embodied.contracts import Env, Policy
 from embodied.errors import ActionError, ConfigError
 from embodied.specs import (
@@ -359,13 +360,7 @@ class LiberoEnv(Env):
         """
         from sim.libero.expert import ExpertConfig, make_expert
 
-        try:
-            config = ExpertConfig(**kwargs)
-        except TypeError as exc:
-            raise ConfigError(
-                f"unknown LIBERO expert option(s) in {sorted(kwargs)} ({exc})",
-                fix=f"pass fields of ExpertConfig: {sorted(ExpertConfig.__dataclass_fields__)}",
-            ) from exc
+        config = ExpertConfig(**check_options(ExpertConfig, kwargs, f"{self.env_id} expert"))
         return make_expert(self, config)
 
     def render(self) -> np.ndarray:  # type: ignore[override]

@@ -27,6 +27,7 @@ from typing import Any
 import mujoco
 import numpy as np
 
+from embodied.config import check_options
 from embodied.contracts import Env, Policy
 from embodied.errors import ConfigError, UnknownNameError
 from embodied.specs import Observation, VectorSpec
@@ -335,7 +336,8 @@ class ArmReachTask(Task):
 
     def expert(self, env: Env, **kwargs: Any) -> Policy:
         """:class:`ArmReachExpert` (kwargs: speed, speed_range, seed, approach, cone_radius)."""
-        return ArmReachExpert(as_mujoco_env(env), **kwargs)
+        options = check_options(ArmReachExpert, kwargs, "mujoco:arm_reach expert")
+        return ArmReachExpert(as_mujoco_env(env), **options)
 
 
 class ArmReachExpert(EpisodeExpert):

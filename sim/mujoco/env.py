@@ -239,16 +239,10 @@ class MujocoEnv(Env):
         """The task's scripted expert bound to this env (reads privileged sim state).
 
         Raises:
-            ConfigError: an option the task's expert does not take (the message names it).
+            ConfigError: an option the task's expert does not take, or a value of the wrong
+                type (:func:`embodied.config.check_options`; the message names it).
         """
-        try:
-            return self.task.expert(self, **kwargs)
-        except TypeError as exc:
-            raise ConfigError(
-                f"{self.env_id} expert got unexpected options {sorted(kwargs)}: {exc}",
-                fix="reach_around takes route/speed/speed_range/avoid_blocked/seed; "
-                "arm_reach takes speed/speed_range/seed",
-            ) from exc
+        return self.task.expert(self, **kwargs)
 
     def describe(self) -> dict[str, Any]:
         """JSON description including physics timestep (s) and substeps per control step."""

@@ -25,6 +25,7 @@ from typing import Any
 import mujoco
 import numpy as np
 
+from embodied.config import check_options
 from embodied.contracts import Env, Policy
 from embodied.errors import ConfigError, UnknownNameError
 from embodied.specs import Observation, VectorSpec
@@ -220,7 +221,8 @@ class ReachAroundTask(Task):
 
     def expert(self, env: Env, **kwargs: Any) -> Policy:
         """:class:`ReachAroundExpert` (kwargs: route, speed, seed)."""
-        return ReachAroundExpert(as_mujoco_env(env), **kwargs)
+        options = check_options(ReachAroundExpert, kwargs, "mujoco:reach_around expert")
+        return ReachAroundExpert(as_mujoco_env(env), **options)
 
 
 class ReachAroundExpert(EpisodeExpert):

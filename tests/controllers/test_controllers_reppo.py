@@ -52,13 +52,14 @@ def test_m_equal_1_is_ppo_bit_for_bit() -> None:
 
 
 def test_remax_advantage_at_m_1_is_return_minus_value() -> None:
+    # our extension (ppo_at_m1); the default at m = 1 is the reference formula (fixture test)
     g = th.Generator().manual_seed(0)
     q = th.randn(32, 4, generator=g)
     pi = th.softmax(th.randn(32, 4, generator=g), dim=-1)
     returns = th.randn(32, generator=g) * 3  # some below min_a q: not floored
     actions = th.randint(0, 4, (32,), generator=g)
     for replace in (True, False):
-        adv = remax_advantage(returns, q, pi, actions, 1.0, replace_q=replace)
+        adv = remax_advantage(returns, q, pi, actions, 1.0, replace_q=replace, ppo_at_m1=True)
         assert th.allclose(adv, returns - (pi * q).sum(-1))
 
 
@@ -142,3 +143,58 @@ def test_experiment_config_refuses_bad_m_and_budget() -> None:
         RePPOExperimentConfig(ms=(1.0, 0.0))
     with pytest.raises(ConfigError, match="budget"):
         RePPOExperimentConfig.for_budget("huge")
+
+
+_REFERENCE = Path(__file__).parent / "fixtures" / "reppo_reference_advantage.json"
+
+
+def _reference_batches(dtype: th.dtype = th.float64) -> list[tuple[dict, tuple[th.Tensor, ...]]]:
+    data = json.loads(_REFERENCE.read_text())
+    assert data["_provenance"]["reference_repo"] == "github.com/nissymori/remax-rl"
+    out = []
+    for b in data["batches"]:
+        tensors = tuple(th.tensor(b[k], dtype=dtype) for k in ("returns", "q", "pi"))
+        out.append((b, (*tensors, th.tensor(b["action"]))))
+    return out
+
+
+def test_remax_advantage_matches_the_reference_code() -> None:
+    # values from nissymori/remax-rl agents/minatar/reppo.py's own calc_remax_advantage (JAX,
+    # copied verbatim; see the fixture's _provenance), called as the agent does (exponent M-1)
+    checked = set()
+    for b, (returns, q, pi, actions) in _reference_batches():
+        for case in b["cases"]:
+            m, replace = case["m"], case["replace_q"]
+            q_ref = q.scatter(1, actions.reshape(-1, 1), returns.reshape(-1, 1)) if replace else q
+            signal = expected_improvement(returns.reshape(-1, 1), q_ref, pi, m)[:, 0]
+            baseline = (pi * expected_improvement(q, q_ref, pi, m)).sum(-1)
+            adv = remax_advantage(returns, q, pi, actions, m, replace_q=replace)
+            for got, key in ((signal, "signal_R_plus"), (baseline, "baseline"), (adv, "advantage")):
+                want = th.tensor(case[key], dtype=th.float64)
+                assert th.allclose(got, want, rtol=1e-9, atol=1e-9), (b["seed"], m, replace, key)
+            checked.add(m)
+    assert {0.5, 1.0, 1.5, 2.0, 4.0} <= checked
+    # float32, as in training, against the reference evaluated in float32
+    for b, (returns, q, pi, actions) in _reference_batches(th.float32):
+        for case in b["cases"]:
+            adv = remax_advantage(returns, q, pi, actions, case["m"], replace_q=case["replace_q"])
+            want = th.tensor(case["advantage_float32"], dtype=th.float32)
+            assert th.allclose(adv, want, rtol=1e-5, atol=1e-5), (b["seed"], case["m"])
+
+
+def test_m_1_arm_is_not_the_limit_m_to_1() -> None:
+    # the formula is continuous at m = 1, but PPO's advantage (our m = 1 arm) is not its limit:
+    # with replace_q they differ by pi_a (min q' - q_a)_+ (module docstring)
+    jumps = []
+    for _, (returns, q, pi, actions) in _reference_batches():
+        ppo = remax_advantage(returns, q, pi, actions, 1.0, ppo_at_m1=True)
+        near = remax_advantage(returns, q, pi, actions, 1.0 + 1e-6)
+        at_1 = remax_advantage(returns, q, pi, actions, 1.0)
+        assert th.allclose(near, at_1, atol=1e-4)
+        idx = actions.reshape(-1, 1)
+        q_ref = q.scatter(1, idx, returns.reshape(-1, 1))
+        q_taken, pi_taken = q.gather(1, idx)[:, 0], pi.gather(1, idx)[:, 0]
+        jump = pi_taken * (q_ref.min(-1).values - q_taken).clamp(min=0)
+        assert th.allclose(ppo - near, jump, atol=1e-4)
+        jumps.append(jump.max().item())
+    assert max(jumps) > 0.1  # 0.101 on the fixture's first batch

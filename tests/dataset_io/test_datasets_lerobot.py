@@ -41,6 +41,8 @@ from embodied.errors import ConfigError, DatasetError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 LEROBOT_FIXTURE = FIXTURES / "lerobot_v3_tiny"
+STATS_FIXTURE = FIXTURES / "lerobot_stats_0.4.4.json"
+"""Four episodes and the stats lerobot 0.4.4 computed for them (its header names how)."""
 ROOT = Path(__file__).resolve().parents[2]
 COLOURS = [(220, 30, 30), (30, 200, 40), (40, 60, 220)]
 # Measured with the default h264/yuv420p/crf 23 on these frames (libx264 of PyAV 18): mean abs
@@ -368,12 +370,14 @@ def test_stats_match_numpy(exported: tuple[list[EpisodeData], Path]) -> None:
     states = np.concatenate([ep.obs["state"] for ep in episodes]).astype(np.float64)
     s = stats["observation.state"]
     assert set(s) == {"min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99"}
-    np.testing.assert_allclose(s["mean"], states.mean(0), rtol=1e-9)
-    np.testing.assert_allclose(s["std"], states.std(0), rtol=1e-9)
+    # a float32 column's per-episode moments are float32, as lerobot computes them
+    np.testing.assert_allclose(s["mean"], states.mean(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(s["std"], states.std(0), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(s["min"], states.min(0))
     np.testing.assert_allclose(s["max"], states.max(0))
     assert s["count"] == [len(states)]
-    # quantiles are lerobot's histogram estimates: within the per-episode envelope
+    # quantiles: the count-weighted mean of the episodes' histogram estimates (lerobot 0.4.4;
+    # exact values in test_stats_equal_what_lerobot_0_4_4_computes)
     assert (np.asarray(s["q01"]) <= np.asarray(s["q50"])).all()
     assert (np.asarray(s["q50"]) <= np.asarray(s["q99"])).all()
     actions = np.concatenate([ep.actions for ep in episodes])
@@ -389,9 +393,82 @@ def test_stats_match_numpy(exported: tuple[list[EpisodeData], Path]) -> None:
     ep_rows = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
     for ep, row in zip(episodes, ep_rows, strict=True):
         np.testing.assert_allclose(
-            row["stats/observation.state/mean"], ep.obs["state"].astype(np.float64).mean(0)
+            row["stats/observation.state/mean"],
+            ep.obs["state"].astype(np.float64).mean(0),
+            rtol=1e-5,
+            atol=1e-6,
         )
         assert row["stats/next.done/max"] == [True] and row["stats/next.done/min"] == [False]
+
+
+def _stats_fixture_episodes(fixture: dict[str, Any]) -> list[EpisodeData]:
+    """The fixture's episodes as ours (lerobot's (T, 1) reward/done columns as (T,))."""
+    return [
+        EpisodeData(
+            obs={
+                "state": np.asarray(ep["observation.state"], np.float32),
+                "image.front": np.asarray(ep["observation.images.front"], np.uint8),
+            },
+            actions=np.asarray(ep["action"], np.float64),
+            rewards=np.asarray(ep["next.reward"], np.float32)[:, 0],
+            dones=np.asarray(ep["next.done"], bool)[:, 0].astype(np.uint8),
+            attrs={"instruction": ep["task"]},
+        )
+        for ep in fixture["episodes"]
+    ]
+
+
+def _assert_stats_equal(ours: dict[str, Any], theirs: dict[str, Any], where: str) -> None:
+    """Every stat of every feature equal (to 1e-12), but the image std (see below)."""
+    assert set(ours) == set(theirs), where
+    for key, stats in theirs.items():
+        assert set(ours[key]) == set(stats), (where, key)
+        for stat, value in stats.items():
+            if (key, stat) == ("observation.images.front", "std"):
+                continue
+            np.testing.assert_allclose(
+                np.asarray(ours[key][stat], np.float64),
+                np.asarray(value, np.float64),
+                rtol=1e-12,
+                atol=1e-12,
+                err_msg=f"{where}: {key} {stat}",
+            )
+
+
+def test_stats_equal_what_lerobot_0_4_4_computes(tmp_path: Path) -> None:
+    """meta/stats.json and the episodes' stats/* columns are lerobot 0.4.4's for the same data.
+
+    The fixture holds lerobot's compute_episode_stats per episode, aggregate_stats over them,
+    and the meta/stats.json lerobot's own writer made (it folds aggregate_stats episode by
+    episode). Quantiles are the count-weighted mean of the episodes' quantiles there. The one
+    deliberate difference is the image std, whose pixels lerobot 0.4.4 squares in uint8.
+    """
+    fixture = json.loads(STATS_FIXTURE.read_text())
+    assert fixture["generator"].startswith("lerobot 0.4.4 ")
+    episodes = _stats_fixture_episodes(fixture)
+    out = export_lerobot(episodes, tmp_path / "ds", fps=fixture["fps"])
+    ours = json.loads((out / "meta/stats.json").read_text())
+    _assert_stats_equal(ours, fixture["stats_writer"], "meta/stats.json vs lerobot's writer")
+    _assert_stats_equal(ours, fixture["stats_aggregate_stats"], "vs aggregate_stats")
+    rows = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    for i, (row, theirs) in enumerate(zip(rows, fixture["per_episode"], strict=True)):
+        mine = {
+            key: {stat: row[f"stats/{key}/{stat}"] for stat in stats}
+            for key, stats in theirs.items()
+        }
+        _assert_stats_equal(mine, theirs, f"episode {i}")
+
+    # lerobot 0.4.4 squares uint8 pixels in uint8: the overflow makes every episode's image
+    # std 0 and the dataset's the spread of the episode means. Ours is the pixels' std.
+    image = "observation.images.front"
+    assert all(np.all(np.asarray(ep[image]["std"]) == 0) for ep in fixture["per_episode"])
+    pixels = np.concatenate([ep.obs["image.front"] for ep in episodes]).reshape(-1, 3) / 255.0
+    np.testing.assert_allclose(np.ravel(ours[image]["std"]), pixels.std(0), rtol=1e-9)
+    for row, ep in zip(rows, episodes, strict=True):
+        frames = ep.obs["image.front"].reshape(-1, 3) / 255.0
+        np.testing.assert_allclose(
+            np.ravel(row[f"stats/{image}/std"]), frames.std(0), rtol=1e-9, atol=1e-12
+        )
 
 
 # ---- writing errors ------------------------------------------------------------------------

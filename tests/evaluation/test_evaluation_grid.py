@@ -16,6 +16,7 @@ def test_grid_is_task_x_episode_x_variant_with_paired_seeds() -> None:
         episodes=3,
         seed=100,
         video_episodes=(2, 0, 2),
+        out="runs/grid",  # videos need a folder (the grid writes nothing)
         variants=(EvalVariant("a"), EvalVariant("b")),
     )
     assert cfg.env_ids == ("mujoco:reach_around", "mujoco:arm_reach")  # duplicates dropped
@@ -70,7 +71,7 @@ def test_bad_variants_and_unknown_envs() -> None:
 
 @pytest.mark.libero
 def test_libero_suite_expands_to_tasks_with_fixed_init_states() -> None:
-    specs = build_grid(EvalConfig("libero:libero_spatial", video_episodes=(0,)))
+    specs = build_grid(EvalConfig("libero:libero_spatial", video_episodes=(0,), out="runs/grid"))
     assert len(specs) == 10 * 50  # protocol default: 50 trials per task
     assert {s.env_id for s in specs} == {f"libero:libero_spatial:{i}" for i in range(10)}
     assert {s.group for s in specs} == {"libero:libero_spatial"}

@@ -208,3 +208,71 @@ def test_damaged_instruction_file_names_the_file(tmp_path: Path) -> None:
         load_instruction(tmp_path)
     assert str(path) in str(info.value)
     assert "fix:" in str(info.value)
+
+
+# --- the reference's frame indices and starting instruction (cgumbsch/Demo2Reward) ----------
+
+REFERENCE = json.loads(
+    (Path(__file__).parent / "fixtures" / "demo2reward_reference.json").read_text()
+)
+"""Outputs of the reference's own functions (``utils/images.py: past_frames_single_video``,
+``utils/prompts.py: build_generic_prompt``); see its ``_provenance``."""
+
+
+def test_sample_frame_indices_equal_the_reference_for_every_t() -> None:
+    from embodied.rewards.demo2reward import PAST_LEN, past_frame_indices, sample_indices
+
+    assert PAST_LEN == 4  # demo2reward.py --past_len
+    checked = 0
+    for n, by_t in REFERENCE["past_frames"].items():
+        for t, expected in by_t.items():
+            assert past_frame_indices(int(t), int(n)) == expected, (t, n)
+            assert sample_indices(int(t), int(n)) == REFERENCE["clip_indices"][n][t], (t, n)
+            checked += 1
+    assert checked == 6 * 41
+    assert sample_indices(10) == [0, 2, 5, 8, 10]  # round(7.5) == 8
+    assert sample_indices(14) == [0, 4, 7, 10, 14]  # round(10.5) == 10: half to even
+    assert [len(sample_indices(t)) for t in range(5)] == [2, 3, 4, 5, 5]
+    assert REFERENCE["errors"] == {"0": "ZeroDivisionError"}  # the reference's past_len 0
+    assert sample_indices(7, 0) == [7]  # named departure: no earlier frame, no error
+
+
+def test_demonstration_set_scores_the_reference_clips() -> None:
+    from embodied.rewards.demo2reward import Misclassified
+
+    n = 12
+    frames = np.stack([np.full((16, 16, 3), i, dtype=np.uint8) for i in range(n)])
+    demo = LabelledDemonstration(frames, np.arange(n) >= 6, "reach the red cube")
+    seen: list[list[int]] = []
+
+    class Judge:
+        threshold = 0.5
+
+        def score_batch(self, clips: list[np.ndarray], text: str) -> np.ndarray:
+            seen.extend([int(f[0, 0, 0]) for f in c] for c in clips)
+            return np.zeros(len(clips))
+
+    ev = DemonstrationSet([demo], stride=1).evaluate(Judge(), DEFAULT_TEMPLATE)  # type: ignore[arg-type]
+    assert seen == [REFERENCE["clip_indices"]["4"][str(t)] for t in range(n)]
+    shown = {m.step: [int(f[0, 0, 0]) for f in np.asarray(m.clip)] for m in ev.misclassified}
+    assert shown == {t: REFERENCE["clip_indices"]["4"][str(t)] for t in range(6, n)}
+    m = Misclassified(0, 2, False, 1.0, demo.task, "1", frames)
+    assert m.clip is not None and len(m.clip) == 4  # t = 2: 3 earlier frames + the current
+
+
+def test_starting_instruction_is_the_reference_wording() -> None:
+    from embodied.rewards.demo2reward import REAL_ROBOT_TEMPLATE, generic_template
+
+    simulated = REFERENCE["generic_instruction"]["simulated"]
+    assert simulated.startswith("Evaluate the behavior of this simulated robot.")
+    assert DEFAULT_TEMPLATE == simulated == generic_template()
+    assert Demo2RewardConfig().template == simulated
+    # the reference's --real_robot wording, kept as a named option
+    assert REFERENCE["generic_instruction"]["real_robot"] == REAL_ROBOT_TEMPLATE
+    assert generic_template(real_robot=True) == REAL_ROBOT_TEMPLATE
+    assert REAL_ROBOT_TEMPLATE.startswith("Evaluate the behavior of this robot.")
+    assert Demo2RewardConfig(template=REAL_ROBOT_TEMPLATE).template == REAL_ROBOT_TEMPLATE
+    from embodied.rewards.demo2reward.prompts import robot_description
+
+    assert robot_description() == REFERENCE["robot_desc"]["simulated"]
+    assert robot_description(real_robot=True) == REFERENCE["robot_desc"]["real_robot"]

@@ -82,7 +82,9 @@ def test_judge_arm_reward_and_episode_end_come_from_the_judge(
         assert run["train_false_reward_steps"] == run["train_steps"]
     assert judge.texts and all(t.startswith("clearly ") for t in judge.texts[-10:])
     generic = [t for t in judge.texts if not t.startswith("clearly ")]
-    assert generic and all(t.startswith("Evaluate the behavior of this robot.") for t in generic)
+    assert generic and all(
+        t.startswith("Evaluate the behavior of this simulated robot.") for t in generic
+    )
 
 
 def test_d2r_arm_that_kept_the_generic_instruction_is_the_judge_arm(

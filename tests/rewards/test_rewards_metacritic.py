@@ -137,15 +137,21 @@ def test_meta_critic_prompt_shows_labelled_reference_frames_and_failure_clips(
     assert f"Current Critic instruction:\n{DEFAULT_TEMPLATE.format(task=TASK)}" in texts
     perf = next(t for t in texts if t.startswith("Performance summary"))
     assert "True Positive Rate 50.0%" in perf and "False Positive Rate 50.0%" in perf
-    # failure clips: 5 frames each (4 earlier + current) as images, then the Critic's output
+    # failure clips: the reference's samples (up to 4 earlier frames + current; frame 2 has
+    # 3 earlier) as images, then the Critic's output
     start = texts.index("Here are exemplar videos which the Critic judged incorrectly:")
     assert [t for t in texts[start + 1 : -1]] == [
         f"Incorrect Critic output: out{s}" for s in (2, 4, 6, 8, 9)
     ]
     fail_images = [e for e in content[2 + 2 * len(idx) :] if e["type"] == "image"]
-    assert len(fail_images) == 5 * 5
-    last_frames = [int(np.asarray(e["image"])[0, 0, 0]) for e in fail_images[4::5]]
-    assert last_frames == [100 + s for s in (2, 4, 6, 8, 9)]
+    shown_fail = [int(np.asarray(e["image"])[0, 0, 0]) - 100 for e in fail_images]
+    assert shown_fail == [
+        *[0, 0, 1, 2],
+        *[0, 1, 2, 3, 4],
+        *[0, 2, 3, 4, 6],
+        *[0, 2, 4, 6, 8],
+        *[0, 2, 4, 7, 9],  # round(4.5) == 4, round(6.75) == 7
+    ]
     assert texts[-1].startswith("First provide the reasoning (3-5 sentences)")
 
 
@@ -242,6 +248,26 @@ def test_reference_critic_prompt_sampling_and_binary_answers(critic: ReferenceCr
     assert all(np.isnan(v) or v in (0.0, 1.0) for v in values)
     scores = critic.score_batch(clips, TASK)
     np.testing.assert_array_equal(scores, np.where(values == 1.0, 1.0, 0.0))
+
+
+def test_reference_critic_sees_short_first_clips_as_they_are(critic: ReferenceCritic) -> None:
+    """The reference shows its first samples of an episode with 2-4 frames; so does the
+    Critic (longer clips are resampled to n_frames as before)."""
+    demo = _demo(12, 6)
+    clips = demo.sample_clips(4, [0, 1, 2, 3, 11])
+    assert [len(c) for c in clips] == [2, 3, 4, 5, 5]
+    checked, _ = critic.prepare(clips, TASK)
+    assert [len(c) for c in checked] == [2, 3, 4, 5, 5]
+    assert [len(c) for c in critic.prepare([demo.frames], TASK)[0]] == [critic.n_frames]
+    assert critic.prompt_text(TASK, 2).count("<image>") == 2
+    with _Recorder(critic.model) as calls:
+        values, outputs = critic.critique(clips, TASK)
+    assert len(values) == len(outputs) == 5
+    assert sum(c["pixel_values"].shape[0] for c in calls) == 2 + 3 + 4 + 5 + 5
+    ev = DemonstrationSet([demo, _demo(12, 5), _demo(12, 8)], stride=4).evaluate(
+        critic, DEFAULT_TEMPLATE
+    )
+    assert len(ev.probs) == 9
 
 
 def test_invalid_critic_answers_count_wrong_for_both_labels() -> None:

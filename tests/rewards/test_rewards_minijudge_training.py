@@ -304,9 +304,9 @@ def test_selection_uses_only_unseen_development_episodes(tmp_path: Path) -> None
     # a floor the shipped judge keeps on any draw: on two development episodes per task its
     # worst TNR moves with the platform's rendering, around the 98 % default
     result = select_minijudge([strict, SHIPPED, lenient], cache, n_val=2, n_ball=2, min_tnr=50)
-    assert result["development_seeds"] == {
+    assert result["development_seeds"] == {  # split and extra experts apart: none counts twice
         "mujoco:arm_reach": [[70000, 70001]],
-        "mujoco:reach_around": [[70000, 70001]],
+        "mujoco:reach_around": [[70000, 70001], [71000, 71001]],
     }
     strict_row, shipped_row, lenient_row = result["candidates"]
     assert (lenient_row["arrival_missed"], lenient_row["worst_tnr"]) == (0, 0.0)
@@ -335,3 +335,15 @@ def test_selection_uses_only_unseen_development_episodes(tmp_path: Path) -> None
     run = CliRunner().invoke(app, ["train", "minijudge-select", str(strict)])
     assert run.exit_code == 2, run.output
     assert "development seeds" in run.output
+
+
+def test_development_sets_share_no_episode() -> None:
+    from embodied.apps.training.training_minijudge import (
+        DEVELOPMENT_N_VAL,
+        development_seeds,
+    )
+
+    seeds = development_seeds()
+    assert seeds["mujoco:reach_around"] == [[70000, 70000 + DEVELOPMENT_N_VAL - 1], [71000, 71095]]
+    with pytest.raises(ConfigError, match="development split and development experts"):
+        development_seeds(n_val=1001)  # the split would run into the experts' seeds

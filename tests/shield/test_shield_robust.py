@@ -75,11 +75,13 @@ def test_unbounded_robust_vi_matches_storm_on_graph_preserving_interval_mdps(see
     assert 0.0 < ours.values[1 : n_s - 1, 0].max() < 1.0
 
 
-def _chain_shield(risk_bound: float, n: int = 10_000, k_bad: int = 1000) -> RobustShield:
+def _chain_shield(
+    risk_bound: float, n: int = 10_000, k_bad: int = 1000, bound: str = "anytime"
+) -> RobustShield:
     """States 0 (start), 1 (safe, absorbing), 2 (bad); 'go' from 0 hits 2 w.p. k_bad/n."""
     config = ShieldConfig(
         bins=(BinSpec("x", (0.5, 1.5)),), horizon=3, risk_bound=risk_bound, delta=0.05,
-        automaton="builtin",
+        bound=bound, automaton="builtin",
     )  # fmt: skip
     actions = ActionSet([[0.0], [1.0]])  # 0 = stay, 1 = go
     counts = TransitionCounts(3, 2)
@@ -91,24 +93,27 @@ def _chain_shield(risk_bound: float, n: int = 10_000, k_bad: int = 1000) -> Robu
     return RobustShield.create(config, {"bad": lambda c: c.bins["x"] == 2}, actions, counts=counts)
 
 
-def _chain_go_risk(n: int = 10_000, k_bad: int = 1000) -> float:
+def _chain_go_risk(n: int = 10_000, k_bad: int = 1000, bound: str = "anytime") -> float:
     """Closed form: nature moves eps/2 into 'bad' every step (from the highest-valued state).
 
     Q_3(0, go) = (1 - p - e) * (1 - e)^2 with p = k_bad/n, e = eps(n)/2 for every pair.
     """
-    e = float(l1_radius(n, 3, 0.05 / 6)) / 2.0
+    e = float(l1_radius(n, 3, 0.05 / 6, bound=bound)) / 2.0
     return 1.0 - (1.0 - k_bad / n - e) * (1.0 - e) ** 2
 
 
-def test_minimally_restrictive_set_on_a_three_state_chain() -> None:
-    risk = _chain_go_risk()
+@pytest.mark.parametrize("bound", ["anytime", "fixed_n"])
+def test_minimally_restrictive_set_on_a_three_state_chain(bound: str) -> None:
+    risk = _chain_go_risk(bound=bound)
     start = (0, 0)
-    below = _chain_shield(risk + 1e-6)  # go's risk just under lambda: allowed
+    below = _chain_shield(risk + 1e-6, bound=bound)  # go's risk just under lambda: allowed
     assert below.risk(start)[1] == pytest.approx(risk, abs=1e-12)
     assert below.allowed(start).tolist() == [True, True] and not below.flagged(start)
-    above = _chain_shield(risk - 1e-6)  # just over lambda: blocked, stay still allowed
+    above = _chain_shield(risk - 1e-6, bound=bound)  # just over lambda: blocked, stay allowed
     assert above.allowed(start).tolist() == [True, False] and not above.flagged(start)
+    # the anytime balls are wider: the same counts give go a higher worst-case risk
+    assert _chain_go_risk(bound="anytime") > _chain_go_risk(bound="fixed_n")
     # lambda = 0: every action exceeds it; the safest (stay) stays allowed and is flagged
-    strict = _chain_shield(0.0)
+    strict = _chain_shield(0.0, bound=bound)
     assert strict.allowed(start).tolist() == [True, False] and strict.flagged(start)
     assert strict.risk(start)[0] < strict.risk(start)[1]

@@ -137,12 +137,15 @@ def _violations(safety: ActionFilter | None, episodes: int) -> int:
 
 
 def test_shielded_rollouts_never_fall_while_the_random_policy_does() -> None:
-    shield = _shield(_explored_counts(5000))
+    # 10000 tries per pair: with the (wider) anytime balls 5000 leave even staying at the edge
+    # above the risk bound (0.24; 0.155 with bound="fixed_n"), so the edge would be flagged
+    shield = _shield(_explored_counts(10_000))
     # at the cliff edge (x = 1) only staying is safe enough: left falls w.p. 0.9, right 0.1
     # plus what the confidence set allows nature over 5 steps
     edge = shield.reset(1)
     assert shield.allowed(edge).tolist() == [False, True, False]
     assert min(shield.risk(edge)[[0, 2]]) > 0.2 >= shield.risk(edge)[1]
+    assert not shield.flagged(edge)
     assert shield.allowed(shield.reset(4)).all()  # far from the edge nothing is blocked
     filt = ShieldFilter(shield)
     assert isinstance(filt, ActionFilter)
@@ -258,7 +261,7 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("key", "value"),
     [("risk_bound", 1.5), ("risk_bound", -0.1), ("delta", 0.0), ("horizon", 0),
-     ("horizon", 2.5), ("spec", ""), ("ambiguity", "linf")],
+     ("horizon", 2.5), ("spec", ""), ("ambiguity", "linf"), ("bound", "fixed")],
 )  # fmt: skip
 def test_config_refuses_bad_values_naming_key_and_value(key: str, value: Any) -> None:
     with pytest.raises(ConfigError, match=key) as info:
@@ -268,6 +271,12 @@ def test_config_refuses_bad_values_naming_key_and_value(key: str, value: Any) ->
 
 def test_config_round_trips_through_json() -> None:
     config = ShieldConfig(bins=BINS, horizon=None, risk_bound=0.1)
+    assert config.bound == "anytime"  # valid for the shield's adaptively collected counts
     assert ShieldConfig.from_dict(config.to_dict()) == config
+    fixed = ShieldConfig(bins=BINS, bound="fixed_n")
+    assert ShieldConfig.from_dict(fixed.to_dict()) == fixed
+    # a config saved before the option existed loads with the (wider, adaptive-valid) default
+    old = {k: v for k, v in fixed.to_dict().items() if k != "bound"}
+    assert ShieldConfig.from_dict(old).bound == "anytime"
     with pytest.raises(ConfigError, match="unknown"):
         ShieldConfig.from_dict({**config.to_dict(), "lambda": 0.1})

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from embodied.apps.cli._common import parse_kv
 from embodied.apps.cli._config_options import Opt, config_options
 from embodied.apps.collect import CollectConfig, CollectResult, collect, collect_tasks
+from embodied.io import require_output_dir
 
 
 def register(app: typer.Typer) -> None:
@@ -51,6 +52,7 @@ def register(app: typer.Typer) -> None:
         *,
         config: dict[str, Any],
     ) -> None:
+        require_output_dir(out)
         kwargs = parse_kv(policy_arg, "--policy-arg", "seed=3")
         cfg = CollectConfig(**config, policy_kwargs=kwargs)
         columns = (

@@ -20,6 +20,7 @@ import typer
 from embodied.apps.cli._common import parse_kv
 from embodied.apps.cli._config_options import Opt, config_options
 from embodied.apps.deploy import DeployConfig, deploy
+from embodied.io import require_output_dir
 from hardware.configuration_robot import resolve_robot
 
 
@@ -55,6 +56,7 @@ def register(app: typer.Typer) -> None:
         *,
         config: dict[str, Any],
     ) -> None:
+        require_output_dir(out)
         kwargs = parse_kv(policy_arg, "--policy-arg", "amplitude_rad=0.3")
         run = DeployConfig(**config, policy_kwargs=kwargs)
         robot_config = resolve_robot(robot)

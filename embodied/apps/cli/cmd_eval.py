@@ -18,6 +18,7 @@ from embodied.apps.cli._config_options import Opt, config_options
 from embodied.apps.evaluation import EvalConfig, PolicyLoader, build_grid, evaluate
 from embodied.apps.evaluation.report import preflight_lines
 from embodied.errors import ConfigError
+from embodied.io import require_output_dir
 
 
 def register(app: typer.Typer) -> None:
@@ -55,21 +56,36 @@ def register(app: typer.Typer) -> None:
             help=f"Local LIBERO assets folder (or ${'EMBODIED_LIBERO_ASSETS'}).",
         ),
         cameras: str = typer.Option(
-            "agentview", "--cameras", help="LIBERO cameras, comma-separated ('' for none)."
+            None,
+            "--cameras",
+            help="Cameras the policy sees, comma-separated ('' for none) [LIBERO: agentview; "
+            "MuJoCo: the task's].",
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the results JSON."),
         *,
         config: dict[str, Any],
     ) -> None:
         env, backend = config["envs"], config["backend"]
+        if out:
+            require_output_dir(out)
         if libero_assets:
             os.environ["EMBODIED_LIBERO_ASSETS"] = os.path.abspath(libero_assets)
         common = parse_kv(env_arg, "--env-arg", "seed=3")
         env_kwargs: dict[str, dict[str, Any]] = {"mujoco": dict(common)}
+        names = None if cameras is None else tuple(c for c in cameras.split(",") if c)
+        if names is not None:  # as `embodied collect --cameras`: MuJoCo's camera= option
+            if "camera" in common:
+                raise ConfigError(
+                    f"--cameras {cameras!r} and --env-arg camera={common['camera']!r} both set "
+                    "the cameras",
+                    fix="pass the cameras once, with --cameras",
+                )
+            env_kwargs["mujoco"]["camera"] = list(names) if names else False
         if any(e.startswith("libero:") for e in env):
             # LIBERO's protocol is OpenVLA's (raw frames, LIBERO-native actions); what a
             # policy needs converted, its processor does (--policy-arg for its options).
-            env_kwargs["libero"] = {"cameras": tuple(c for c in cameras.split(",") if c), **common}
+            libero_cams = ("agentview",) if names is None else names
+            env_kwargs["libero"] = {"cameras": libero_cams, **common}
         if address:
             if backend != "ray":
                 raise ConfigError(

@@ -26,7 +26,7 @@ from embodied.apps.training.training_minijudge import (
 )
 from embodied.distributed import Distributed
 from embodied.errors import ConfigError
-from embodied.io import write_json
+from embodied.io import require_output_dir, write_json
 from policies.diffusion.configuration_pdp import PDPConfig, TrainSpeedConfig
 from policies.diffusion.training_pdp import train_pdp
 from policies.openvla.training_openvla import BCSettings
@@ -106,6 +106,12 @@ def train_pdp_cmd(
     speed: dict[str, Any],
 ) -> None:
     """Train a Parameterized Diffusion Policy (manifold VAE, then z-conditioned diffusion)."""
+    require_output_dir(out)
+    if config.get("steps") == 0 and not resume:
+        raise ConfigError(
+            "--steps 0 would write an untrained policy",
+            fix="pass --steps >= 1 (e.g. 10000); to re-save a run use --resume",
+        )
     if threads:
         torch.set_num_threads(threads)
     overrides: dict[str, object] = dict(config)  # PDPConfig fields, "manifold.steps" nested

@@ -2,8 +2,8 @@
 
 The built-in task is mujoco:arm_reach with the scripted expert; the controller
 sets its speed knob alpha so that ee_speed (m/s) tracks the setpoint. Saved
-gains files are the controller YAML that `embodied eval` and `embodied deploy`
-accept.
+gains files are the controller YAML that `embodied deploy --controller` loads
+(`embodied eval` runs no controller; `embodied sweep` takes gains as --set).
 
 Examples:
 

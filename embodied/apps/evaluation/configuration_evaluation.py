@@ -154,6 +154,19 @@ class EvalConfig:
         if bad:
             raise ConfigError(f"video_episodes must be episode indices >= 0, got {bad}")
         object.__setattr__(self, "video_episodes", tuple(sorted(set(self.video_episodes))))
+        if self.video_episodes and self.out is None:
+            raise ConfigError(
+                f"video_episodes={list(self.video_episodes)} but no out folder to write them to",
+                fix="pass --out DIR (videos go to DIR/videos/) or drop --video-episodes",
+            )
+        n = self.episodes
+        too_late = [v for v in self.video_episodes if n is not None and v >= n]
+        if too_late and n is not None:
+            raise ConfigError(
+                f"video_episodes {too_late} name episodes past the last one "
+                f"(episodes={n}: indices 0..{n - 1})",
+                fix=f"pass --video-episodes indices below {n}",
+            )
         if self.max_steps is not None and self.max_steps <= 0:
             raise ConfigError(f"max_steps must be positive, got {self.max_steps}")
         variants = tuple(self.variants)

@@ -903,6 +903,9 @@ DEVELOPMENT_N_VAL = 48
 """Development episodes per task, recorded like a report split (mixed kinds)."""
 DEVELOPMENT_BALL_EXPERTS = 96
 """Extra reach_around expert episodes (their arrival frames are the judge's hardest frames)."""
+DEVELOPMENT_BALL_SEED0 = 71000
+"""First reset seed of those extra experts: apart from the development split's episodes
+(until this change both started at 70000, so the split's expert episodes were counted twice)."""
 DEVELOPMENT_MIN_TNR = 98.0
 """TNR floor (percent, every task) of :func:`select_minijudge`'s candidates: 3 points above
 the 95 % the judge must keep on held-out frames, for the sampling error of a few thousand
@@ -912,10 +915,17 @@ correlated frames per task, and because each false positive is a false reward in
 def development_seeds(
     n_val: int = DEVELOPMENT_N_VAL, n_ball: int = DEVELOPMENT_BALL_EXPERTS
 ) -> SeedRanges:
-    """Reset seeds of :func:`select_minijudge`'s development episodes."""
-    out = split_seeds(DEVELOPMENT_SEED0, n_val, 0)
-    _add_range(out, BALL, DEVELOPMENT_SEED0, n_ball)
-    return merge_seeds(out)
+    """Reset seeds of :func:`select_minijudge`'s development episodes (the report-like split
+    and the extra reach_around experts, checked disjoint: no episode counts twice).
+
+    Raises:
+        ConfigError: the split reaches the extra experts' seeds (``n_val`` too large).
+    """
+    split = split_seeds(DEVELOPMENT_SEED0, n_val, 0)
+    experts: SeedRanges = {}
+    _add_range(experts, BALL, DEVELOPMENT_BALL_SEED0, n_ball)
+    check_disjoint({"development split": split, "development experts": experts})
+    return merge_seeds(split, experts)
 
 
 def checkpoint_seeds(checkpoint: Path) -> dict[str, SeedRanges]:
@@ -973,8 +983,8 @@ def select_minijudge(
         ),
         "ball_experts": _cached(
             cache,
-            f"dev_ball_{s0}_{n_ball}",
-            lambda: record_episodes(BALL, n_ball, s0, ("expert",)),
+            f"dev_ball_{DEVELOPMENT_BALL_SEED0}_{n_ball}",
+            lambda: record_episodes(BALL, n_ball, DEVELOPMENT_BALL_SEED0, ("expert",)),
         ),
     }
     rows = []

@@ -6,7 +6,9 @@ with the instruction):
 
 * :class:`ReferenceCritic` (judge ``critic``) - the reference: greedy generation of at most
   5 tokens, the answer parsed as one character "1"/"0" (:func:`parse_binary`); anything else
-  is invalid and counts as wrong in Demo2Reward's rates, as in the reference.
+  is invalid and counts as wrong in Demo2Reward's rates, as in the reference. It sees a clip
+  with fewer frames than ``n_frames`` as it is (the reference's first samples have 2-4
+  frames); longer clips are resampled to ``n_frames`` like every judge's.
 * :class:`CalibratedCritic` (judge ``critic-calibrated``) - the project's variant: the same
   prompt scored as P("1") / (P("1") + P("0")) of the next token and decided at a calibrated
   threshold (like :class:`~embodied.rewards.generative.GenerativeJudge`). Report its results
@@ -15,10 +17,12 @@ with the instruction):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from embodied.rewards.clips import validate_frames
 from embodied.rewards.demo2reward.prompts import (
     CRITIC_SAMPLING,
     CRITIC_USER,
@@ -56,24 +60,38 @@ class CriticPrompt(GenerativeJudge):
         self.system_prompt = critic_system_prompt(real_robot)
         self.real_robot = real_robot
 
-    def messages(self, instruction: str, images: list[Any] | None = None) -> list[dict[str, Any]]:
-        """The reference chat (utils/critic.py: eval_single): system, then frames + text."""
-        frames = images if images is not None else [None] * self.n_frames
+    def messages(
+        self, instruction: str, images: list[Any] | None = None, n_images: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The reference chat (utils/critic.py: eval_single): system, then frames + text.
+
+        Args:
+            instruction: The instruction.
+            images: The frames (default: ``n_images`` image placeholders).
+            n_images: Placeholders without ``images`` (default :attr:`n_frames`).
+        """
+        if images is not None:
+            frames = list(images)
+        else:
+            frames = [None] * (self.n_frames if n_images is None else n_images)
         content: list[dict[str, Any]] = [
             {"type": "image", "image": im} if im is not None else {"type": "image"} for im in frames
         ]
-        user = self.config.prompt.format(instruction=instruction, n_frames=self.n_frames)
+        user = self.config.prompt.format(instruction=instruction, n_frames=len(frames))
         content.append({"type": "text", "text": user})
         return [
             {"role": "system", "content": [{"type": "text", "text": self.system_prompt}]},
             {"role": "user", "content": content},
         ]
 
-    def prompt_text(self, instruction: str) -> str:
-        """The chat-formatted prompt for one clip (images as placeholders)."""
+    def prompt_text(self, instruction: str, n_images: int | None = None) -> str:
+        """The chat-formatted prompt for one clip of ``n_images`` frames (default
+        :attr:`n_frames`; images as placeholders)."""
         return str(
             self.processor.apply_chat_template(
-                self.messages(instruction), add_generation_prompt=True, tokenize=False
+                self.messages(instruction, n_images=n_images),
+                add_generation_prompt=True,
+                tokenize=False,
             )
         )
 
@@ -90,6 +108,9 @@ class ReferenceCritic(CriticPrompt):
     which Demo2Reward's evaluation uses (invalid = wrong, the reference rule) and shows to
     the Meta-Critic with each failure clip.
 
+    Clips shorter than ``n_frames`` are shown as they are (:meth:`prepare`), as the reference
+    shows its first samples of an episode (2-4 frames).
+
     Args:
         config: Judge settings (:func:`critic_config`); ``batch_size`` 1 is the reference's
             one video per call, larger batches left-pad.
@@ -98,8 +119,23 @@ class ReferenceCritic(CriticPrompt):
 
     name = "critic"
 
+    def prepare(
+        self, clips: Sequence[Any] | np.ndarray, instructions: str | Sequence[str]
+    ) -> tuple[list[np.ndarray], list[str]]:
+        """As every judge's, except that a clip with fewer frames than :attr:`n_frames` is
+        kept as it is: the reference Critic sees the clip it is given (its first samples of
+        an episode hold 2-4 frames, ``demonstrations.sample_indices``); longer clips are
+        resampled to :attr:`n_frames`."""
+        clips = list(clips)
+        checked, texts = super().prepare(clips, instructions)
+        for i, clip in enumerate(clips):
+            frames = validate_frames(clip, what=f"clip {i}")
+            if len(frames) < self.n_frames:
+                checked[i] = frames
+        return checked, texts
+
     def _inputs(self, clips: list[np.ndarray], instructions: list[str]) -> dict[str, Any]:
-        texts = [self.prompt_text(t) for t in instructions]
+        texts = [self.prompt_text(t, len(c)) for t, c in zip(instructions, clips, strict=True)]
         images = [self._images(c) for c in clips]
         inputs = self.processor(text=texts, images=images, return_tensors="pt", padding=True)
         return {

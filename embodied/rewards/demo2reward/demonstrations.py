@@ -23,6 +23,44 @@ from embodied.loop import StepRecord, rollout
 from embodied.rewards.clips import episode_clips, validate_frames
 from embodied.rewards.oracle import frame_labels
 
+PAST_LEN = 4
+"""Earlier frames per Demo2Reward sample: the reference's ``--past_len`` default
+(``demo2reward.py``)."""
+
+
+def past_frame_indices(t: int, num_frames: int = PAST_LEN) -> list[int]:
+    """The earlier frames of the sample at frame ``t``, as the reference picks them.
+
+    ``utils/images.py: past_frames_single_video`` (the same indices as ``past_frames``, which
+    the reference's ``datasets/dataset.py: _divide_episodes`` uses): ``min(t + 1, num_frames)``
+    frames ``round(k * t / num_frames)`` for ``k = 0, 1, ...`` with Python's ``round`` (half to
+    even: t = 10 gives 0, 2, 5, 8; t = 14 gives 0, 4, 7, 10), so frames repeat early on and the
+    first samples have fewer of them (t = 0: [0]; t = 1: [0, 0]; t = 2: [0, 0, 1]).
+    Departure: ``num_frames`` 0 gives no earlier frames (the reference divides by zero).
+
+    Raises:
+        ConfigError: a negative ``t`` or ``num_frames``.
+    """
+    if t < 0:
+        raise ConfigError(f"frame index {t} is negative")
+    if num_frames < 0:
+        raise ConfigError(f"num_frames must be >= 0, got {num_frames}")
+    n_available = min(t + 1, num_frames)
+    if n_available == 0:
+        return []
+    if n_available == 1:
+        return [0]
+    step = t / num_frames
+    return [round(k * step) for k in range(n_available)]
+
+
+def sample_indices(t: int, num_frames: int = PAST_LEN) -> list[int]:
+    """Frame indices of the clip the Critic sees for frame ``t``: :func:`past_frame_indices`
+    followed by ``t`` (``datasets/dataset.py: VLMCritic_Dataset._yield_videos``); 2 to
+    ``num_frames + 1`` frames (t = 10: 0, 2, 5, 8, 10)."""
+    return [*past_frame_indices(t, num_frames), t]
+
+
 FALLBACK_TASKS: dict[str, str] = {
     "mujoco:reach_around": "move the blue ball to the green goal",
 }
@@ -81,8 +119,32 @@ class LabelledDemonstration:
         return bool(self.labels.any())
 
     def clips(self, n_context: int = 4, steps: Sequence[int] | None = None) -> np.ndarray:
-        """(N, n_context + 1, H, W, 3) clips (4 earlier frames + current) for ``steps``."""
+        """(N, n_context + 1, H, W, 3) clips (4 earlier frames + current) for ``steps``.
+
+        The judges' clip sampling (:func:`~embodied.rewards.clips.context_indices`); Demo2Reward
+        scores its samples with :meth:`sample_clips` (the reference's frame indices).
+        """
         return episode_clips(self.frames, n_context, steps)
+
+    def sample_clips(
+        self, num_frames: int = PAST_LEN, steps: Sequence[int] | None = None
+    ) -> list[np.ndarray]:
+        """Demo2Reward's samples for ``steps`` (default: every frame): one clip of
+        :func:`sample_indices` frames each, (2..num_frames + 1, H, W, 3) uint8, as the
+        reference builds them.
+
+        Raises:
+            ConfigError: a step outside the demonstration.
+        """
+        steps = range(len(self.frames)) if steps is None else steps
+        out = []
+        for t in steps:
+            if not 0 <= int(t) < len(self.frames):
+                raise ConfigError(
+                    f"step {int(t)} outside the demonstration's {len(self.frames)} frames"
+                )
+            out.append(self.frames[sample_indices(int(t), num_frames)])
+        return out
 
 
 def record_demonstration(

@@ -1,8 +1,10 @@
 """Demo2Reward's objective: J(I) = 0.01 * TPR + TNR (percent) of a judge on labelled
 demonstrations.
 
-Every frame of every demonstration is a sample (4 earlier frames evenly spaced + the current
-one); false positives dominate J (the reference's default objective,
+Every frame of every demonstration is a sample: the clip of up to 4 earlier frames and the
+current one that the reference builds (``utils/images.py: past_frames_single_video``, see
+:func:`~embodied.rewards.demo2reward.demonstrations.sample_indices`; fewer frames for the first
+three); false positives dominate J (the reference's default objective,
 ``extreme_weighted_sum_rates`` in ``utils/evaluate_prompts.py``). A judge with ``critique``
 (the reference Critic) decides by its binary answer and an invalid answer counts as wrong
 (``utils/critic.py: _eval_split``); any other judge decides at its calibrated threshold.
@@ -19,8 +21,12 @@ import numpy as np
 from embodied.contracts import Judge
 from embodied.errors import ConfigError
 from embodied.rewards.calibration import Rates, calibration_table, rates
-from embodied.rewards.clips import context_indices, format_instruction
-from embodied.rewards.demo2reward.demonstrations import LabelledDemonstration
+from embodied.rewards.clips import format_instruction
+from embodied.rewards.demo2reward.demonstrations import (
+    PAST_LEN,
+    LabelledDemonstration,
+    sample_indices,
+)
 
 TPR_WEIGHT = 0.01
 """Weight of the TPR in J; the TNR has weight 1."""
@@ -44,7 +50,7 @@ class Misclassified:
         output: The judge's output as shown to the Meta-Critic: the reference Critic's parsed
             answer, else the decision "1"/"0".
         frames: The demonstration's frames (shared, not copied), for :attr:`clip`.
-        n_context: Earlier frames in :attr:`clip`.
+        n_context: Most earlier frames in :attr:`clip` (the reference's ``--past_len``).
     """
 
     demonstration: int
@@ -54,14 +60,15 @@ class Misclassified:
     task: str
     output: str = ""
     frames: np.ndarray | None = field(default=None, repr=False)
-    n_context: int = 4
+    n_context: int = PAST_LEN
 
     @property
     def clip(self) -> np.ndarray | None:
-        """The clip the judge saw (``n_context`` earlier frames + the current one)."""
+        """The clip the judge saw (the reference's sample: up to ``n_context`` earlier frames
+        + the current one, :func:`~embodied.rewards.demo2reward.demonstrations.sample_indices`)."""
         if self.frames is None:
             return None
-        return self.frames[context_indices(self.step, self.n_context)]
+        return self.frames[sample_indices(self.step, self.n_context)]
 
     def describe(self) -> str:
         """One line for a text prompt."""
@@ -95,7 +102,8 @@ class DemonstrationSet:
     Args:
         demonstrations: The demonstrations (3 to 10 for optimisation; any number for
             evaluation).
-        n_context: Earlier frames per sample.
+        n_context: Most earlier frames per sample (the reference's ``--past_len``, 4); a
+            judge with a fixed number of frames resamples the shorter first clips.
         stride: Use every ``stride``-th frame as a sample (1 = every frame).
         min_demonstrations: Fewest demonstrations accepted.
         max_demonstrations: Most demonstrations accepted (None: no limit).
@@ -104,7 +112,7 @@ class DemonstrationSet:
     def __init__(
         self,
         demonstrations: Sequence[LabelledDemonstration],
-        n_context: int = 4,
+        n_context: int = PAST_LEN,
         stride: int = 1,
         min_demonstrations: int = 1,
         max_demonstrations: int | None = None,
@@ -137,7 +145,7 @@ class DemonstrationSet:
         out = []
         for d, steps in zip(self.demonstrations, self.steps, strict=False):
             text = format_instruction(template, d.task)
-            clips = d.clips(self.n_context, steps)
+            clips = d.sample_clips(self.n_context, steps)
             batch = getattr(judge, "score_batch", None)
             if batch is not None:
                 out.append(np.asarray(batch(clips, text), dtype=np.float64))
@@ -153,7 +161,8 @@ class DemonstrationSet:
             return self.score(judge, template), None
         values, outputs = [], []
         for d, steps in zip(self.demonstrations, self.steps, strict=False):
-            v, o = critique(d.clips(self.n_context, steps), format_instruction(template, d.task))
+            clips = d.sample_clips(self.n_context, steps)
+            v, o = critique(clips, format_instruction(template, d.task))
             values.append(np.asarray(v, dtype=np.float64))
             outputs += list(o)
         return np.concatenate(values), outputs

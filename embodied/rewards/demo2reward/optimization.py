@@ -43,7 +43,11 @@ class Demo2RewardConfig:
     """Settings of :func:`optimize_instruction`.
 
     Args:
-        template: Starting instruction template (must contain ``{task}``).
+        template: Starting instruction template (must contain ``{task}``); default the
+            reference's generic instruction in its default (simulated-robot) wording,
+            :data:`DEFAULT_TEMPLATE`. For a real robot (the reference's ``--real_robot``) pass
+            :data:`~embodied.rewards.demo2reward.proposers.REAL_ROBOT_TEMPLATE` ("this robot")
+            and build the Critic/Meta-Critic with ``real_robot=True``.
         iterations: Proposals per restart (K); the reference's ``--max_iter`` default, 100.
         restarts: Independent repeats from the starting template, each with its own seed; the
             reference's ``--num_repeats`` default, 5.
@@ -53,7 +57,8 @@ class Demo2RewardConfig:
         seed: Base seed.
         max_misclassified: Misclassified clips shown to the proposer (<= 5; reference 5),
             drawn after a shuffle of all of the current best's misclassified clips.
-        n_context: Earlier frames per sample.
+        n_context: Most earlier frames per sample (the reference's ``--past_len``, 4; the
+            reference's frame indices, ``demonstrations.sample_indices``).
         stride: Use every ``stride``-th frame of each demonstration as a sample.
         min_tpr: TPR floor in percent: a candidate whose TPR on the demonstrations falls below
             it is rejected even if J improves. 0 (default) is the paper's rule; J weighs TPR by

@@ -128,6 +128,18 @@ def robot_description(real_robot: bool = False) -> str:
     return "a robot" if real_robot else "a simulated robot"
 
 
+def generic_template(real_robot: bool = False) -> str:
+    """The starting (un-refined) instruction as a template with ``{task}``
+    (utils/prompts.py: build_generic_prompt, called with ``task_instruction="{task}"``):
+    "this simulated robot" by default, "this robot" with ``real_robot`` (the reference's
+    ``--real_robot``)."""
+    # utils/prompts.py: build_generic_prompt
+    robot_noun = "this robot" if real_robot else "this simulated robot"
+    return (
+        f"Evaluate the behavior of {robot_noun}. The robot was instructed with the task: {{task}}."
+    )
+
+
 def meta_critic_system_prompt(real_robot: bool = False) -> str:
     """The Meta-Critic's system prompt (utils/prompts.py: build_prompts)."""
     return META_CRITIC_TEMPLATE.format(robot_desc=robot_description(real_robot))

@@ -29,11 +29,17 @@ from embodied.rewards.calibration import Rates
 from embodied.rewards.clips import TASK_FIELD
 from embodied.rewards.demo2reward.demonstrations import LabelledDemonstration
 from embodied.rewards.demo2reward.objective import Misclassified
+from embodied.rewards.demo2reward.prompts import generic_template
 
-DEFAULT_TEMPLATE = (
-    "Evaluate the behavior of this robot. The robot was instructed with the task: {task}."
-)
-"""Demo2Reward's starting instruction."""
+DEFAULT_TEMPLATE = generic_template(real_robot=False)
+"""Demo2Reward's starting instruction, the reference's default (simulated-robot) wording:
+"Evaluate the behavior of this simulated robot. The robot was instructed with the task:
+{task}." (utils/prompts.py: build_generic_prompt)."""
+
+REAL_ROBOT_TEMPLATE = generic_template(real_robot=True)
+"""The starting instruction under the reference's ``--real_robot``: "Evaluate the behavior of
+this robot. ..."; pass it as ``Demo2RewardConfig(template=...)`` together with
+``real_robot=True`` for the Critic and the Meta-Critic."""
 
 
 @dataclass
