@@ -418,6 +418,10 @@ def libero_demo_path(out: Path, env_id: str) -> Path:
     return out / f"{resolve_task(env_id.partition(':')[2]).name}_demo.hdf5"
 
 
+def _set_environ(environ: dict[str, str]) -> None:
+    os.environ.update(environ)  # a worker process's environment (picklable initializer)
+
+
 def _collect_libero_task(config: CollectConfig, out: Path) -> CollectResult:
     return collect_libero(config, out)  # a worker process's whole job (picklable)
 
@@ -455,8 +459,20 @@ def collect_libero_suite(
         for cfg in configs:
             add(collect_libero(cfg, out))
         return total
+    # A forkserver started earlier in this process keeps the environment it started with, so
+    # the workers get the assets folder resolved here (failing here, before any work) and GL.
+    from sim.libero.resources import ASSETS_ENV_VAR, resolve_assets
+
+    environ = {ASSETS_ENV_VAR: str(resolve_assets())}
+    if "MUJOCO_GL" in os.environ:
+        environ["MUJOCO_GL"] = os.environ["MUJOCO_GL"]
     context = multiprocessing.get_context("forkserver")  # never fork a GL context
-    with cf.ProcessPoolExecutor(min(config.workers, len(configs)) or 1, mp_context=context) as pool:
+    with cf.ProcessPoolExecutor(
+        min(config.workers, len(configs)) or 1,
+        mp_context=context,
+        initializer=_set_environ,
+        initargs=(environ,),
+    ) as pool:
         futures = [pool.submit(_collect_libero_task, cfg, out) for cfg in configs]
         for future in cf.as_completed(futures):
             add(future.result())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import h5py
@@ -12,6 +13,7 @@ pytestmark = [pytest.mark.libero, pytest.mark.usefixtures("libero_assets")]
 import embodied.apps.collect as collect_module  # noqa: E402
 from embodied.apps.collect import CollectConfig, collect, libero_demo_path  # noqa: E402
 from embodied.errors import ConfigError  # noqa: E402
+from sim.libero.resources import ASSETS_ENV_VAR  # noqa: E402
 
 TASKS = ["libero:libero_object:0", "libero:libero_object:5"]
 
@@ -21,6 +23,16 @@ def test_suite_collects_each_task_in_parallel_and_resumes(
 ) -> None:
     # two tasks of the suite stand for its ten (the parent expands, the workers get one each)
     monkeypatch.setattr(collect_module, "collect_tasks", lambda config: list(TASKS))
+    # a forkserver started before the assets were configured (as another test or an earlier
+    # evaluation in the same process may have) keeps its old environment: the workers must
+    # get the assets folder from the parent anyway (failed in CI before they did)
+    from multiprocessing import forkserver
+
+    assets = os.environ[ASSETS_ENV_VAR]
+    forkserver._forkserver._stop()  # type: ignore[attr-defined]
+    monkeypatch.delenv(ASSETS_ENV_VAR)
+    forkserver.ensure_running()
+    monkeypatch.setenv(ASSETS_ENV_VAR, assets)
     cfg = CollectConfig(
         env="libero:libero_object", episodes=1, seed=1000, init_states="sampled",
         image_size=32, workers=2,

@@ -114,9 +114,15 @@ def test_released_checkpoint_in_libero_via_eval_cli_sees_the_reference_image(
     # The env hands over LIBERO's raw frame, untouched: the fixture's frame of this task,
     # init state 0, after the 10 wait steps.
     fixture = _fixture_frame(0)
-    np.testing.assert_array_equal(frames[0], fixture["raw"])
-    # What enters the vision tower is OpenVLA's TensorFlow pipeline output for that frame.
-    torch.testing.assert_close(towers[0], _pixel_values(config, fixture["cropped"]))
+    # Mesa's llvmpipe rasterises with the host CPU's vector units, so the same scene can differ
+    # by one intensity level on a few edge pixels between CPU generations (seen: 21 of 196608
+    # values on an AVX-512/AMX Xeon); an orientation, size, crop or colour error changes most
+    # pixels, so this still pins the frame to the reference's.
+    diff = np.abs(frames[0].astype(np.int16) - fixture["raw"].astype(np.int16))
+    assert frames[0].shape == fixture["raw"].shape and diff.max() <= 1
+    assert (diff > 0).mean() <= 1e-3, f"{int((diff > 0).sum())} values differ"
+    if not diff.any():  # the same rasteriser: what enters the tower is TF's output, bit for bit
+        torch.testing.assert_close(towers[0], _pixel_values(config, fixture["cropped"]))
     for frame, tower in zip(frames, towers, strict=True):
         want = openvla_libero_image(frame, center_crop=True, crop_area=0.9, size=224)
         torch.testing.assert_close(tower, _pixel_values(config, want))
