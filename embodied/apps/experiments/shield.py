@@ -636,7 +636,8 @@ def results_markdown(summary: Mapping[str, Any]) -> str:
         f"{cfg['exploration_steps']} of them random exploration), {cfg['eval_episodes']} "
         f"evaluation episodes per run (seeds from {cfg['eval_seed0']}). Shield: H = "
         f"{cfg['horizon']} steps, lambda = {cfg['risk_bound']}, delta = {cfg['delta']} "
-        "(Weissman L1, union bound). Rates pool the evaluation episodes of all seeds "
+        "(Weissman L1, union bound over pairs and sample sizes: anytime-valid for the "
+        "adaptively collected counts). Rates pool the evaluation episodes of all seeds "
         "(Wilson 95 %); ± is the std over seeds.",
         "",
         "| arm | training violations (episodes, per seed) | exploration violations "
