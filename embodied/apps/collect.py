@@ -422,10 +422,6 @@ def _set_environ(environ: dict[str, str]) -> None:
     os.environ.update(environ)  # a worker process's environment (picklable initializer)
 
 
-def _collect_libero_task(config: CollectConfig, out: Path) -> CollectResult:
-    return collect_libero(config, out)  # a worker process's whole job (picklable)
-
-
 def collect_libero_suite(
     config: CollectConfig,
     out: Path,
@@ -473,7 +469,7 @@ def collect_libero_suite(
         initializer=_set_environ,
         initargs=(environ,),
     ) as pool:
-        futures = [pool.submit(_collect_libero_task, cfg, out) for cfg in configs]
+        futures = [pool.submit(collect_libero, cfg, out) for cfg in configs]
         for future in cf.as_completed(futures):
             add(future.result())
     return total
@@ -519,7 +515,7 @@ def collect_libero(
     size = config.image_size or LIBERO_IMAGE_SIZE
     env = sim.make(config.env, cameras=(), record_states=True)
     base: Any = env.unwrapped
-    path = out / f"{base.task.name}_demo.hdf5"
+    path = libero_demo_path(out, config.env)
     if path.exists():
         raise ConfigError(
             f"{path} exists; LIBERO demonstration files are never overwritten or appended to",
