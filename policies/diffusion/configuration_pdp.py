@@ -622,3 +622,9 @@ class TrainSpeedConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable dict."""
         return config_to_dict(self)
+
+
+SNAPSHOTS = "snapshots"
+"""Sub-folder of a run holding its EMA snapshots (``step_<step>/``)."""
+SNAPSHOT_JSON = "snapshot.json"
+"""A snapshot's record: ``{step, train_seconds}``."""

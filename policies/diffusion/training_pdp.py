@@ -42,7 +42,13 @@ from embodied.io import (
     read_json_file,
     write_json,
 )
-from policies.diffusion.configuration_pdp import ManifoldConfig, PDPConfig, TrainSpeedConfig
+from policies.diffusion.configuration_pdp import (
+    SNAPSHOT_JSON,
+    SNAPSHOTS,
+    ManifoldConfig,
+    PDPConfig,
+    TrainSpeedConfig,
+)
 from policies.diffusion.modeling_manifold import cosine_lr, soft_dtw_divergence_matrix
 from policies.diffusion.modeling_pdp import PDPModel
 from policies.diffusion.modeling_vision import crop_offsets
@@ -61,9 +67,6 @@ STATE_FIX = (
     "the run's resumable state is damaged: train again without --resume into a new --out "
     "folder (config.json + model.safetensors there still hold the last saved policy)"
 )
-SNAPSHOTS = "snapshots"
-"""Sub-folder of a run holding its EMA snapshots (``step_<step>/``)."""
-SNAPSHOT_JSON = "snapshot.json"
 LATENTS_KEY = "demonstration_latents"
 """Train-state tensor of the training demonstrations' raw latents (N, z_dim)."""
 OLD_LATENTS_KEY = "demo_latents"

@@ -372,3 +372,30 @@ class OpenVLAConfig:
             base[key].update(overrides.pop(key, {}))
         base.update(overrides)
         return cls(**base)
+
+
+@dataclass
+class BCSettings:
+    """Behaviour-cloning hyperparameters.
+
+    Args:
+        steps: Optimiser steps.
+        batch_size: Samples per step.
+        lr: Peak AdamW learning rate (cosine decay after a 5 % warm-up).
+        weight_decay: AdamW weight decay.
+        grad_clip: Gradient-norm clip.
+        seed: Sampling seed.
+        log_every: Steps between progress callbacks.
+    """
+
+    steps: int = 1500
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    seed: int = 0
+    log_every: int = 100
+
+    def __post_init__(self) -> None:
+        if self.steps <= 0 or self.batch_size <= 0 or self.lr <= 0 or self.log_every <= 0:
+            raise ConfigError(f"BC settings must be positive: {self}")

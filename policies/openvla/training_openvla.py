@@ -20,7 +20,7 @@ import torch
 
 from embodied.distributed import Distributed
 from embodied.errors import ConfigError
-from policies.openvla.configuration_openvla import OpenVLAConfig
+from policies.openvla.configuration_openvla import BCSettings, OpenVLAConfig
 from policies.openvla.modeling_openvla import IGNORE_INDEX, OpenVLAModel
 from policies.openvla.processor_openvla import (
     OpenVLAProcessor,
@@ -73,33 +73,6 @@ class DemonstrationSteps:
             self.concept[idx],
             dict(self.meta),
         )
-
-
-@dataclass
-class BCSettings:
-    """Behaviour-cloning hyperparameters.
-
-    Args:
-        steps: Optimiser steps.
-        batch_size: Samples per step.
-        lr: Peak AdamW learning rate (cosine decay after a 5 % warm-up).
-        weight_decay: AdamW weight decay.
-        grad_clip: Gradient-norm clip.
-        seed: Sampling seed.
-        log_every: Steps between progress callbacks.
-    """
-
-    steps: int = 1500
-    batch_size: int = 32
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    seed: int = 0
-    log_every: int = 100
-
-    def __post_init__(self) -> None:
-        if self.steps <= 0 or self.batch_size <= 0 or self.lr <= 0 or self.log_every <= 0:
-            raise ConfigError(f"BC settings must be positive: {self}")
 
 
 def build_tiny_vla(

@@ -144,3 +144,33 @@ def test_a_missing_checkpoint_says_so(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(CheckpointError, match="is a file, not a checkpoint folder"):
         policies.load(str(tmp_path / "file"))
+
+
+HELP_IMPORTS_TORCH = {"demo", "pdp", "reppo"}
+"""Commands whose options still come from modules that import torch (their configs live beside
+the experiment code); every other command's ``--help`` must stay light."""
+
+
+def test_help_does_not_import_torch() -> None:
+    """``embodied train --help`` took ~9 s on a loaded machine because building its options
+    imported torch and transformers; options come from light config modules now."""
+    import subprocess
+
+    from embodied.apps.cli import command_modules
+
+    light = sorted(set(command_modules()) - HELP_IMPORTS_TORCH)
+    assert {"train", "steer", "eval", "collect", "deploy", "tune"} <= set(light)
+    code = (
+        "import sys\n"
+        "from embodied.apps.cli import _load, command_modules\n"
+        f"for name in {light!r}:\n"
+        "    command = _load(name, command_modules()[name])\n"
+        "    command.get_help(command.make_context(name, [], resilient_parsing=True))\n"
+        "    for sub in getattr(command, 'commands', {}).values():\n"
+        "        sub.get_help(sub.make_context(sub.name, [], resilient_parsing=True))\n"
+        "print('HEAVY', sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip().splitlines()[-1] == "HEAVY []", out.stdout[-2000:] + out.stderr

@@ -275,7 +275,8 @@ def test_sweep_round_trip_reaches_the_config(tmp_path: Path) -> None:
 def test_steer_options_reach_the_experiment_configs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import embodied.apps.cli.cmd_steer as cmd_steer
+    import embodied.apps.experiments.steer as steer
+    import embodied.apps.experiments.steer_report as steer_report
 
     seen: dict[str, Any] = {}
 
@@ -283,8 +284,9 @@ def test_steer_options_reach_the_experiment_configs(
         seen.update(out=out, config=config, settings=settings)
         return {}
 
-    monkeypatch.setattr(cmd_steer, "steer_experiment", fake_experiment)
-    monkeypatch.setattr(cmd_steer, "markdown_table", lambda report: "table")
+    # the command imports the experiment when it runs (its --help stays light)
+    monkeypatch.setattr(steer, "steer_experiment", fake_experiment)
+    monkeypatch.setattr(steer_report, "markdown_table", lambda report: "table")
     argv = ["steer", "experiment", "--out", str(tmp_path), "--demonstration-episodes", "3"]
     argv += ["--dataset", "data", "--retrain", "--pid-kp", "2.5", "--layer", "1"]
     argv += ["--sweep-alphas", "-1,0", "--sweep-episodes", "0", "--setpoint", "0.1"]
@@ -305,12 +307,13 @@ def test_steer_extract_options_reach_the_extraction(
 ) -> None:
     import types
 
-    import embodied.apps.cli.cmd_steer as cmd_steer
+    import embodied.apps.experiments.steer as steer_app_module
+    import policies.openvla.loading_openvla as loading_openvla
 
     seen: dict[str, Any] = {}
     model = types.SimpleNamespace(config=types.SimpleNamespace(image_size=64))
-    monkeypatch.setattr(cmd_steer, "load_pretrained", lambda name: (model, "proc"))
-    import embodied.apps.experiments.steer as steer_app_module
+    # the command imports its loader when it runs (its --help stays light)
+    monkeypatch.setattr(loading_openvla, "load_pretrained", lambda name: (model, "proc"))
 
     monkeypatch.setattr(
         steer_app_module, "demonstrations_from_dataset", lambda path, key: ("steps", path, key)

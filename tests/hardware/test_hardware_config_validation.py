@@ -312,3 +312,14 @@ def test_cli_deploy_refuses_infinite_max_step(tmp_path: Path) -> None:
     assert "safety.max_step_rad inf" in proc.stderr and "fix:" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (out / "episodes").exists()  # refused before anything ran
+
+
+def test_a_config_without_home_rad_homes_mid_range_not_to_zeros() -> None:
+    """The stated default: each joint's mid-range (a zero home can sit on a joint limit)."""
+    data = shipped()
+    data.pop("home_rad", None)
+    data["joints"][0]["lower_rad"], data["joints"][0]["upper_rad"] = 0.5, 1.5
+    config = robot_config_from_dict(data)
+    expected = [(j.lower_rad + j.upper_rad) / 2 for j in config.joints]
+    assert config.home_rad == pytest.approx(expected)
+    assert config.home_rad[0] == pytest.approx(1.0)

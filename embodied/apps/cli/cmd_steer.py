@@ -14,20 +14,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
 import typer
 
+# Light modules only (`embodied steer --help` does not import torch); each command imports the
+# experiment code when it runs.
 from embodied.apps.cli._config_options import Opt, config_options
-from embodied.apps.cli._steer import log, steer_env
-from embodied.apps.experiments import controllers as reference_comparison
-from embodied.apps.experiments.steer import (
-    ExperimentSettings,
-    SteerExperimentConfig,
-    extract_speed_intervention,
-    steer_experiment,
-)
-from embodied.apps.experiments.steer_report import markdown_table
-from policies.openvla.loading_openvla import load_pretrained
+from embodied.apps.experiments.config_steer import ExperimentSettings, SteerExperimentConfig
 
 steer_app = typer.Typer(help=__doc__, no_args_is_help=True)
 
@@ -58,6 +50,12 @@ def extract_cmd(
     config: dict[str, Any],
 ) -> None:
     """Difference-of-means speed direction (fast vs slow demonstration steps) or neuron cluster."""
+    import torch
+
+    from embodied.apps.cli._steer import log, steer_env
+    from embodied.apps.experiments.steer import extract_speed_intervention
+    from policies.openvla.loading_openvla import load_pretrained
+
     torch.set_num_threads(1)
     cfg = SteerExperimentConfig(**config)
     m, proc = load_pretrained(str(model))
@@ -108,6 +106,12 @@ def experiment_cmd(
     settings: dict[str, Any],
 ) -> None:
     """None vs fixed alpha* vs Häon et al. vs PID vs RL, tuned on seeds disjoint from evaluation."""
+    import torch
+
+    from embodied.apps.cli._steer import log
+    from embodied.apps.experiments.steer import steer_experiment
+    from embodied.apps.experiments.steer_report import markdown_table
+
     torch.set_num_threads(1)
     report = steer_experiment(
         out, SteerExperimentConfig(**config), ExperimentSettings(**settings), log
@@ -127,6 +131,8 @@ def reference_cmd(
     seeds: int = typer.Option(5, "--seeds", help="Episodes per controller."),
 ) -> None:
     """Closed loop on the scripted speed-knob plant: no control vs fixed alpha vs PID (vs RL)."""
+    from embodied.apps.experiments import controllers as reference_comparison
+
     table = reference_comparison.run(out, rl_path=rl, train_rl_steps=train_rl, seeds=seeds)
     print(reference_comparison.format_table(table))
     print(f"wrote {out / 'table.json'} and {out / 'tracking.png'}")

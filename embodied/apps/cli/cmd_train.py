@@ -10,26 +10,19 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch
 import typer
 
+# Only light modules at the top: `embodied train --help` builds every option from the config
+# dataclasses without importing torch; each command imports its training code when it runs.
 from embodied.apps.cli._common import parse_kv
 from embodied.apps.cli._config_options import Opt, config_options
-from embodied.apps.cli._steer import log, steer_env
-from embodied.apps.experiments.steer import SteerExperimentConfig, train_tiny_on_env
+from embodied.apps.experiments.config_steer import SteerExperimentConfig
+from embodied.apps.training.config_minijudge import DEVELOPMENT_MIN_TNR, MiniJudgeTrainConfig
 from embodied.apps.training.selection_pdp import DEVELOPMENT_SEED, SelectConfig, select_snapshot
-from embodied.apps.training.training_minijudge import (
-    DEVELOPMENT_MIN_TNR,
-    MiniJudgeTrainConfig,
-    select_minijudge,
-    train_minijudge,
-)
-from embodied.distributed import Distributed
 from embodied.errors import ConfigError
 from embodied.io import require_output_dir, write_json
 from policies.diffusion.configuration_pdp import PDPConfig, TrainSpeedConfig
-from policies.diffusion.training_pdp import train_pdp
-from policies.openvla.training_openvla import BCSettings
+from policies.openvla.configuration_openvla import BCSettings
 from sim.libero import demonstration_files as libero_demonstration_files
 from sim.libero import load_demonstrations as load_libero_demonstrations
 
@@ -112,6 +105,10 @@ def train_pdp_cmd(
             "--steps 0 would write an untrained policy",
             fix="pass --steps >= 1 (e.g. 10000); to re-save a run use --resume",
         )
+    import torch
+
+    from policies.diffusion.training_pdp import train_pdp
+
     if threads:
         torch.set_num_threads(threads)
     overrides: dict[str, object] = dict(config)  # PDPConfig fields, "manifold.steps" nested
@@ -213,6 +210,12 @@ def train_vla_cmd(
     or ``accelerate launch``: ``--batch-size`` is the global batch (split over the
     processes), only the main process logs, writes the checkpoint and prints.
     """
+    import torch
+
+    from embodied.apps.cli._steer import log, steer_env
+    from embodied.apps.experiments.steer import train_tiny_on_env
+    from embodied.distributed import Distributed
+
     torch.set_num_threads(1)
     settings = BCSettings(**bc, log_every=max(1, bc["steps"] // 8))
     cfg = SteerExperimentConfig(**config)
@@ -241,6 +244,8 @@ def train_minijudge_cmd(*, config: dict[str, Any]) -> None:
         judge_config = MiniJudgeTrainConfig(**config)
     except ConfigError as exc:  # a bad option value is a usage error (exit 2)
         raise typer.BadParameter(str(exc)) from exc
+    from embodied.apps.training.training_minijudge import train_minijudge
+
     calibration = train_minijudge(judge_config)
     summary = {"out": judge_config.out, "threshold": calibration["threshold"]}
     print(json.dumps({**summary, "oracle_agreement": calibration["oracle_agreement"]}))
@@ -264,6 +269,10 @@ def select_minijudge_cmd(
     that no candidate was trained, calibrated or reported on; the report split is never read,
     so the chosen checkpoint's calibration.json figures stay held out.
     """
+    import torch
+
+    from embodied.apps.training.training_minijudge import select_minijudge
+
     torch.set_num_threads(threads)
     try:
         cache_dir = None if cache is None else str(cache)

@@ -24,7 +24,7 @@ from embodied.apps.evaluation import EvalConfig, PolicyLoader, evaluate
 from embodied.apps.evaluation.stats import wilson_interval
 from embodied.errors import ConfigError
 from embodied.io import read_json_file, write_json
-from policies.diffusion.training_pdp import SNAPSHOT_JSON, SNAPSHOTS
+from policies.diffusion.configuration_pdp import SNAPSHOT_JSON, SNAPSHOTS
 
 DEVELOPMENT_SEED = 900_000
 """Default first placement seed of the development scenes (training data: 1000+)."""

@@ -1,0 +1,142 @@
+"""The options of the steering experiment (:class:`SteerExperimentConfig`,
+:class:`ExperimentSettings`), apart from the experiment so that ``embodied train --help`` and
+``embodied steer --help`` build their options without importing torch.
+
+:mod:`embodied.apps.experiments.steer` re-exports both.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from embodied.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SteerExperimentConfig:
+    """What :func:`steer_experiment` steers and how it finds the direction (the evaluation is
+    :class:`ExperimentSettings`); ``embodied steer extract`` shares the direction fields.
+
+    Args:
+        env_id: Env id (mujoco:* records fresh expert demonstrations; libero:... on a GPU).
+        model: OpenVLA checkpoint folder or hub id (None: train the tiny VLA on the env).
+        direction: Saved direction or neuron cluster (None: extract one).
+        dataset: Recorded demonstrations to extract the direction from (LIBERO: required).
+        image_key: Camera key in the dataset.
+        kind: Intervention kind: direction | neurons.
+        layer: Decoder layer (None: the middle one, (n-1)//2).
+        positions: Contrast positions: last | action | text.
+        neurons: Neurons in a neuron cluster (kind neurons).
+        unnorm_key: Dataset statistics key of the model.
+        extraction_episodes: Fresh demonstration episodes per (level, target) to extract the
+            direction from.
+        layout: arm_reach cube layout: fixed | random.
+        image_size: Camera size in pixels (mujoco envs).
+        llm_layers: Tiny model: Llama decoder layers.
+        demonstration_episodes: Tiny model: demonstration episodes per (level, target) (4 and
+            2000 steps: 30/30 unsteered successes; 2 and 500 steps: about 20 %).
+        train_steps: Tiny model: BC steps.
+        retrain: Retrain the tiny model even if OUT/vla exists.
+        pid_kp: PID kp (None: both gains from the fixed-alpha sweep).
+        pid_ki: PID ki (1/s).
+    """
+
+    env_id: str = "mujoco:arm_reach"
+    model: str | None = None
+    direction: Path | None = None
+    dataset: Path | None = None
+    image_key: str = "image.front"
+    kind: str = "direction"
+    layer: int | None = None
+    positions: str = "last"
+    neurons: int = 64
+    unnorm_key: str | None = None
+    extraction_episodes: int = 1
+    layout: str = "fixed"
+    image_size: int = 64
+    llm_layers: int = 4
+    demonstration_episodes: int = 4
+    train_steps: int = 2000
+    retrain: bool = False
+    pid_kp: float | None = None
+    pid_ki: float | None = None
+
+
+@dataclass
+class ExperimentSettings:
+    """What the steering experiment runs (the defaults are the fair protocol of issue #15).
+
+    Seeds: the tiny VLA's demonstrations use 0, 1, ...; the tuning rollouts (fixed-alpha sweep
+    for alpha* and the PID gains, the Häon constant) ``tuning_seed`` onwards; PPO's training
+    episodes ``rl_seed`` onwards; the evaluation ``seed`` onwards. The ranges must not overlap
+    (:func:`check_disjoint_seeds`).
+
+    Args:
+        setpoint: Target end-effector speed in m/s.
+        episodes: Evaluation episodes per controller row.
+        seed: First evaluation seed (episodes use seed, seed+1, ...).
+        tuning_seed: First tuning seed (every sweep point and Häon constant uses the same ones).
+        alpha_limit: Knob bounds and controller output limits (+/-).
+        sweep_alphas: Fixed alphas of the tuning sweep (alpha*, PID gains).
+        sweep_episodes: Tuning episodes per sweep point and per Häon constant.
+        haeon_coefs: Häon et al. constants tried on the tuning seeds (as many as sweep_alphas).
+        haeon_words: Instruction words whose tokens pick the Häon neurons (setpoint's side).
+        haeon_neurons: Häon neurons kept (the reference's dictionaries hold 10 or 20).
+        haeon_top_k: Projected tokens listed per value vector (the reference's top_k).
+        pid: PID gains/limits (``controllers.make("pid", **pid)``); empty = derive from the sweep.
+        rl_timesteps: PPO timesteps for the RL controller (0 = skip the RL row).
+        rl_seed: First inner-episode seed of PPO's training episodes.
+        concept_tau_s: EMA time constant of the speed measurement (s).
+        band: Settling band as a fraction of the setpoint step.
+        reset_options: Inner-env reset options (e.g. a fixed cube layout).
+    """
+
+    setpoint: float = 0.06
+    episodes: int = 30
+    seed: int = 10_000
+    tuning_seed: int = 5_000
+    alpha_limit: float = 4.0
+    sweep_alphas: tuple[float, ...] = (-4.0, -2.0, -1.0, -0.75, -0.625, -0.5, -0.25, 0.0)
+    sweep_episodes: int = 10
+    haeon_coefs: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+    haeon_words: tuple[str, ...] = ("slowly",)
+    haeon_neurons: int = 10
+    haeon_top_k: int = 10
+    pid: dict[str, Any] = field(default_factory=dict)
+    rl_timesteps: int = 100_000
+    rl_seed: int = 1_000_000
+    concept_tau_s: float = 0.1
+    band: float = 0.1
+    reset_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.setpoint) and self.setpoint > 0):
+            raise ConfigError(f"setpoint must be a positive speed in m/s, got {self.setpoint}")
+        if self.episodes <= 0:
+            raise ConfigError(f"episodes must be positive, got {self.episodes}")
+        if self.sweep_episodes < 0 or self.rl_timesteps < 0:
+            raise ConfigError("sweep_episodes and rl_timesteps must be >= 0")
+        for a in self.sweep_alphas:
+            if abs(a) > self.alpha_limit:
+                raise ConfigError(
+                    f"sweep alpha {a} exceeds alpha_limit {self.alpha_limit}",
+                    fix="raise --alpha-limit or lower the sweep alphas",
+                )
+        if self.haeon_coefs and len(self.haeon_coefs) != len(self.sweep_alphas):
+            raise ConfigError(
+                f"{len(self.haeon_coefs)} Häon constants but {len(self.sweep_alphas)} sweep alphas: "
+                "the baselines get the same tuning budget",
+                fix="give as many --haeon-coefs as --sweep-alphas (or none to skip the Häon row)",
+            )
+
+    def seed_ranges(self, training: tuple[int, int] = (0, 0)) -> dict[str, tuple[int, int]]:
+        """Half-open seed ranges ``[first, end)`` of every stage (``training`` = the VLA's)."""
+        return {
+            "training": training,
+            "tuning": (self.tuning_seed, self.tuning_seed + self.sweep_episodes),
+            "rl_training": (self.rl_seed, self.rl_seed + self.rl_timesteps),
+            "evaluation": (self.seed, self.seed + self.episodes),
+        }

@@ -1,0 +1,90 @@
+"""Every ``embodied`` command line README shows is accepted by the CLI.
+
+README's code blocks and the first column of its command table are read, shell loop variables
+(``$k``, ``$s``) and ``<placeholders>`` are filled, optional ``[...]`` parts are kept (both with
+and without them), and each command line is parsed by the real command: option names, required
+options and arguments, and value types are checked as when it runs, without running the work
+(collecting, training or evaluating takes minutes to hours; the commands' behaviour has its own
+tests). A README line with a renamed or missing option, or a missing required ``--out``, fails
+here.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from embodied.apps.cli import _load, command_modules
+
+try:  # newer typer runs on its own copy of click
+    from typer import _click as click
+except ImportError:  # older typer runs on the click package
+    import click  # type: ignore[no-redef]
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+FILL = {"$k": "0", "$s": "0", "<area>": "policy"}
+"""Shell loop variables and placeholders of README's commands -> a value they take."""
+
+
+def _fenced_commands(text: str) -> list[str]:
+    found = []
+    for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #")[0].strip()  # a trailing comment is not part of the command
+            match = re.search(r"(?:^|[;&|]\s*|\bdo\s+|\bthen\s+|-m\s+)(embodied\s.*)", line)
+            if match:
+                found.append(match.group(1))
+    return found
+
+
+def _table_commands(text: str) -> list[str]:
+    found = []
+    for row in re.findall(r"^\| (`embodied .*?) \|", text, re.M):
+        found += re.findall(r"`(embodied [^`]*)`", row)
+    return [c for c in found if "..." not in c]  # `embodied sweep ...`: a pointer, not a line
+
+
+def _variants(command: str) -> list[str]:
+    """``command`` without its optional ``[...]`` parts, and with all of them."""
+    bare = re.sub(r"\s*\[[^\]]*\]", "", command)
+    full = re.sub(r"\[([^\]]*)\]", r"\1", command)
+    return sorted({bare, full})
+
+
+def readme_commands() -> list[str]:
+    text = README.read_text(encoding="utf-8")
+    lines = []
+    for command in _fenced_commands(text) + _table_commands(text):
+        for key, value in FILL.items():
+            command = command.replace(key, value)
+        lines += _variants(command)
+    return list(dict.fromkeys(lines))
+
+
+def test_readme_commands_are_found() -> None:
+    commands = readme_commands()
+    assert len(commands) >= 30
+    verbs = {c.split()[1] for c in commands}
+    assert {"collect", "train", "eval", "deploy", "demo", "bench", "tune", "steer"} <= verbs
+
+
+@pytest.mark.parametrize("line", readme_commands())
+def test_readme_command_parses(line: str) -> None:
+    argv = shlex.split(line)[1:]
+    modules = command_modules()
+    assert argv[0] in modules, f"README runs `embodied {argv[0]}`, which does not exist"
+    command: click.Command = _load(argv[0], modules[argv[0]])
+    args = argv[1:]
+    name = argv[0]
+    while (subs := getattr(command, "commands", None)) is not None:  # a command group
+        assert args and args[0] in subs, (
+            f"`embodied {name} {args[:1]}`: no such sub-command, use one of {sorted(subs)}"
+        )
+        name, command, args = args[0], subs[args[0]], args[1:]
+    try:
+        command.make_context(name, list(args))
+    except click.ClickException as exc:  # usage errors: unknown option, missing --out, type
+        pytest.fail(f"README line does not parse: {line}\n{exc.format_message()}")
