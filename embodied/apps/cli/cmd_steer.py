@@ -10,6 +10,7 @@ same controllers on the scripted speed-knob plant (no VLA): no control vs fixed 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,11 @@ import typer
 # Light modules only (`embodied steer --help` does not import torch); each command imports the
 # experiment code when it runs.
 from embodied.apps.cli._config_options import Opt, config_options
-from embodied.apps.experiments.config_steer import ExperimentSettings, SteerExperimentConfig
+from embodied.apps.experiments.config_steer import (
+    DialSettings,
+    ExperimentSettings,
+    SteerExperimentConfig,
+)
 
 steer_app = typer.Typer(help=__doc__, no_args_is_help=True)
 
@@ -121,6 +126,46 @@ def experiment_cmd(
         f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'speed_alpha.png'}, "
         f"{out / 'success_vs_rmse.png'}"
     )
+
+
+@steer_app.command("dial")
+@config_options(DialSettings, *(f.name for f in dataclasses.fields(DialSettings)), into="dial")
+@config_options(
+    SteerExperimentConfig,
+    Opt("env_id", flag="--env"),
+    Opt("speed_labels", default="none"),
+    "speed_range",
+    Opt("layout", default="random"),
+    "layer",
+    "positions",
+    "llm_layers",
+    "train_steps",
+    "image_size",
+    "retrain",
+)
+def dial_cmd(
+    out: Path = typer.Option(Path("runs/steer_dial"), "--out", help="Output folder."),
+    *,
+    config: dict[str, Any],
+    dial: dict[str, Any],
+) -> None:
+    """Is steering a dial? Train the tiny VLA on graded-speed demonstrations (random layouts),
+    extract the speed direction three ways and measure each one's dose-response (speed and
+    success against alpha) on tuning seeds: OUT/dial.{json,md,png}."""
+    import torch
+
+    from embodied.apps.cli._steer import log
+    from embodied.apps.experiments.steer import dial_experiment
+    from embodied.errors import ConfigError
+
+    torch.set_num_threads(1)
+    try:
+        cfg, settings = SteerExperimentConfig(**config), DialSettings(**dial)
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    report = dial_experiment(out, cfg, settings, log)
+    print((out / "dial.md").read_text(encoding="utf-8"))
+    print(f"dial methods: {report['dial_methods'] or 'none'}; wrote {out / 'dial.png'}")
 
 
 @steer_app.command("reference")

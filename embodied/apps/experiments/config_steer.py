@@ -42,6 +42,12 @@ class SteerExperimentConfig:
         retrain: Retrain the tiny model even if OUT/vla exists.
         pid_kp: PID kp (None: both gains from the fixed-alpha sweep).
         pid_ki: PID ki (1/s).
+        speed_labels: How the tiny VLA's demonstration prompts name the speed: adverbs (three
+            named classes, the earlier experiment), none (continuous speeds, plain prompt) or
+            continuum (continuous speeds, an ordered "at speed 1..9" scale).
+        speed_range: Demonstration cruise speeds (min, max) in m/s (none and continuum).
+        method: Direction extraction: mean_difference, paired or probe (``embodied steer dial``
+            compares all three).
     """
 
     env_id: str = "mujoco:arm_reach"
@@ -63,6 +69,9 @@ class SteerExperimentConfig:
     retrain: bool = False
     pid_kp: float | None = None
     pid_ki: float | None = None
+    speed_labels: str = "adverbs"
+    speed_range: tuple[float, float] = (0.04, 0.25)
+    method: str = "mean_difference"
 
 
 @dataclass
@@ -92,6 +101,9 @@ class ExperimentSettings:
         concept_tau_s: EMA time constant of the speed measurement (s).
         band: Settling band as a fraction of the setpoint step.
         reset_options: Inner-env reset options (e.g. a fixed cube layout).
+        min_success_ratio: The best fixed alpha* (and Häon constant) must keep this fraction of
+            the unsteered success on the tuning seeds (the sweep's alpha = 0 point); 0: the
+            closest mean speed regardless of success (the earlier rule).
     """
 
     setpoint: float = 0.06
@@ -111,12 +123,18 @@ class ExperimentSettings:
     concept_tau_s: float = 0.1
     band: float = 0.1
     reset_options: dict[str, Any] = field(default_factory=dict)
+    min_success_ratio: float = 0.9
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.setpoint) and self.setpoint > 0):
             raise ConfigError(f"setpoint must be a positive speed in m/s, got {self.setpoint}")
         if self.episodes <= 0:
             raise ConfigError(f"episodes must be positive, got {self.episodes}")
+        if not 0.0 <= self.min_success_ratio <= 1.0:
+            raise ConfigError(
+                f"min_success_ratio {self.min_success_ratio!r} must be a fraction in [0, 1]",
+                fix="use 0.9 (keep 90 % of unsteered success) or 0 (ignore success)",
+            )
         if self.sweep_episodes < 0 or self.rl_timesteps < 0:
             raise ConfigError("sweep_episodes and rl_timesteps must be >= 0")
         for a in self.sweep_alphas:
@@ -140,3 +158,49 @@ class ExperimentSettings:
             "rl_training": (self.rl_seed, self.rl_seed + self.rl_timesteps),
             "evaluation": (self.seed, self.seed + self.episodes),
         }
+
+
+@dataclass
+class DialSettings:
+    """What ``embodied steer dial`` measures: the dose-response of each extraction method.
+
+    Args:
+        methods: Extraction methods compared (mean_difference, paired, probe).
+        alphas: Fixed steering strengths of the dose-response (must include 0).
+        episodes: Tuning episodes per alpha (distinct scenes on a random layout).
+        tuning_seed: First tuning seed (apart from the demonstrations' seeds 0..n-1).
+        demonstrations: Graded demonstration episodes the tiny VLA trains on (and the
+            directions are extracted from).
+        min_success: Success rate the working range keeps (fraction).
+        alpha_limit: Knob bounds (+/-).
+    """
+
+    methods: tuple[str, ...] = ("mean_difference", "paired", "probe")
+    alphas: tuple[float, ...] = (-2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0)
+    episodes: int = 10
+    tuning_seed: int = 5_000
+    demonstrations: int = 96
+    min_success: float = 0.9
+    alpha_limit: float = 4.0
+
+    def __post_init__(self) -> None:
+        if 0.0 not in self.alphas:
+            raise ConfigError(
+                f"alphas {list(self.alphas)} lack 0 (the unsteered point)", fix="add 0 to --alphas"
+            )
+        if any(abs(a) > self.alpha_limit for a in self.alphas):
+            raise ConfigError(
+                f"alphas {list(self.alphas)} exceed alpha_limit {self.alpha_limit}",
+                fix="raise --alpha-limit or lower the alphas",
+            )
+        if self.episodes < 1 or self.demonstrations < 2:
+            raise ConfigError(
+                f"episodes {self.episodes} / demonstrations {self.demonstrations} too few",
+                fix="use episodes >= 1 and demonstrations >= 2",
+            )
+        if self.tuning_seed < self.demonstrations:
+            raise ConfigError(
+                f"tuning_seed {self.tuning_seed} overlaps the demonstration seeds "
+                f"0..{self.demonstrations - 1}",
+                fix=f"use --tuning-seed {max(5000, self.demonstrations)}",
+            )

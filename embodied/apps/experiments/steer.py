@@ -41,14 +41,19 @@ from controllers.analysis import step_response, tracking_rmse
 from controllers.rl import RLControllerConfig, SteeringEnv
 from controllers.rl.training_rl import PPOSettings, train_rl_controller
 from embodied.apps.evaluation.stats import Z95, wilson_interval
-from embodied.apps.experiments.config_steer import ExperimentSettings, SteerExperimentConfig
+from embodied.apps.experiments.config_steer import (
+    DialSettings,
+    ExperimentSettings,
+    SteerExperimentConfig,
+)
+from embodied.apps.experiments.steer_dial import episode_contrast, scene_key
 from embodied.apps.experiments.steer_report import write_report
 from embodied.concepts import make_concept
 from embodied.contracts import Controller, Env, Policy
 from embodied.datasets import Dataset
 from embodied.distributed import Distributed
 from embodied.errors import ConfigError
-from embodied.io import write_json
+from embodied.io import write_json, write_text
 from embodied.loop import Steering, rollout
 from policies.openvla.loading_openvla import load_pretrained, save_pretrained
 from policies.openvla.modeling_openvla import OpenVLAModel
@@ -253,19 +258,23 @@ def train_tiny_on_env(
     seed: int = 0,
     log: Log = _quiet,
     dist: Distributed | None = None,
+    demonstrations: DemonstrationSteps | None = None,
     **config_overrides: Any,
 ) -> tuple[OpenVLAModel, OpenVLAProcessor, DemonstrationSteps, list[dict[str, float]]]:
     """Collect speed demonstrations, behaviour-clone a tiny OpenVLA, save it to ``out``.
 
     Under ``torchrun`` pass ``dist``: every rank collects the same (deterministic)
     demonstrations and trains on its share of each global batch; only the main process saves.
+    ``demonstrations`` given (e.g. graded ones, :mod:`~embodied.apps.experiments.steer_dial`)
+    are trained on instead of the three named speed classes.
 
     Returns:
         Model, processor, demonstrations and the training history (one dict per logged step).
     """
-    demonstrations = collect_speed_demonstrations(
-        env, episodes_per_level, seed, None, reset_options, targets, log
-    )
+    if demonstrations is None:  # the three named speed classes
+        demonstrations = collect_speed_demonstrations(
+            env, episodes_per_level, seed, None, reset_options, targets, log
+        )
     names = env.action_spec.names
     mask = [n not in ("gripper",) for n in names]
     key = env.env_id.replace(":", "_")
@@ -303,7 +312,9 @@ def train_tiny_on_env(
                     "demonstration_steps": len(demonstrations),
                     "env_id": env.env_id,
                     "reset_options": reset_options or {},
-                    "levels": demonstrations.meta["levels"],
+                    "levels": demonstrations.meta.get("levels"),
+                    "speed_labels": demonstrations.meta.get("speed_labels", "adverbs"),
+                    "speed_range": demonstrations.meta.get("speed_range"),
                     "world_size": 1 if dist is None else dist.world_size,
                 }
             },
@@ -314,24 +325,6 @@ def train_tiny_on_env(
 # ---------------------------------------------------------------------------------------------
 # direction extraction
 # ---------------------------------------------------------------------------------------------
-
-
-def contrast_masks(concept: np.ndarray, quantile: float = 1 / 3) -> tuple[np.ndarray, np.ndarray]:
-    """Steps in the top / bottom ``quantile`` of the concept (positive, negative).
-
-    With a few discrete levels (demonstrations at set speeds) the extreme levels are used.
-    """
-    levels = np.unique(concept)
-    if len(levels) <= 5:
-        pos, neg = concept == levels[-1], concept == levels[0]
-    else:
-        hi, lo = np.quantile(concept, 1 - quantile), np.quantile(concept, quantile)
-        pos, neg = concept >= hi, concept <= lo
-    if not pos.any() or not neg.any() or (pos & neg).all():
-        raise ConfigError(
-            "the demonstrations do not vary in the concept; need both fast and slow steps"
-        )
-    return pos, neg
 
 
 def extract_speed_intervention(
@@ -396,7 +389,9 @@ def extract_intervention(
     if positions not in ("last", "text", "action"):
         raise ConfigError(f"unknown positions {positions!r}; use 'last', 'text' or 'action'")
     layer = (len(model.decoder_layers) - 1) // 2 if layer is None else int(layer)
-    pos, neg = contrast_masks(demonstrations.concept)
+    # thirds of *episodes* by speed: thirds of steps put plain steps in the fast set (slow
+    # episodes are longer)
+    pos, neg = episode_contrast(demonstrations.concept, demonstrations.episode)
     rng = np.random.default_rng(seed)
     stats = action_stats(model.config, unnorm_key)
     acts = {}
@@ -415,7 +410,7 @@ def extract_intervention(
         n_text = {"text": int(am.sum(1).min()) - 1, "action": d, "last": 1}[positions]
         acts[name] = collect_activations(model, pv, ids, am, layer, n_last=n_text, site=site)
     meta = {
-        "contrast": "fast vs slow demonstration steps (extreme levels or top/bottom third)",
+        "contrast": "fastest vs slowest third of demonstration episodes",
         "concept_positive_mean": float(demonstrations.concept[pos].mean()),
         "concept_negative_mean": float(demonstrations.concept[neg].mean()),
         "model": model.config.name,
@@ -463,6 +458,7 @@ def run_episodes(
         y = ep.measurements
         row: dict[str, Any] = {
             "seed": first + k,
+            "scene": scene_key(env),
             "success": bool(ep.success),
             "steps": len(ep),
             "rmse": tracking_rmse(y, ep.setpoints, skip=1),
@@ -513,28 +509,39 @@ def summarize(episodes: list[dict[str, Any]]) -> dict[str, Any]:
         "settling_time_s": mean("settling_time_s"),
         "settled_fraction": len(settled) / len(episodes),
         "mean_steps": mean("steps"),
+        "distinct_scenes": len({e.get("scene", e.get("seed")) for e in episodes}),
     }
 
 
-def best_fixed(sweep: list[dict[str, Any]], setpoint: float, key: str = "alpha") -> float:
+def best_fixed(
+    sweep: list[dict[str, Any]],
+    setpoint: float,
+    key: str = "alpha",
+    min_success: float | None = None,
+) -> float:
     """The swept setting whose closed-loop mean speed is closest to ``setpoint``.
 
     ``sweep`` holds the tuning rollouts only (``{key: value, "summary": {...}}``); ties go to
-    the smaller ``|value|``.
+    the smaller ``|value|``. With ``min_success`` only settings whose tuning success rate is at
+    least that are candidates (success as a constraint: a setting that tracks by stalling the
+    arm is not a choice); when none keeps it, the most successful setting is taken.
 
     Raises:
         ConfigError: No sweep point has a finite mean speed.
     """
-    pts = [
-        (abs(r["summary"]["mean_speed"] - setpoint), abs(r[key]), r[key])
-        for r in sweep
-        if np.isfinite(r["summary"]["mean_speed"])
-    ]
-    if not pts:
+    finite = [r for r in sweep if np.isfinite(r["summary"]["mean_speed"])]
+    if not finite:
         raise ConfigError(
             f"no tuning sweep point to choose the best fixed {key} from",
             fix="run the sweep (--sweep-episodes > 0 and --sweep-alphas)",
         )
+    if min_success is not None:
+        kept = [r for r in finite if r["summary"].get("success_rate", 1.0) >= min_success]
+        if not kept:
+            top = max(r["summary"].get("success_rate", 0.0) for r in finite)
+            kept = [r for r in finite if r["summary"].get("success_rate", 0.0) == top]
+        finite = kept
+    pts = [(abs(r["summary"]["mean_speed"] - setpoint), abs(r[key]), r[key]) for r in finite]
     return float(min(pts)[2])
 
 
@@ -689,7 +696,13 @@ def _tune_and_evaluate(
         r = tune(f"tune a={a:g}", controllers.make("fixed", value=a))
         r["alpha"] = a
         sweep.append(r)
-    alpha_star = best_fixed(sweep, settings.setpoint)
+    unsteered = [r for r in sweep if r["alpha"] == 0.0]
+    min_success = (
+        settings.min_success_ratio * unsteered[0]["summary"]["success_rate"]
+        if unsteered and settings.min_success_ratio > 0
+        else None
+    )
+    alpha_star = best_fixed(sweep, settings.setpoint, min_success=min_success)
     haeon_sweep = []
     coef_star = math.nan
     if haeon is not None and settings.haeon_coefs and settings.sweep_episodes > 0:
@@ -699,7 +712,7 @@ def _tune_and_evaluate(
                 r = tune(f"tune haeon c={c:g}", None)
             r["coef"] = c
             haeon_sweep.append(r)
-        coef_star = best_fixed(haeon_sweep, settings.setpoint, key="coef")
+        coef_star = best_fixed(haeon_sweep, settings.setpoint, key="coef", min_success=min_success)
     timing["tuning_s"] = time.perf_counter() - t0
     pid_cfg = dict(settings.pid) or pid_from_sweep(sweep, settings)
     static_gain = pid_cfg.pop("static_gain", None)
@@ -740,6 +753,7 @@ def _tune_and_evaluate(
             "evaluation_episodes_per_row": settings.episodes,
         },
         "alpha_star": alpha_star,
+        "alpha_star_min_success": min_success,
         "haeon_coef_star": coef_star,
         "haeon": (
             {"neurons": haeon.intervention.neurons.tolist(), "meta": haeon.intervention.meta}
@@ -903,3 +917,153 @@ def steer_experiment(
     report["wall_seconds"] = round(time.perf_counter() - t0, 1)
     write_json(out / "results.json", report)
     return report
+
+
+# ---------------------------------------------------------------------------------------------
+# the dial: dose-response of each extraction method (embodied steer dial)
+# ---------------------------------------------------------------------------------------------
+
+
+def dial_experiment(
+    out: Path,
+    config: SteerExperimentConfig | None = None,
+    settings: DialSettings | None = None,
+    log: Log = _quiet,
+) -> dict[str, Any]:
+    """Is steering the tiny VLA a dial? Dose-response of each extraction method.
+
+    The tiny VLA is trained (into ``out/vla``, reused unless ``config.retrain``) on
+    ``settings.demonstrations`` graded demonstrations (seeds 0..n-1,
+    :func:`~embodied.apps.experiments.steer_dial.collect_graded_demonstrations` with
+    ``config.speed_labels`` and ``config.speed_range`` on ``config.layout``). Each method's
+    direction is extracted from those demonstrations (``out/speed_<method>``) and its
+    dose-response measured on the tuning seeds (fixed alpha, ``settings.episodes`` distinct
+    scenes per alpha); the evaluation seeds are not touched. Writes ``dial.json``, ``dial.md``
+    and ``dial.png``.
+
+    Returns:
+        The report: per method its points, :func:`check_dial` verdict and the direction's meta.
+    """
+    from embodied.apps.experiments.steer_dial import (
+        check_dial,
+        collect_graded_demonstrations,
+        dose_point,
+        extract_direction,
+        plot_dose_response,
+    )
+
+    cfg = config or SteerExperimentConfig(speed_labels="none", layout="random")
+    dial = settings or DialSettings()
+    t0 = time.perf_counter()
+    env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout)
+    seeds = {
+        "demonstrations": (0, dial.demonstrations),
+        "tuning": (dial.tuning_seed, dial.tuning_seed + dial.episodes),
+    }
+    check_disjoint_seeds(seeds)
+    demonstrations = collect_graded_demonstrations(
+        env, dial.demonstrations, cfg.speed_labels, cfg.speed_range, 0, reset, targets, log
+    )
+    vla_dir = out / "vla"
+    timing: dict[str, float] = {}
+    if (vla_dir / "config.json").exists() and not cfg.retrain:
+        log(f"reusing {vla_dir} (pass --retrain to train again)")
+        model, proc = load_pretrained(vla_dir, device="cpu")
+    else:
+        bc = BCSettings(
+            steps=cfg.train_steps, batch_size=16, lr=2e-3, log_every=max(1, cfg.train_steps // 8)
+        )
+        t_bc = time.perf_counter()
+        model, proc, _, _ = train_tiny_on_env(
+            env, vla_dir, 0, bc, reset, targets, log=log, demonstrations=demonstrations,
+            text={"num_hidden_layers": cfg.llm_layers},
+        )  # fmt: skip
+        timing["vla_training_s"] = time.perf_counter() - t_bc
+    proc = OpenVLAProcessor(proc.config, proc.tokenizer, "as_trained")
+    base = ExperimentSettings(
+        setpoint=0.1, episodes=dial.episodes, alpha_limit=dial.alpha_limit,
+        sweep_alphas=(), haeon_coefs=(), rl_timesteps=0, reset_options=reset,
+    )  # fmt: skip
+    report: dict[str, Any] = {
+        "env_id": cfg.env_id,
+        "speed_labels": cfg.speed_labels,
+        "speed_range": list(cfg.speed_range),
+        "layout": cfg.layout,
+        "settings": asdict(dial),
+        "seeds": {k: list(v) for k, v in seeds.items()},
+        "methods": {},
+    }
+    curves: dict[str, list[dict[str, Any]]] = {}
+    with torch.no_grad():
+        for method in dial.methods:
+            t_m = time.perf_counter()
+            try:
+                direction = extract_direction(
+                    model, proc, demonstrations, method, cfg.layer, cfg.positions
+                )
+            except ConfigError as exc:  # e.g. paired on prompts without speed words
+                log(f"{method}: skipped ({exc})")
+                report["methods"][method] = {"skipped": str(exc)}
+                continue
+            direction.save(out / f"speed_{method}")
+            policy = OpenVLAPolicy(
+                model, proc, intervention=direction, alpha_limit=dial.alpha_limit,
+                preset="as_trained", source=str(vla_dir),
+            )  # fmt: skip
+            points = []
+            for a in dial.alphas:
+                run = run_episodes(
+                    env, policy, controllers.make("fixed", value=a), base, dial.episodes,
+                    f"{method} a={a:g}", log, first_seed=dial.tuning_seed,
+                )  # fmt: skip
+                points.append(dose_point(a, run["episodes"]))
+            verdict = check_dial(points, dial.min_success)
+            curves[method] = points
+            report["methods"][method] = {
+                "points": points,
+                "verdict": verdict,
+                "direction": {"layer": direction.layer, "meta": direction.meta},
+                "seconds": round(time.perf_counter() - t_m, 1),
+            }
+            log(f"{method}: {json.dumps(verdict)}")
+    dials = [m for m, r in report["methods"].items() if r.get("verdict", {}).get("is_dial")]
+    report["dial_methods"] = dials
+    report["timing"] = {**timing, "total_s": round(time.perf_counter() - t0, 1)}
+    write_json(out / "dial.json", report)
+    if curves:
+        plot_dose_response(curves, out / "dial.png")
+    write_text(out / "dial.md", dial_markdown(report))
+    return report
+
+
+def dial_markdown(report: dict[str, Any]) -> str:
+    """The dial report as a markdown table (one row per method and alpha)."""
+    lines = [
+        f"# Dose-response ({report['env_id']}, speed labels {report['speed_labels']}, "
+        f"layout {report['layout']})",
+        "",
+        "| method | alpha | mean speed m/s [95 %] | success [Wilson 95 %] | scenes |",
+        "|---|---|---|---|---|",
+    ]
+    for method, r in report["methods"].items():
+        if "skipped" in r:
+            lines.append(f"| {method} | skipped: {r['skipped']} | | | |")
+            continue
+        for p in r["points"]:
+            lo, hi = p["speed_ci"]
+            slo, shi = p["success_ci"]
+            lines.append(
+                f"| {method} | {p['alpha']:g} | {p['mean_speed']:.3f} [{lo:.3f}, {hi:.3f}] | "
+                f"{p['successes']}/{p['episodes']} [{100 * slo:.0f}, {100 * shi:.0f}] % | "
+                f"{p['scenes']} |"
+            )
+    lines.append("")
+    for method, r in report["methods"].items():
+        if "verdict" in r:
+            v = r["verdict"]
+            lines.append(
+                f"- {method}: dial {v['is_dial']} (monotone {v['monotone']}, working range "
+                f"{v['working_range']}, speed {v['speed_ratio_range'][0]:.2f}x-"
+                f"{v['speed_ratio_range'][1]:.2f}x unsteered)"
+            )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,496 @@
+"""A VLA whose speed is a dial: graded-speed demonstrations, three ways to extract a speed
+direction, and the dose-response that shows whether steering along it is a dial.
+
+Why (issue #36): the tiny VLA trained on three speed classes named by adverbs ("slowly",
+plain, "quickly") on a fixed cube layout learnt three classes, not a continuum, and its
+extracted direction turned the arm off its path instead of changing its speed (the fixed
+layout let the cube colour encode the whole path). Here:
+
+1. Demonstrations (:func:`collect_graded_demonstrations`): the scripted expert's cruise speed is
+   drawn per episode from a continuous range, on random cube layouts (each reset seed a distinct
+   scene). ``labels`` says how the prompt names the speed: ``"none"`` (the plain instruction:
+   speed is not named), ``"continuum"`` (an ordered scale, "at speed 1" ... "at speed 9", one
+   word per ninth of the range) or ``"adverbs"`` (the three named classes of the earlier
+   experiment, kept to reproduce it).
+2. Directions (:func:`extract_direction`), at one decoder layer and set of positions:
+   ``mean_difference`` (fast minus slow demonstration steps, the thirds taken over *episodes*
+   by their speed), ``paired`` (the same frames under the fastest and the slowest prompt,
+   averaged differences: needs named speeds) and ``probe`` (a ridge regression of the speed on
+   the activations; the direction moves the probe's reading by the fast-slow difference at
+   alpha = 1, the scale of the mean difference).
+3. The dose-response (:func:`dose_response`): mean end-effector speed and success against a
+   fixed alpha on tuning seeds, with intervals; :func:`check_dial` names the working range
+   (contiguous alphas around 0 where success holds) and whether speed is monotone over it and
+   spans the target range (0.5x-1.5x the unsteered speed).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+import policies
+from embodied.apps.evaluation.stats import Z95, wilson_interval
+from embodied.contracts import Env
+from embodied.errors import ConfigError
+from embodied.loop import rollout
+from policies.openvla.modeling_openvla import OpenVLAModel
+from policies.openvla.processor_openvla import OpenVLAProcessor, action_stats, normalize
+from policies.openvla.steering import SteeringDirection, collect_activations, mean_difference
+from policies.openvla.training_openvla import DemonstrationSteps
+
+Log = Callable[[str], None]
+
+SPEED_LABELS = ("none", "continuum", "adverbs")
+"""How a graded demonstration's prompt names its speed (see the module docstring)."""
+CONTINUUM_LEVELS = 9
+"""Words of the ``continuum`` scale ("at speed 1" ... "at speed 9")."""
+ADVERB_LEVELS: dict[str, tuple[tuple[float, float], str]] = {
+    "slow": ((0.04, 0.08), "slowly"),
+    "normal": ((0.09, 0.15), ""),
+    "fast": ((0.16, 0.25), "quickly"),
+}
+"""The earlier experiment's three classes: level -> (speed range m/s, adverb)."""
+METHODS = ("mean_difference", "paired", "probe")
+"""Direction extraction methods of :func:`extract_direction`."""
+_SUFFIX = re.compile(r"\s+(?:quickly|slowly|at speed \d+)$")
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def check_labels(labels: str) -> None:
+    """Refuse an unknown ``labels`` value (names it and the choices)."""
+    if labels not in SPEED_LABELS:
+        raise ConfigError(
+            f"speed_labels {labels!r} is not one of {list(SPEED_LABELS)}",
+            fix="use none (speed not named), continuum (ordered scale) or adverbs",
+        )
+
+
+def continuum_word(speed: float, speed_range: tuple[float, float]) -> str:
+    """The ``continuum`` label of ``speed`` (m/s): "at speed k", k = 1..9 by ninths of the range."""
+    lo, hi = speed_range
+    k = int(
+        np.clip(math.floor((speed - lo) / (hi - lo) * CONTINUUM_LEVELS), 0, CONTINUUM_LEVELS - 1)
+    )
+    return f"at speed {k + 1}"
+
+
+def speed_prompt(
+    instruction: str, speed: float, labels: str, speed_range: tuple[float, float]
+) -> str:
+    """The prompt of a demonstration at ``speed`` (m/s) under ``labels``."""
+    check_labels(labels)
+    if labels == "none":
+        return instruction
+    if labels == "continuum":
+        return f"{instruction} {continuum_word(speed, speed_range)}"
+    for (lo, hi), adverb in ADVERB_LEVELS.values():
+        if lo <= speed <= hi:
+            return f"{instruction} {adverb}".strip()
+    return instruction  # between the classes' ranges: unnamed, as the plain class
+
+
+def base_instruction(prompt: str) -> str:
+    """``prompt`` without its speed words (the plain instruction)."""
+    return _SUFFIX.sub("", prompt)
+
+
+def extreme_prompts(labels: str) -> tuple[str, str]:
+    """The speed words of the fastest and the slowest prompt under ``labels``.
+
+    Raises:
+        ConfigError: ``labels == "none"``: the prompt does not name the speed, so there is no
+            prompt pair (use mean_difference or probe).
+    """
+    check_labels(labels)
+    if labels == "none":
+        raise ConfigError(
+            "method paired needs prompts that name the speed, but speed_labels is 'none'",
+            fix="use --method mean_difference or probe, or --speed-labels continuum",
+        )
+    if labels == "continuum":
+        return f"at speed {CONTINUUM_LEVELS}", "at speed 1"
+    return "quickly", "slowly"
+
+
+def collect_graded_demonstrations(
+    env: Env,
+    episodes: int,
+    labels: str = "none",
+    speed_range: tuple[float, float] = (0.04, 0.25),
+    seed: int = 0,
+    reset_options: dict[str, Any] | None = None,
+    targets: Sequence[str] = (),
+    log: Log = _quiet,
+) -> DemonstrationSteps:
+    """Expert demonstrations whose cruise speed is drawn per episode from ``speed_range``.
+
+    Episode ``e`` resets with seed ``seed + e`` (a distinct scene on a random layout) and
+    target ``targets[e % len(targets)]``; under ``labels="adverbs"`` a third of the episodes
+    come from each of :data:`ADVERB_LEVELS`' ranges instead (the earlier experiment's data).
+
+    Args:
+        env: The env (``mujoco:arm_reach``) with a camera.
+        episodes: Demonstration episodes in all.
+        labels: How the prompt names the speed (:data:`SPEED_LABELS`).
+        speed_range: (min, max) cruise speed in m/s.
+        seed: First reset seed.
+        reset_options: Base reset options.
+        targets: Target names cycled through reset option ``target`` (empty = env's choice).
+        log: Progress printer.
+
+    Returns:
+        Steps whose ``concept`` is the episode's cruise speed (m/s).
+    """
+    check_labels(labels)
+    cam = env.observation_spec.image_keys[0]
+    images, prompts, actions, episode, concept = [], [], [], [], []
+    ranges = [r for r, _ in ADVERB_LEVELS.values()] if labels == "adverbs" else [tuple(speed_range)]
+    experts: list[Any] = [
+        policies.load("expert", env=env, speed_range=tuple(r), seed=seed) for r in ranges
+    ]
+    for e in range(episodes):
+        expert = experts[e % len(experts)]
+        opts = dict(reset_options or {})
+        if targets:
+            opts["target"] = targets[(e // len(experts)) % len(targets)]
+        ep = rollout(env, expert, seed=seed + e, reset_options=opts or None)
+        speed = float(expert.current_speed)  # the expert's drawn cruise speed
+        images.append(ep.observations[cam])
+        actions.append(ep.actions)
+        prompts += [speed_prompt(ep.instruction, speed, labels, speed_range)] * len(ep)
+        episode += [e] * len(ep)
+        concept += [speed] * len(ep)
+        if (e + 1) % max(1, episodes // 8) == 0:
+            log(f"graded demonstrations: {e + 1}/{episodes} episodes, {len(prompts)} steps")
+    return DemonstrationSteps(
+        np.concatenate(images),
+        prompts,
+        np.concatenate(actions),
+        np.asarray(episode),
+        np.asarray(concept, dtype=np.float64),
+        {
+            "env_id": env.env_id,
+            "camera": cam,
+            "speed_labels": labels,
+            "speed_range": list(speed_range),
+            "first_seed": seed,
+        },
+    )
+
+
+def episode_contrast(
+    concept: np.ndarray, episode: np.ndarray, fraction: float = 1 / 3
+) -> tuple[np.ndarray, np.ndarray]:
+    """Steps of the fastest and of the slowest ``fraction`` of *episodes* (by their mean concept).
+
+    Thirds over episodes, not over steps: slow episodes are longer, so thirds of steps put
+    medium-speed episodes in the slow set (and, with named classes, plain steps in the fast set).
+
+    Raises:
+        ConfigError: Fewer than two episodes, or no spread in the concept.
+    """
+    ids = np.unique(episode)
+    per = np.array([concept[episode == i].mean() for i in ids])
+    k = max(1, round(len(ids) * fraction))
+    if len(ids) < 2 or np.ptp(per) <= 0:
+        raise ConfigError(
+            f"{len(ids)} demonstration episode(s) with speeds spanning {np.ptp(per) if len(per) else 0:g}",
+            fix="collect demonstrations at several speeds (at least 2 episodes)",
+        )
+    order = np.argsort(per, kind="stable")
+    fast, slow = ids[order[-k:]], ids[order[:k]]
+    return np.isin(episode, fast), np.isin(episode, slow)
+
+
+def _activations(
+    model: OpenVLAModel,
+    processor: OpenVLAProcessor,
+    demonstrations: DemonstrationSteps,
+    idx: np.ndarray,
+    layer: int,
+    positions: str,
+    unnorm_key: str | None,
+    prompts: Sequence[str] | None = None,
+) -> torch.Tensor:
+    """Residual activations of steps ``idx`` (optionally under other ``prompts``)."""
+    stats = action_stats(model.config, unnorm_key)
+    tokens = processor.actions.encode(normalize(demonstrations.actions[idx], stats))
+    d = tokens.shape[1]
+    suffix = tokens[:, :-1].tolist() if positions == "action" else None
+    texts = list(prompts) if prompts is not None else [demonstrations.instructions[i] for i in idx]
+    ids, am = processor.encode_prompts(texts, suffix)
+    pv = processor.images(demonstrations.images[idx]).to(model.dtype)
+    n_last = {"text": int(am.sum(1).min()) - 1, "action": d, "last": 1}[positions]
+    return collect_activations(model, pv, ids, am, layer, n_last=n_last, site="residual")
+
+
+def ridge_probe(
+    x: torch.Tensor, y: np.ndarray, groups: np.ndarray, ridge: float = 1e-2
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Linear probe ``y ~ w . (x - mean)``, closed-form ridge, with held-out R^2.
+
+    Args:
+        x: (N, hidden) activations.
+        y: (N,) target (speed, m/s).
+        groups: (N,) episode of each row: R^2 is measured on the held-out fifth of the episodes
+            (steps of one episode are not independent).
+        ridge: Penalty as a fraction of the mean eigenvalue of the covariance.
+
+    Returns:
+        ``w`` (hidden,) in m/s per activation unit (fitted on all rows) and
+        ``{"r2_train", "r2_heldout"}``.
+    """
+    x64 = x.double()
+    y64 = torch.as_tensor(np.asarray(y, dtype=np.float64))
+
+    def fit(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        xm, ym = x64[rows].mean(0), y64[rows].mean()
+        xc = x64[rows] - xm
+        cov = xc.T @ xc
+        lam = ridge * float(torch.trace(cov)) / cov.shape[0] + 1e-12
+        w = torch.linalg.solve(
+            cov + lam * torch.eye(cov.shape[0], dtype=cov.dtype), xc.T @ (y64[rows] - ym)
+        )
+        return w, xm, ym
+
+    def r2(rows: torch.Tensor, w: torch.Tensor, xm: torch.Tensor, ym: torch.Tensor) -> float:
+        pred = (x64[rows] - xm) @ w + ym
+        ss = float(((y64[rows] - y64[rows].mean()) ** 2).sum())
+        return 1.0 - float(((y64[rows] - pred) ** 2).sum()) / ss if ss > 0 else math.nan
+
+    every = torch.arange(len(y64))
+    ids = np.unique(groups)
+    held = np.isin(groups, ids[np.arange(len(ids)) % 5 == 4])
+    info = {"r2_train": math.nan, "r2_heldout": math.nan}
+    if held.any() and (~held).any():
+        w_tr, xm, ym = fit(torch.as_tensor(np.flatnonzero(~held)))
+        info["r2_heldout"] = r2(torch.as_tensor(np.flatnonzero(held)), w_tr, xm, ym)
+    w, xm, ym = fit(every)
+    info["r2_train"] = r2(every, w, xm, ym)
+    return w.float(), info
+
+
+def extract_direction(
+    model: OpenVLAModel,
+    processor: OpenVLAProcessor,
+    demonstrations: DemonstrationSteps,
+    method: str = "mean_difference",
+    layer: int | None = None,
+    positions: str = "last",
+    unnorm_key: str | None = None,
+    max_steps: int = 600,
+    seed: int = 0,
+) -> SteeringDirection:
+    """The speed direction of ``method`` (:data:`METHODS`) at decoder ``layer`` and ``positions``.
+
+    All three have the scale of the mean difference: alpha = 1 moves the activations (or the
+    probe's reading) from the slow third of the demonstrations to the fast third.
+
+    Raises:
+        ConfigError: An unknown method or positions; ``paired`` on prompts without speed words.
+    """
+    if method not in METHODS:
+        raise ConfigError(
+            f"method {method!r} is not one of {list(METHODS)}", fix="use mean_difference"
+        )
+    if positions not in ("last", "text", "action"):
+        raise ConfigError(f"positions {positions!r}: use last, text or action", fix="use last")
+    layer = (len(model.decoder_layers) - 1) // 2 if layer is None else int(layer)
+    rng = np.random.default_rng(seed)
+    fast, slow = episode_contrast(demonstrations.concept, demonstrations.episode)
+    delta = float(demonstrations.concept[fast].mean() - demonstrations.concept[slow].mean())
+    meta: dict[str, Any] = {
+        "method": method,
+        "positions": positions,
+        "contrast": "fastest vs slowest third of demonstration episodes",
+        "concept_positive_mean": float(demonstrations.concept[fast].mean()),
+        "concept_negative_mean": float(demonstrations.concept[slow].mean()),
+        "model": model.config.name,
+        **{k: v for k, v in demonstrations.meta.items() if isinstance(v, (str, int, float))},
+    }
+
+    def sample(mask: np.ndarray, n: int) -> np.ndarray:
+        idx = np.flatnonzero(mask)
+        return np.sort(rng.choice(idx, size=min(n, len(idx)), replace=False))
+
+    def acts(idx: np.ndarray, prompts: Sequence[str] | None = None) -> torch.Tensor:
+        return _activations(
+            model, processor, demonstrations, idx, layer, positions, unnorm_key, prompts
+        )
+
+    if method == "mean_difference":
+        return mean_difference(
+            acts(sample(fast, max_steps // 2)), acts(sample(slow, max_steps // 2)), layer,
+            "ee_speed", meta,
+        )  # fmt: skip
+    if method == "paired":
+        hi, lo = extreme_prompts(str(demonstrations.meta.get("speed_labels", "adverbs")))
+        idx = sample(np.ones(len(demonstrations), bool), max_steps // 2)
+        base = [base_instruction(demonstrations.instructions[i]) for i in idx]
+        diff = acts(idx, [f"{b} {hi}" for b in base]) - acts(idx, [f"{b} {lo}" for b in base])
+        vec = diff.mean(0)
+        meta |= {
+            "pair": [hi, lo],
+            "n_pairs": len(idx),
+            "norm": float(vec.norm()),
+            "pair_consistency": float(
+                torch.nn.functional.cosine_similarity(diff, vec[None]).mean()
+            ),
+        }
+        return SteeringDirection(vec.float(), layer, "ee_speed", meta)
+    idx = sample(np.ones(len(demonstrations), bool), max_steps)
+    w, info = ridge_probe(acts(idx), demonstrations.concept[idx], demonstrations.episode[idx])
+    vec = w * (delta / float(w @ w))  # alpha = 1 moves the reading by the fast-slow difference
+    meta |= {"norm": float(vec.norm()), "probe": info, "n_steps": len(idx)}
+    return SteeringDirection(vec.float(), layer, "ee_speed", meta)
+
+
+# ---------------------------------------------------------------------------------------------
+# dose-response
+# ---------------------------------------------------------------------------------------------
+
+
+def dose_point(alpha: float, episodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One point of the dose-response from the episode rows of a fixed-alpha run.
+
+    ``episodes`` rows carry ``success`` and ``mean_speed`` (m/s); the speed interval is a
+    normal 95 % interval over episodes, success a Wilson interval.
+    """
+    speeds = np.array([e["mean_speed"] for e in episodes], dtype=np.float64)
+    speeds = speeds[np.isfinite(speeds)]
+    wins = sum(bool(e["success"]) for e in episodes)
+    half = float(Z95 * speeds.std(ddof=1) / math.sqrt(len(speeds))) if len(speeds) > 1 else math.nan
+    mean = float(speeds.mean()) if len(speeds) else math.nan
+    return {
+        "alpha": float(alpha),
+        "episodes": len(episodes),
+        "mean_speed": mean,
+        "speed_ci": [mean - half, mean + half],
+        "successes": wins,
+        "success_rate": wins / len(episodes) if episodes else math.nan,
+        "success_ci": list(wilson_interval(wins, len(episodes))) if episodes else [math.nan] * 2,
+        "scenes": len({e.get("scene") for e in episodes}),
+    }
+
+
+def check_dial(
+    points: Sequence[dict[str, Any]],
+    min_success: float = 0.9,
+    span: tuple[float, float] = (0.5, 1.5),
+) -> dict[str, Any]:
+    """Is the dose-response a dial? Working range, monotonicity and span.
+
+    The working range is the longest run of consecutive alphas (sorted) that contains alpha = 0
+    and keeps ``success_rate >= min_success``. Speed is monotone over it when no step between
+    neighbours goes against the overall direction (the sign of the end-to-end change) by more
+    than the larger of the two points' speed-interval half-widths (a reversal inside the noise
+    is not a reversal). The span is the working range's lowest and highest mean speed over the
+    unsteered one; a dial spans ``span`` (0.5x-1.5x) with at least three points.
+
+    Raises:
+        ConfigError: No alpha = 0 point.
+    """
+    pts = sorted(points, key=lambda p: p["alpha"])
+    zero = [i for i, p in enumerate(pts) if p["alpha"] == 0.0]
+    if not zero:
+        raise ConfigError("the dose-response has no alpha = 0 point", fix="include 0 in --alphas")
+    i0 = zero[0]
+    base = pts[i0]["mean_speed"]
+
+    def held(p: dict[str, Any]) -> bool:
+        return bool(p["success_rate"] >= min_success)
+
+    lo = hi = i0
+    if held(pts[i0]):
+        while lo > 0 and held(pts[lo - 1]):
+            lo -= 1
+        while hi < len(pts) - 1 and held(pts[hi + 1]):
+            hi += 1
+    work = pts[lo : hi + 1] if held(pts[i0]) else []
+    speeds = [p["mean_speed"] for p in work]
+    sign = float(np.sign(speeds[-1] - speeds[0])) if len(work) >= 2 else 0.0
+    reversals = []
+    for a, b in itertools.pairwise(work):
+        tol = max(
+            (a["speed_ci"][1] - a["speed_ci"][0]) / 2, (b["speed_ci"][1] - b["speed_ci"][0]) / 2
+        )
+        tol = 0.0 if not math.isfinite(tol) else tol
+        if sign != 0 and sign * (b["mean_speed"] - a["mean_speed"]) < -tol:
+            reversals.append([a["alpha"], b["alpha"]])
+    monotone = len(work) >= 2 and sign != 0 and not reversals
+    ratio = [min(speeds) / base, max(speeds) / base] if work and base > 0 else [math.nan, math.nan]
+    spans = bool(work) and ratio[0] <= span[0] and ratio[1] >= span[1]
+    return {
+        "unsteered_speed": base,
+        "working_range": [work[0]["alpha"], work[-1]["alpha"]] if work else None,
+        "points_in_range": len(work),
+        "direction": sign,
+        "monotone": bool(monotone),
+        "reversals": reversals,
+        "speed_ratio_range": ratio,
+        "spans_target": bool(spans),
+        "is_dial": bool(monotone and spans and len(work) >= 3),
+        "min_success": min_success,
+        "target_span": list(span),
+    }
+
+
+def plot_dose_response(curves: Mapping[str, Sequence[dict[str, Any]]], path: Any) -> None:
+    """Mean speed (with 95 % intervals) and success against alpha, one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_v, ax_s) = plt.subplots(2, 1, figsize=(6.5, 6), sharex=True)
+    for name, pts in curves.items():
+        pts = sorted(pts, key=lambda p: p["alpha"])
+        a = [p["alpha"] for p in pts]
+        v = np.array([p["mean_speed"] for p in pts])
+        ci = np.array([p["speed_ci"] for p in pts])
+        ax_v.errorbar(a, v, yerr=[v - ci[:, 0], ci[:, 1] - v], marker="o", capsize=3, label=name)
+        s = np.array([p["success_rate"] for p in pts])
+        sci = np.array([p["success_ci"] for p in pts])
+        ax_s.errorbar(a, 100 * s, yerr=[100 * (s - sci[:, 0]), 100 * (sci[:, 1] - s)],
+                      marker="o", capsize=3, label=name)  # fmt: skip
+    ax_v.set_ylabel("mean end-effector speed (m/s)")
+    ax_v.legend(fontsize=8)
+    ax_v.grid(alpha=0.3)
+    ax_s.set_ylabel("success (%)")
+    ax_s.set_xlabel("steering strength alpha")
+    ax_s.axhline(90, color="grey", ls="--", lw=0.8)
+    ax_s.set_ylim(-5, 105)
+    ax_s.grid(alpha=0.3)
+    fig.suptitle("dose-response on tuning seeds (95 % intervals)")
+    fig.tight_layout()
+    from embodied.io import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
+def scene_key(env: Env) -> str | None:
+    """The current episode's scene (target and cube positions, mm) of a MuJoCo task env, or
+    None where the env does not describe one; distinct keys are distinct scenes."""
+    from sim.mujoco.env import as_mujoco_env
+
+    try:
+        task: Any = as_mujoco_env(env).task
+    except Exception:  # not a MuJoCo task env: no scene description
+        return None
+    state = task.caption_state() if hasattr(task, "caption_state") else None
+    if not state or "cubes" not in state:
+        return None
+    cubes = {c: [round(1000 * float(v)) for v in xyz[:2]] for c, xyz in state["cubes"].items()}
+    return f"{state.get('target')}:{sorted(cubes.items())}"

@@ -1,0 +1,271 @@
+"""Is steering a dial (issue #36): graded demonstrations on distinct scenes, the three direction
+extraction methods on a tiny model, the contrast by episodes, the dial check, and alpha* chosen
+with success as a constraint."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import policies
+import sim
+from embodied.apps.experiments.config_steer import DialSettings, ExperimentSettings
+from embodied.apps.experiments.steer import best_fixed, run_episodes, steer_env
+from embodied.apps.experiments.steer_dial import (
+    _activations,
+    base_instruction,
+    check_dial,
+    collect_graded_demonstrations,
+    continuum_word,
+    episode_contrast,
+    extract_direction,
+    extreme_prompts,
+    ridge_probe,
+    speed_prompt,
+)
+from embodied.errors import ConfigError
+from policies.openvla.training_openvla import DemonstrationSteps, build_tiny_vla
+
+# ---------------------------------------------------------------------------------------------
+# prompts and contrast sets
+# ---------------------------------------------------------------------------------------------
+
+
+def test_prompts_name_the_speed_as_asked_and_strip_back() -> None:
+    rng = (0.04, 0.25)
+    assert speed_prompt("reach the red cube", 0.1, "none", rng) == "reach the red cube"
+    assert continuum_word(0.04, rng) == "at speed 1"
+    assert continuum_word(0.25, rng) == "at speed 9"  # the top edge is the last word
+    words = [continuum_word(v, rng) for v in np.linspace(0.04, 0.25, 50)]
+    assert [int(w.split()[-1]) for w in words] == sorted(int(w.split()[-1]) for w in words)
+    assert speed_prompt("reach the red cube", 0.2, "adverbs", rng) == "reach the red cube quickly"
+    for labels, v in (("continuum", 0.2), ("adverbs", 0.05), ("adverbs", 0.2)):
+        prompt = speed_prompt("reach the red cube", v, labels, rng)
+        assert prompt != "reach the red cube"
+        assert base_instruction(prompt) == "reach the red cube"
+    with pytest.raises(ConfigError, match="speed_labels 'fast'"):
+        speed_prompt("x", 0.1, "fast", rng)
+    with pytest.raises(ConfigError, match="paired needs prompts"):
+        extreme_prompts("none")
+
+
+def test_contrast_takes_thirds_of_episodes_not_of_steps() -> None:
+    """Three named classes, slow episodes three times longer: the fast set is exactly the
+    'quickly' episodes and the slow set exactly the 'slowly' ones."""
+    lengths = {0.05: 90, 0.12: 40, 0.2: 30}
+    concept, episode = [], []
+    for e, v in enumerate([0.05, 0.12, 0.2] * 3):
+        concept += [v] * lengths[v]
+        episode += [e] * lengths[v]
+    c, ep = np.array(concept), np.array(episode)
+    fast, slow = episode_contrast(c, ep)
+    assert set(c[fast]) == {0.2} and set(c[slow]) == {0.05}
+    hi = np.quantile(c, 2 / 3)  # thirds of steps (the old rule) reach into the plain class
+    assert 0.12 in set(c[c >= hi])
+    with pytest.raises(ConfigError, match="several speeds"):
+        episode_contrast(np.full(10, 0.1), np.repeat([0, 1], 5))
+
+
+def test_ridge_probe_recovers_a_planted_direction() -> None:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(400, 32, generator=gen)
+    w_true = torch.randn(32, generator=gen)
+    y = (x @ w_true).numpy() * 0.01 + 0.1 + 0.001 * np.random.default_rng(0).normal(size=400)
+    w, info = ridge_probe(x, y, np.repeat(np.arange(40), 10), ridge=1e-4)
+    assert float(torch.nn.functional.cosine_similarity(w, w_true, dim=0)) > 0.99
+    assert info["r2_heldout"] > 0.95 and info["r2_train"] > 0.95
+
+
+# ---------------------------------------------------------------------------------------------
+# extraction on a tiny model
+# ---------------------------------------------------------------------------------------------
+
+
+def _graded_steps(labels: str) -> DemonstrationSteps:
+    rng = np.random.default_rng(0)
+    speeds = np.linspace(0.05, 0.24, 6)
+    n = 4
+    images = rng.integers(0, 255, size=(len(speeds) * n, 32, 32, 3), dtype=np.uint8)
+    prompts = [speed_prompt("reach the red cube", v, labels, (0.04, 0.25)) for v in speeds]
+    instructions = [p for p in prompts for _ in range(n)]
+    actions = rng.uniform(-0.2, 0.2, size=(len(images), 7)).astype(np.float32)
+    return DemonstrationSteps(
+        images, instructions, actions, np.repeat(np.arange(len(speeds)), n),
+        np.repeat(speeds, n), {"speed_labels": labels},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def graded_vla() -> tuple[Any, Any]:
+    words = [speed_prompt("reach the red cube", v, "continuum", (0.04, 0.25)) for v in
+             np.linspace(0.04, 0.25, 9)] + ["reach the red cube quickly slowly"]  # fmt: skip
+    actions = np.random.default_rng(1).uniform(-0.2, 0.2, size=(64, 7))
+    model, proc = build_tiny_vla(words, actions, "toy", seed=0, image_size=32)
+    return model.eval(), proc
+
+
+@pytest.mark.parametrize("positions", ["last", "action"])
+def test_each_method_gives_a_direction_with_the_mean_difference_scale(
+    graded_vla: tuple[Any, Any], positions: str
+) -> None:
+    model, proc = graded_vla
+    steps = _graded_steps("continuum")
+    fast, slow = episode_contrast(steps.concept, steps.episode)
+    act = {
+        name: _activations(model, proc, steps, np.flatnonzero(m), 1, positions, "toy")
+        for name, m in (("fast", fast), ("slow", slow))
+    }
+    md = extract_direction(model, proc, steps, "mean_difference", 1, positions, "toy")
+    torch.testing.assert_close(md.vector, act["fast"].mean(0) - act["slow"].mean(0))
+    assert md.layer == 1 and md.meta["method"] == "mean_difference"
+
+    paired = extract_direction(model, proc, steps, "paired", 1, positions, "toy", max_steps=48)
+    idx = np.arange(len(steps))  # max_steps // 2 >= all 24 steps: every step is paired
+    base = ["reach the red cube"] * len(idx)
+    hi = _activations(model, proc, steps, idx, 1, positions, "toy", [f"{b} at speed 9" for b in base])
+    lo = _activations(model, proc, steps, idx, 1, positions, "toy", [f"{b} at speed 1" for b in base])
+    torch.testing.assert_close(paired.vector, (hi - lo).mean(0), rtol=1e-4, atol=1e-5)
+    assert paired.meta["pair"] == ["at speed 9", "at speed 1"]
+
+    probe = extract_direction(model, proc, steps, "probe", 1, positions, "toy")
+    x = _activations(model, proc, steps, np.arange(len(steps)), 1, positions, "toy")
+    w, _ = ridge_probe(x, steps.concept, steps.episode)
+    delta = steps.concept[fast].mean() - steps.concept[slow].mean()
+    # alpha = 1 moves the probe's reading by the fast-slow difference (the mean difference's scale)
+    assert float(probe.vector @ w) == pytest.approx(delta, rel=1e-4)
+    assert torch.isfinite(probe.vector).all() and "r2_heldout" in probe.meta["probe"]
+
+
+def test_paired_needs_named_speeds_and_unknown_methods_are_refused(
+    graded_vla: tuple[Any, Any],
+) -> None:
+    model, proc = graded_vla
+    with pytest.raises(ConfigError, match="paired needs prompts"):
+        extract_direction(model, proc, _graded_steps("none"), "paired", 1, "last", "toy")
+    with pytest.raises(ConfigError, match="method 'pca'"):
+        extract_direction(model, proc, _graded_steps("none"), "pca", 1, "last", "toy")
+
+
+# ---------------------------------------------------------------------------------------------
+# the dial check
+# ---------------------------------------------------------------------------------------------
+
+
+def _point(alpha: float, speed: float, success: float, half: float = 0.002) -> dict[str, Any]:
+    return {"alpha": alpha, "mean_speed": speed, "speed_ci": [speed - half, speed + half],
+            "success_rate": success}  # fmt: skip
+
+
+def test_check_dial_monotone_span_and_working_range() -> None:
+    base = 0.1
+    dial = [_point(a, base * (1 + 0.3 * a), 1.0) for a in (-2, -1.5, -1, -0.5, 0, 0.5, 1, 1.5, 2)]
+    v = check_dial(dial)
+    assert v["is_dial"] and v["monotone"] and v["spans_target"] and v["direction"] == 1.0
+    assert v["working_range"] == [-2, 2] and v["speed_ratio_range"] == pytest.approx([0.4, 1.6])
+
+    cliff = [dict(p) for p in dial]  # success lost beyond |alpha| 1: the range shrinks
+    for p in cliff:
+        if abs(p["alpha"]) > 1:
+            p["success_rate"] = 0.3
+    v = check_dial(cliff)
+    assert v["working_range"] == [-1, 1] and not v["spans_target"] and not v["is_dial"]
+
+    bumpy = [dict(p) for p in dial]
+    bumpy[5]["mean_speed"] = bumpy[4]["mean_speed"] - 0.01  # a reversal far outside the noise
+    v = check_dial(bumpy)
+    assert not v["monotone"] and v["reversals"] == [[0, 0.5]]
+    noisy = [dict(p) for p in dial]
+    noisy[5]["mean_speed"] = noisy[4]["mean_speed"] - 0.001  # inside the interval: flat, not back
+    assert check_dial(noisy)["monotone"]
+
+    flat = [_point(a, base, 1.0) for a in (-1, 0, 1)]
+    assert not check_dial(flat)["monotone"] and not check_dial(flat)["is_dial"]
+    assert check_dial([_point(0, base, 0.5), _point(1, 0.2, 1.0)])["working_range"] is None
+    with pytest.raises(ConfigError, match="no alpha = 0"):
+        check_dial([_point(1, base, 1.0)])
+
+
+def test_dial_settings_need_the_unsteered_point_and_disjoint_seeds() -> None:
+    with pytest.raises(ConfigError, match="lack 0"):
+        DialSettings(alphas=(-1.0, 1.0))
+    with pytest.raises(ConfigError, match="overlaps the demonstration seeds"):
+        DialSettings(tuning_seed=10, demonstrations=96)
+
+
+def test_best_fixed_takes_success_as_a_constraint() -> None:
+    sweep = [
+        {"alpha": 0.0, "summary": {"mean_speed": 0.10, "success_rate": 1.0}},
+        {"alpha": -1.0, "summary": {"mean_speed": 0.07, "success_rate": 0.95}},
+        {"alpha": -2.0, "summary": {"mean_speed": 0.06, "success_rate": 0.2}},  # stalls the arm
+    ]
+    assert best_fixed(sweep, 0.06) == -2.0  # the earlier rule: closest speed, success ignored
+    assert best_fixed(sweep, 0.06, min_success=0.9) == -1.0
+    for r in sweep:  # nothing keeps the floor: the most successful setting
+        r["summary"]["success_rate"] = 0.5 if r["alpha"] else 0.6
+    assert best_fixed(sweep, 0.06, min_success=0.9) == 0.0
+    with pytest.raises(ConfigError, match="min_success_ratio"):
+        ExperimentSettings(min_success_ratio=1.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# distinct scenes, graded demonstrations, the command
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("layout", "distinct"), [("random", 6), ("fixed", None)])
+def test_episodes_of_a_row_are_distinct_scenes_on_a_random_layout(
+    layout: str, distinct: int | None
+) -> None:
+    env, reset, _ = steer_env("mujoco:arm_reach", 32, layout)
+    settings = ExperimentSettings(reset_options=reset, sweep_alphas=(), haeon_coefs=())
+    policy = policies.load("expert", env=env, speed=0.25)
+    rows = run_episodes(env, policy, None, settings, 6, "expert", first_seed=5000)
+    scenes = [e["scene"] for e in rows["episodes"]]
+    assert all(isinstance(s, str) for s in scenes)
+    if distinct is not None:
+        assert len(set(scenes)) == rows["summary"]["distinct_scenes"] == distinct
+    else:  # the fixed layout: only the target colour changes, at most 4 scenes
+        assert rows["summary"]["distinct_scenes"] == len(set(scenes)) <= 4
+
+
+def test_graded_demonstrations_vary_speed_continuously_per_episode() -> None:
+    env = sim.make("mujoco:arm_reach", image_size=32)
+    steps = collect_graded_demonstrations(env, 4, "continuum", (0.04, 0.25), seed=0)
+    per = [steps.concept[steps.episode == e] for e in range(4)]
+    assert all(np.ptp(p) == 0 for p in per)  # one cruise speed per episode
+    speeds = [float(p[0]) for p in per]
+    assert len(set(speeds)) == 4 and all(0.04 <= v <= 0.25 for v in speeds)
+    for e, v in enumerate(speeds):
+        prompts = {steps.instructions[i] for i in np.flatnonzero(steps.episode == e)}
+        assert prompts == {f"{base_instruction(next(iter(prompts)))} {continuum_word(v, (0.04, 0.25))}"}
+    assert steps.meta["speed_labels"] == "continuum"
+
+
+def test_steer_dial_command_writes_the_dose_response(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from embodied.apps.cli import app
+
+    out = tmp_path / "dial"
+    argv = ["steer", "dial", "--out", str(out), "--demonstrations", "4", "--train-steps", "2",
+            "--episodes", "2", "--alphas", "-1,0,1", "--methods", "mean_difference,paired,probe",
+            "--image-size", "32", "--llm-layers", "2"]  # fmt: skip
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "dial.json").read_text())
+    assert "paired" in report["methods"] and "skipped" in report["methods"]["paired"]
+    for method in ("mean_difference", "probe"):
+        r = report["methods"][method]
+        assert [p["alpha"] for p in r["points"]] == [-1.0, 0.0, 1.0]
+        assert all(p["episodes"] == 2 and p["scenes"] == 2 for p in r["points"])
+        assert set(r["verdict"]) >= {"is_dial", "monotone", "working_range"}
+        assert (out / f"speed_{method}.safetensors").exists()
+    assert report["seeds"] == {"demonstrations": [0, 4], "tuning": [5000, 5002]}
+    assert (out / "dial.png").stat().st_size > 0 and "| probe |" in (out / "dial.md").read_text()
+    assert math.isfinite(report["methods"]["probe"]["points"][1]["mean_speed"])
