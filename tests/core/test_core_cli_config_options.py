@@ -290,16 +290,19 @@ def test_steer_options_reach_the_experiment_configs(
     argv = ["steer", "experiment", "--out", str(tmp_path), "--demonstration-episodes", "3"]
     argv += ["--dataset", "data", "--retrain", "--pid-kp", "2.5", "--layer", "1"]
     argv += ["--sweep-alphas", "-1,0", "--sweep-episodes", "0", "--setpoint", "0.1"]
-    argv += ["--haeon-coefs", "1,2"]
+    argv += ["--haeon-coefs", "1,2", "--setpoints", "0.06,0.1,0.15", "--setpoint-change-s", "1"]
+    argv += ["--speed-labels", "continuum", "--method", "probe", "--speed-range", "0.05,0.2"]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
     assert seen["out"] == tmp_path
     assert seen["config"] == SteerExperimentConfig(
-        demonstration_episodes=3, dataset=Path("data"), retrain=True, pid_kp=2.5, layer=1
-    )
+        demonstration_episodes=3, dataset=Path("data"), retrain=True, pid_kp=2.5, layer=1,
+        speed_labels="continuum", method="probe", speed_range=(0.05, 0.2),
+    )  # fmt: skip
     assert seen["settings"] == ExperimentSettings(
-        sweep_alphas=(-1.0, 0.0), sweep_episodes=0, setpoint=0.1, haeon_coefs=(1.0, 2.0)
-    )
+        sweep_alphas=(-1.0, 0.0), sweep_episodes=0, setpoint=0.1, haeon_coefs=(1.0, 2.0),
+        setpoints=(0.06, 0.1, 0.15), setpoint_change_s=1.0,
+    )  # fmt: skip
 
 
 def test_steer_extract_options_reach_the_extraction(

@@ -258,3 +258,65 @@ def test_constant_hook_sets_exactly_the_selected_activations(tiny: tuple, tmp_pa
     assert back.layers == {1: [3, 7], 0: [5]}
     with pytest.raises(ConfigError, match="outside"):
         ValueVectorHook(model, ValueVectorNeurons(torch.tensor([[9, 0]])))
+
+
+# ---------------------------------------------------------------------------------------------
+# issue #36: three setpoints, alpha* with success as a constraint, PID on the working range
+# ---------------------------------------------------------------------------------------------
+
+
+def test_three_setpoints_choose_alpha_star_each_and_a_setpoint_change_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dial (speed 0.1 + 0.04 alpha, success held for |alpha| <= 1) whose alpha = -2 point
+    stalls the arm: the slow setpoint's alpha* must not be the stall, PID's gain comes from
+    the working range, and the change row steps its setpoint from the lowest to the highest."""
+    dial = {-2.0: (0.02, False), -1.0: (0.06, True), 0.0: (0.1, True), 1.0: (0.14, True)}
+    s = ExperimentSettings(
+        episodes=2, seed=1000, tuning_seed=500, sweep_alphas=tuple(dial), sweep_episodes=2,
+        haeon_coefs=(), rl_timesteps=0, setpoints=(0.03, 0.1, 0.14), setpoint_change_s=0.2,
+    )  # fmt: skip
+    seen: list[tuple[str, float, Any]] = []
+
+    def fake(env, policy, controller, settings, n, label, log=None, first_seed=None, setpoint=None):  # type: ignore[no-untyped-def]
+        seen.append((label, settings.setpoint, setpoint))
+        a = getattr(controller, "value", 0.0)
+        speed, ok = dial.get(a, (0.1, True))
+        eps = _episodes(n, first_seed or settings.seed, speed, ok)
+        for e in eps:
+            e["success"] = ok
+        return {"label": label, "summary": summarize(eps), "episodes": eps}
+
+    monkeypatch.setattr(steer, "run_episodes", fake)
+    report = run_experiment(_Env(), None, s, tmp_path)  # type: ignore[arg-type]
+    # 0.03 is closest to the stalled -2 (0.02): success rules it out, -1 (0.06) is alpha*
+    assert report["alpha_stars"] == {"0.03": -1.0, "0.1": 0.0, "0.14": 1.0}
+    assert report["pid_fit"] == {"fit": "working_range", "fit_alphas": [-1.0, 0.0, 1.0]}
+    assert report["static_gain_mps_per_alpha"] == pytest.approx(0.04)
+    names = [r["controller"] for r in report["rows"]]
+    assert names[:3] == ["sp=0.03 none", "sp=0.03 fixed alpha*=-1", "sp=0.03 pid"]
+    assert len(names) == 3 * 3 + 1 and names[-1] == "pid, 0.03->0.14 m/s at 0.2 s"
+    assert [r["setpoint"] for r in report["rows"][:3]] == [0.03] * 3
+    change = seen[-1][2]
+    assert change(0.0) == 0.03 and change(0.19) == 0.03 and change(0.2) == 0.14
+    assert "0.03, 0.1, 0.14 m/s" in (tmp_path / "results.md").read_text()
+    assert (tmp_path / "speed_alpha.png").stat().st_size > 0
+
+
+def test_pid_gain_fit_on_the_working_range_or_the_half_range() -> None:
+    sweep: list[dict[str, Any]] = [
+        {"alpha": a, "summary": {"mean_speed": v, "success_rate": ok}}
+        for a, v, ok in ((-2.0, 0.0, 0.1), (-1.0, 0.14, 1.0), (0.0, 0.1, 1.0), (1.0, 0.06, 1.0))
+    ]  # a reversed dial: positive alpha slows the arm; -2 stalls it
+    cfg = steer.pid_from_sweep(sweep, ExperimentSettings(), min_success=0.9)
+    assert cfg["static_gain"] == pytest.approx(-0.04) and cfg["direction"] == -1
+    assert cfg["kp"] == pytest.approx(0.2 / 0.04) and cfg["fit_alphas"] == [-1.0, 0.0, 1.0]
+    controllers.make(
+        "pid", **{k: v for k, v in cfg.items() if k not in ("static_gain", "fit", "fit_alphas")}
+    )
+    old = steer.pid_from_sweep(sweep, ExperimentSettings(pid_fit="half_range"), min_success=0.9)
+    assert old["fit_alphas"] == [-2.0, -1.0, 0.0, 1.0]  # the earlier rule fits through the stall
+    with pytest.raises(ConfigError, match="pid_fit"):
+        ExperimentSettings(pid_fit="cliff")
+    with pytest.raises(ConfigError, match="setpoints"):
+        ExperimentSettings(setpoints=(0.1, -0.2))

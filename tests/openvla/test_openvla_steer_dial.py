@@ -128,8 +128,12 @@ def test_each_method_gives_a_direction_with_the_mean_difference_scale(
     paired = extract_direction(model, proc, steps, "paired", 1, positions, "toy", max_steps=48)
     idx = np.arange(len(steps))  # max_steps // 2 >= all 24 steps: every step is paired
     base = ["reach the red cube"] * len(idx)
-    hi = _activations(model, proc, steps, idx, 1, positions, "toy", [f"{b} at speed 9" for b in base])
-    lo = _activations(model, proc, steps, idx, 1, positions, "toy", [f"{b} at speed 1" for b in base])
+    hi = _activations(
+        model, proc, steps, idx, 1, positions, "toy", [f"{b} at speed 9" for b in base]
+    )
+    lo = _activations(
+        model, proc, steps, idx, 1, positions, "toy", [f"{b} at speed 1" for b in base]
+    )
     torch.testing.assert_close(paired.vector, (hi - lo).mean(0), rtol=1e-4, atol=1e-5)
     assert paired.meta["pair"] == ["at speed 9", "at speed 1"]
 
@@ -243,7 +247,9 @@ def test_graded_demonstrations_vary_speed_continuously_per_episode() -> None:
     assert len(set(speeds)) == 4 and all(0.04 <= v <= 0.25 for v in speeds)
     for e, v in enumerate(speeds):
         prompts = {steps.instructions[i] for i in np.flatnonzero(steps.episode == e)}
-        assert prompts == {f"{base_instruction(next(iter(prompts)))} {continuum_word(v, (0.04, 0.25))}"}
+        assert prompts == {
+            f"{base_instruction(next(iter(prompts)))} {continuum_word(v, (0.04, 0.25))}"
+        }
     assert steps.meta["speed_labels"] == "continuum"
 
 

@@ -89,6 +89,10 @@ def extract_cmd(
     "haeon_top_k",
     "rl_timesteps",
     "rl_seed",
+    "setpoints",
+    "setpoint_change_s",
+    "pid_fit",
+    "min_success_ratio",
     into="settings",
 )
 @config_options(
@@ -103,6 +107,9 @@ def extract_cmd(
     "image_size",
     "pid_kp",
     "pid_ki",
+    "speed_labels",
+    "speed_range",
+    "method",
 )
 def experiment_cmd(
     out: Path = typer.Option(Path("runs/ctrl_steer"), "--out", help="Output folder."),

@@ -101,6 +101,14 @@ class ExperimentSettings:
         concept_tau_s: EMA time constant of the speed measurement (s).
         band: Settling band as a fraction of the setpoint step.
         reset_options: Inner-env reset options (e.g. a fixed cube layout).
+        setpoints: Target speeds (m/s) of the comparison, each evaluated with every row (empty:
+            ``setpoint`` alone); alpha* and the Häon constant are chosen per setpoint, PID's gains
+            and PPO's controller (trained over the whole range) serve all of them.
+        setpoint_change_s: With two or more setpoints, add rows (PID, RL) whose setpoint steps
+            from the lowest to the highest at this time (s) in each episode (0: none).
+        pid_fit: How PID's static gain d speed / d alpha is fitted on the sweep: working_range
+            (the contiguous sweep points around alpha = 0 that keep the success floor) or
+            half_range (every point with |alpha| <= alpha_limit / 2, the earlier rule).
         min_success_ratio: The best fixed alpha* (and Häon constant) must keep this fraction of
             the unsteered success on the tuning seeds (the sweep's alpha = 0 point); 0: the
             closest mean speed regardless of success (the earlier rule).
@@ -124,12 +132,31 @@ class ExperimentSettings:
     band: float = 0.1
     reset_options: dict[str, Any] = field(default_factory=dict)
     min_success_ratio: float = 0.9
+    setpoints: tuple[float, ...] = ()
+    setpoint_change_s: float = 0.0
+    pid_fit: str = "working_range"
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.setpoint) and self.setpoint > 0):
             raise ConfigError(f"setpoint must be a positive speed in m/s, got {self.setpoint}")
         if self.episodes <= 0:
             raise ConfigError(f"episodes must be positive, got {self.episodes}")
+        for sp in self.setpoints:
+            if not (math.isfinite(sp) and sp > 0):
+                raise ConfigError(
+                    f"setpoints {list(self.setpoints)}: {sp!r} is not a positive speed in m/s",
+                    fix="e.g. --setpoints 0.06,0.1,0.15",
+                )
+        if not (math.isfinite(self.setpoint_change_s) and self.setpoint_change_s >= 0):
+            raise ConfigError(
+                f"setpoint_change_s {self.setpoint_change_s!r} must be a time >= 0 s",
+                fix="e.g. 1.0, or 0 for no setpoint-change rows",
+            )
+        if self.pid_fit not in ("working_range", "half_range"):
+            raise ConfigError(
+                f"pid_fit {self.pid_fit!r} is not working_range or half_range",
+                fix="use working_range",
+            )
         if not 0.0 <= self.min_success_ratio <= 1.0:
             raise ConfigError(
                 f"min_success_ratio {self.min_success_ratio!r} must be a fraction in [0, 1]",
@@ -149,6 +176,10 @@ class ExperimentSettings:
                 "the baselines get the same tuning budget",
                 fix="give as many --haeon-coefs as --sweep-alphas (or none to skip the Häon row)",
             )
+
+    def targets(self) -> tuple[float, ...]:
+        """The setpoints evaluated (m/s): ``setpoints``, or ``(setpoint,)``."""
+        return tuple(self.setpoints) or (self.setpoint,)
 
     def seed_ranges(self, training: tuple[int, int] = (0, 0)) -> dict[str, tuple[int, int]]:
         """Half-open seed ranges ``[first, end)`` of every stage (``training`` = the VLA's)."""
@@ -170,7 +201,8 @@ class DialSettings:
         episodes: Tuning episodes per alpha (distinct scenes on a random layout).
         tuning_seed: First tuning seed (apart from the demonstrations' seeds 0..n-1).
         demonstrations: Graded demonstration episodes the tiny VLA trains on (and the
-            directions are extracted from).
+            directions are extracted from); 48 is ``steer experiment``'s budget (4 per speed
+            class and cube colour).
         min_success: Success rate the working range keeps (fraction).
         alpha_limit: Knob bounds (+/-).
     """
@@ -179,7 +211,7 @@ class DialSettings:
     alphas: tuple[float, ...] = (-2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0)
     episodes: int = 10
     tuning_seed: int = 5_000
-    demonstrations: int = 96
+    demonstrations: int = 48
     min_success: float = 0.9
     alpha_limit: float = 4.0
 

@@ -46,7 +46,15 @@ from embodied.apps.experiments.config_steer import (
     ExperimentSettings,
     SteerExperimentConfig,
 )
-from embodied.apps.experiments.steer_dial import episode_contrast, scene_key
+from embodied.apps.experiments.steer_dial import (
+    check_dial,
+    collect_graded_demonstrations,
+    dose_point,
+    episode_contrast,
+    extract_direction,
+    plot_dose_response,
+    scene_key,
+)
 from embodied.apps.experiments.steer_report import write_report
 from embodied.concepts import make_concept
 from embodied.contracts import Controller, Env, Policy
@@ -437,11 +445,19 @@ def run_episodes(
     label: str,
     log: Log = _quiet,
     first_seed: int | None = None,
+    setpoint: Callable[[float], float] | None = None,
 ) -> dict[str, Any]:
-    """``n`` steered episodes on seeds ``first_seed`` (default ``settings.seed``) onwards."""
+    """``n`` steered episodes on seeds ``first_seed`` (default ``settings.seed``) onwards.
+
+    ``setpoint`` (a function of episode time, s) replaces ``settings.setpoint`` for a setpoint
+    change; step-response figures are then not computed.
+    """
     first = settings.seed if first_seed is None else int(first_seed)
     concept = make_concept("ee_speed", filter_tau_s=settings.concept_tau_s)
-    steering = Steering(concept, controller, knob="alpha", setpoint=settings.setpoint)
+    steering = Steering(
+        concept, controller, knob="alpha",
+        setpoint=settings.setpoint if setpoint is None else setpoint,
+    )  # fmt: skip
     episodes = []
     for k in range(n):
         if hasattr(policy, "reset_knobs"):
@@ -464,9 +480,12 @@ def run_episodes(
             "rmse": tracking_rmse(y, ep.setpoints, skip=1),
             "mean_speed": float(np.nanmean(y[1:])) if len(y) > 1 else math.nan,
             "speed": y.tolist(),
+            "setpoints": np.asarray(ep.setpoints, dtype=np.float64).tolist(),
             "alpha": ep.knobs["alpha"][:, 0].tolist() if "alpha" in ep.knobs else [0.0] * len(ep),
         }
         try:
+            if setpoint is not None:  # a setpoint change: no single step to measure
+                raise ConfigError("time-varying setpoint")
             sr = step_response(t, y, settings.setpoint, initial=0.0, band=settings.band)
             row["overshoot_pct"], row["settling_time_s"] = sr.overshoot_pct, sr.settling_time_s
         except ConfigError:
@@ -545,33 +564,71 @@ def best_fixed(
     return float(min(pts)[2])
 
 
-def pid_from_sweep(sweep: list[dict[str, Any]], settings: ExperimentSettings) -> dict[str, Any]:
-    """PI gains from the fixed-alpha sweep: static gain K = d speed / d alpha (|alpha| <= limit/2).
+def working_range(sweep: list[dict[str, Any]], min_success: float | None) -> list[dict[str, Any]]:
+    """The sweep points of the contiguous alpha range around alpha = 0 that keep ``min_success``
+    (all points when ``min_success`` is None), sorted by alpha; empty without an alpha = 0 point
+    that keeps it."""
+    pts = sorted(
+        (r for r in sweep if np.isfinite(r["summary"]["mean_speed"])), key=lambda r: r["alpha"]
+    )
+    if min_success is None:
+        return pts
 
+    def held(r: dict[str, Any]) -> bool:
+        return bool(r["summary"].get("success_rate", 1.0) >= min_success)
+
+    zero = [i for i, r in enumerate(pts) if r["alpha"] == 0.0]
+    if not zero or not held(pts[zero[0]]):
+        return []
+    lo = hi = zero[0]
+    while lo > 0 and held(pts[lo - 1]):
+        lo -= 1
+    while hi < len(pts) - 1 and held(pts[hi + 1]):
+        hi += 1
+    return pts[lo : hi + 1]
+
+
+def pid_from_sweep(
+    sweep: list[dict[str, Any]], settings: ExperimentSettings, min_success: float | None = None
+) -> dict[str, Any]:
+    """PI gains from the fixed-alpha sweep: static gain K = d speed / d alpha.
+
+    K is the slope of a straight line through the sweep points of ``settings.pid_fit``:
+    ``working_range`` (:func:`working_range`: where steering keeps the success floor, so the
+    controller is tuned on the part of the dial it should use) or ``half_range`` (every point
+    with ``|alpha| <= alpha_limit / 2``, the earlier rule, which fits a line through a cliff).
     IMC tuning of a first-order plant (gain K, time constant ~0.2 s) with closed-loop time
-    constant 1 s: ``kp = T / (K lambda)``, ``ki = 1 / (K lambda)``.
+    constant 1 s: ``kp = T / (|K| lambda)``, ``ki = 1 / (|K| lambda)``, and the PID's
+    ``direction`` the sign of K (a dial that slows the arm for positive alpha acts reversed).
     """
+    if settings.pid_fit == "working_range":
+        rows = working_range(sweep, min_success)
+    else:
+        rows = [r for r in sweep if abs(r["alpha"]) <= settings.alpha_limit / 2]
     pts = sorted(
         (r["alpha"], r["summary"]["mean_speed"])
-        for r in sweep
-        if np.isfinite(r["summary"]["mean_speed"]) and abs(r["alpha"]) <= settings.alpha_limit / 2
+        for r in rows
+        if np.isfinite(r["summary"]["mean_speed"])
     )
     gain = math.nan
     if len(pts) >= 2:
         a, v = np.array(pts).T
         gain = float(np.polyfit(a, v, 1)[0])
-    if not np.isfinite(gain) or gain <= 1e-3:
+    if not np.isfinite(gain) or abs(gain) <= 1e-3:
         gain = 0.05  # m/s per unit alpha: a conservative fallback
     lam, tau = 1.0, 0.2
     return {
-        "kp": tau / (gain * lam),
-        "ki": 1.0 / (gain * lam),
+        "kp": tau / (abs(gain) * lam),
+        "ki": 1.0 / (abs(gain) * lam),
         "kd": 0.0,
+        "direction": 1 if gain > 0 else -1,
         "output_min": -settings.alpha_limit,
         "output_max": settings.alpha_limit,
         "rate_limit": 20.0,
         "anti_windup": "back_calculation",
         "static_gain": gain,
+        "fit": settings.pid_fit,
+        "fit_alphas": [p[0] for p in pts],
     }
 
 
@@ -612,8 +669,8 @@ def train_rl(
         max_delta=0.5,
         error_scale=0.05,
         horizon_steps=env.max_episode_steps,
-        setpoint_low=settings.setpoint * 0.7,
-        setpoint_high=settings.setpoint * 1.3,
+        setpoint_low=min(settings.targets()) * 0.7,
+        setpoint_high=max(settings.targets()) * 1.3,
         lambda_delta=0.05,
         beta_success=2.0,
     )
@@ -702,8 +759,11 @@ def _tune_and_evaluate(
         if unsteered and settings.min_success_ratio > 0
         else None
     )
-    alpha_star = best_fixed(sweep, settings.setpoint, min_success=min_success)
+    targets = settings.targets()
+    alpha_stars = {sp: best_fixed(sweep, sp, min_success=min_success) for sp in targets}
+    alpha_star = alpha_stars[targets[0]]
     haeon_sweep = []
+    coef_stars: dict[float, float] = {}
     coef_star = math.nan
     if haeon is not None and settings.haeon_coefs and settings.sweep_episodes > 0:
         for c in settings.haeon_coefs:
@@ -712,10 +772,14 @@ def _tune_and_evaluate(
                 r = tune(f"tune haeon c={c:g}", None)
             r["coef"] = c
             haeon_sweep.append(r)
-        coef_star = best_fixed(haeon_sweep, settings.setpoint, key="coef", min_success=min_success)
+        coef_stars = {
+            sp: best_fixed(haeon_sweep, sp, key="coef", min_success=min_success) for sp in targets
+        }
+        coef_star = coef_stars[targets[0]]
     timing["tuning_s"] = time.perf_counter() - t0
-    pid_cfg = dict(settings.pid) or pid_from_sweep(sweep, settings)
+    pid_cfg = dict(settings.pid) or pid_from_sweep(sweep, settings, min_success)
     static_gain = pid_cfg.pop("static_gain", None)
+    pid_fit = {k: pid_cfg.pop(k) for k in ("fit", "fit_alphas") if k in pid_cfg}
     rl = None
     if settings.rl_timesteps > 0:
         t1 = time.perf_counter()
@@ -724,21 +788,41 @@ def _tune_and_evaluate(
         torch.set_grad_enabled(False)
         timing["rl_training_s"] = time.perf_counter() - t1
 
-    def evaluate(label: str, controller: Controller | None) -> dict[str, Any]:
-        return run_episodes(env, policy, controller, settings, settings.episodes, label, log)
+    def evaluate(
+        label: str, controller: Controller | None, sp: float, change: Any = None
+    ) -> dict[str, Any]:
+        at = settings if sp == settings.setpoint else replace(settings, setpoint=sp)
+        kwargs = {} if change is None else {"setpoint": change}
+        r = run_episodes(env, policy, controller, at, settings.episodes, label, log, **kwargs)
+        r["setpoint"] = sp
+        return r
 
     t2 = time.perf_counter()
-    results = [
-        evaluate("none", None),
-        evaluate(f"fixed alpha*={alpha_star:g}", controllers.make("fixed", value=alpha_star)),
-    ]
-    if haeon_sweep and haeon is not None:
-        haeon.coef = coef_star
-        with haeon:
-            results.append(evaluate(f"haeon c*={coef_star:g}", None))
-    results.append(evaluate("pid", controllers.make("pid", **pid_cfg)))
-    if rl is not None:
-        results.append(evaluate(f"rl (ppo, {settings.rl_timesteps} steps)", rl))
+    results = []
+    for sp in targets:
+        tag = "" if len(targets) == 1 else f"sp={sp:g} "
+        a_sp = alpha_stars[sp]
+        results.append(evaluate(f"{tag}none", None, sp))
+        results.append(
+            evaluate(f"{tag}fixed alpha*={a_sp:g}", controllers.make("fixed", value=a_sp), sp)
+        )
+        if haeon_sweep and haeon is not None:
+            haeon.coef = coef_stars[sp]
+            with haeon:
+                results.append(evaluate(f"{tag}haeon c*={coef_stars[sp]:g}", None, sp))
+        results.append(evaluate(f"{tag}pid", controllers.make("pid", **pid_cfg), sp))
+        if rl is not None:
+            results.append(evaluate(f"{tag}rl (ppo, {settings.rl_timesteps} steps)", rl, sp))
+    if settings.setpoint_change_s > 0 and len(targets) >= 2:
+        lo, hi, t_change = min(targets), max(targets), settings.setpoint_change_s
+
+        def change(t_s: float) -> float:
+            return lo if t_s < t_change else hi
+
+        tag = f"{lo:g}->{hi:g} m/s at {t_change:g} s"
+        results.append(evaluate(f"pid, {tag}", controllers.make("pid", **pid_cfg), hi, change))
+        if rl is not None:
+            results.append(evaluate(f"rl, {tag}", rl, hi, change))
     timing["evaluation_s"] = time.perf_counter() - t2
     n_tune = settings.sweep_episodes
     report = {
@@ -753,7 +837,10 @@ def _tune_and_evaluate(
             "evaluation_episodes_per_row": settings.episodes,
         },
         "alpha_star": alpha_star,
+        "alpha_stars": {f"{sp:g}": a for sp, a in alpha_stars.items()},
+        "haeon_coef_stars": {f"{sp:g}": c for sp, c in coef_stars.items()},
         "alpha_star_min_success": min_success,
+        "pid_fit": pid_fit,
         "haeon_coef_star": coef_star,
         "haeon": (
             {"neurons": haeon.intervention.neurons.tolist(), "meta": haeon.intervention.meta}
@@ -764,7 +851,9 @@ def _tune_and_evaluate(
         "static_gain_mps_per_alpha": static_gain,
         "sweep": [{"alpha": r["alpha"], **r["summary"]} for r in sweep],
         "haeon_sweep": [{"coef": r["coef"], **r["summary"]} for r in haeon_sweep],
-        "rows": [{"controller": r["label"], **r["summary"]} for r in results],
+        "rows": [
+            {"controller": r["label"], "setpoint": r["setpoint"], **r["summary"]} for r in results
+        ],
         "traces": {r["label"]: r["episodes"] for r in results},
         "timing": timing,
         **(extra or {}),
@@ -828,6 +917,12 @@ def steer_experiment(
     env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout)
     check_disjoint_seeds(settings.seed_ranges(training_seed_range(cfg, len(targets))))
     demonstrations = None
+    graded = cfg.speed_labels != "adverbs"
+    if graded and cfg.model is None:  # the same data budget as the three named classes
+        n_graded = training_seed_range(cfg, len(targets))[1]
+        demonstrations = collect_graded_demonstrations(
+            env, n_graded, cfg.speed_labels, cfg.speed_range, 0, reset, targets, log
+        )
     vla_training: dict[str, Any] = {}
     if cfg.model is None:
         vla_dir = out / "vla"
@@ -846,6 +941,7 @@ def steer_experiment(
                 reset,
                 targets,
                 log=log,
+                demonstrations=demonstrations,
                 text={"num_hidden_layers": cfg.llm_layers},
             )
             timing["vla_training_s"] = time.perf_counter() - t_bc
@@ -863,6 +959,12 @@ def steer_experiment(
         model_name = cfg.model
     if cfg.direction is not None:
         inter = load_intervention(cfg.direction)
+    elif graded and demonstrations is not None:  # issue #36: the method the dial chose
+        inter = extract_direction(
+            model, proc, demonstrations, cfg.method, cfg.layer, cfg.positions, cfg.unnorm_key
+        )
+        inter.save(out / f"speed_{cfg.method}")
+        log(f"{cfg.method} direction at layer {inter.layer}: {json.dumps(inter.meta)[:300]}")
     else:
         inter = extract_speed_intervention(
             model, proc, cfg, env, reset, targets, demonstrations, log
@@ -944,14 +1046,6 @@ def dial_experiment(
     Returns:
         The report: per method its points, :func:`check_dial` verdict and the direction's meta.
     """
-    from embodied.apps.experiments.steer_dial import (
-        check_dial,
-        collect_graded_demonstrations,
-        dose_point,
-        extract_direction,
-        plot_dose_response,
-    )
-
     cfg = config or SteerExperimentConfig(speed_labels="none", layout="random")
     dial = settings or DialSettings()
     t0 = time.perf_counter()

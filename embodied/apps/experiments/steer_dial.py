@@ -447,10 +447,7 @@ def check_dial(
 
 def plot_dose_response(curves: Mapping[str, Sequence[dict[str, Any]]], path: Any) -> None:
     """Mean speed (with 95 % intervals) and success against alpha, one line per method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from embodied.apps.plotting import plt, save_figure
 
     fig, (ax_v, ax_s) = plt.subplots(2, 1, figsize=(6.5, 6), sharex=True)
     for name, pts in curves.items():
@@ -473,11 +470,7 @@ def plot_dose_response(curves: Mapping[str, Sequence[dict[str, Any]]], path: Any
     ax_s.grid(alpha=0.3)
     fig.suptitle("dose-response on tuning seeds (95 % intervals)")
     fig.tight_layout()
-    from embodied.io import atomic_path
-
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def scene_key(env: Env) -> str | None:

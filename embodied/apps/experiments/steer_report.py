@@ -22,20 +22,25 @@ def _ci(lo_hi: Any, fmt: str) -> str:
 def markdown_table(report: dict[str, Any]) -> str:
     """The results table (with Wilson / 95% intervals), seeds, budgets and the tuning sweeps."""
     s = report["settings"]
+    targets = s.get("setpoints") or [s["setpoint"]]
+    many = len(targets) > 1
     lines = [
-        f"Target end-effector speed: {s['setpoint']} m/s; {s['episodes']} evaluation episodes "
-        "per row. Success: rate [Wilson 95%]; RMSE: mean [95% normal interval].",
+        f"Target end-effector speed: {', '.join(f'{t:g}' for t in targets)} m/s; "
+        f"{s['episodes']} evaluation episodes per row. Success: rate [Wilson 95%]; RMSE: mean "
+        "[95% normal interval].",
         "",
         "| controller | success | success 95% CI | RMSE (m/s) | RMSE 95% CI | mean speed (m/s) "
-        "| overshoot (%) | settling (s) | settled |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| overshoot (%) | settling (s) | settled |" + (" scenes |" if many else ""),
+        "|---|---|---|---|---|---|---|---|---|" + ("---|" if many else ""),
     ]
     for r in report["rows"]:
+        scenes = f" {r.get('distinct_scenes', '?')} |" if many else ""
         lines.append(
             f"| {r['controller']} | {r['success_rate']:.2f} ({r.get('successes', '?')}/"
             f"{r['episodes']}) | {_ci(r.get('success_ci'), '.2f')} | {r['rmse']:.4f} "
             f"| {_ci(r.get('rmse_ci'), '.4f')} | {r['mean_speed']:.3f} "
             f"| {r['overshoot_pct']:.1f} | {r['settling_time_s']:.2f} | {r['settled_fraction']:.2f} |"
+            + scenes
         )
     if report.get("seeds"):
         lines += ["", "Seed ranges [first, end) (disjoint, checked in code):", ""]
@@ -83,8 +88,10 @@ def plot_success_vs_rmse(report: dict[str, Any], path: Path) -> None:
     ax.set_xlabel("tracking RMSE (m/s)")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)
+    targets = report["settings"].get("setpoints") or [report["settings"]["setpoint"]]
     ax.set_title(
-        f"setpoint {report['settings']['setpoint']} m/s, {report['settings']['episodes']} episodes/row",
+        f"setpoint {', '.join(f'{t:g}' for t in targets)} m/s, "
+        f"{report['settings']['episodes']} episodes/row",
         fontsize=9,
     )
     ax.legend(fontsize=7, loc="best")
@@ -99,22 +106,34 @@ def write_report(report: dict[str, Any], out: Path, rate_hz: float) -> None:
     write_json(out / "results.json", report)
     write_text(out / "results.md", markdown_table(report))
     traces = report["traces"]
+    ncols = min(6, len(traces))  # several setpoints give many rows: wrap them
+    blocks = math.ceil(len(traces) / ncols)
     fig, axes = plt.subplots(
-        2, len(traces), figsize=(3.2 * len(traces), 5.2), sharey="row", squeeze=False
+        2 * blocks, ncols, figsize=(3.2 * ncols, 5.2 * blocks), sharey="row", squeeze=False
     )
-    sp = report["settings"]["setpoint"]
     for j, (label, eps) in enumerate(traces.items()):
+        row = report["rows"][j]
+        b, c = divmod(j, ncols)
+        ax_v, ax_a = axes[2 * b, c], axes[2 * b + 1, c]
         for i, ep in enumerate(eps[:3]):
             t = np.arange(len(ep["speed"])) / rate_hz
             style = {"alpha": 1.0 if i == 0 else 0.35, "lw": 1.4 if i == 0 else 0.9}
-            axes[0, j].plot(t, ep["speed"], color="C0", **style)
-            axes[1, j].plot(t, ep["alpha"], color="C3", **style)
-        axes[0, j].axhline(sp, ls="--", color="k", lw=0.8)
-        ok = report["rows"][j]["success_rate"]
-        axes[0, j].set_title(f"{label}\nsuccess {ok:.2f}", fontsize=9)
-        axes[1, j].set_xlabel("time (s)")
-    axes[0, 0].set_ylabel("ee speed (m/s)")
-    axes[1, 0].set_ylabel("alpha_t")
+            ax_v.plot(t, ep["speed"], color="C0", **style)
+            ax_a.plot(t, ep["alpha"], color="C3", **style)
+            if i == 0 and "setpoints" in ep:  # the (possibly changing) target of episode 0
+                ax_v.plot(t, ep["setpoints"], ls="--", color="k", lw=0.8)
+        if not eps or "setpoints" not in eps[0]:
+            ax_v.axhline(
+                row.get("setpoint", report["settings"]["setpoint"]), ls="--", color="k", lw=0.8
+            )
+        ax_v.set_title(f"{label}\nsuccess {row['success_rate']:.2f}", fontsize=9)
+        ax_a.set_xlabel("time (s)")
+        ax_v.set_ylabel("ee speed (m/s)")
+        ax_a.set_ylabel("alpha_t")
+    for j in range(len(traces), blocks * ncols):
+        b, c = divmod(j, ncols)
+        axes[2 * b, c].set_visible(False)
+        axes[2 * b + 1, c].set_visible(False)
     fig.tight_layout()
     save_figure(fig, out / "speed_alpha.png")
     plot_success_vs_rmse(report, out / "success_vs_rmse.png")
