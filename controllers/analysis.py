@@ -1,14 +1,20 @@
-"""Step-response analysis: rise time, overshoot and settling time of a recorded signal.
+"""Step-response analysis and model-based PI tuning, in one place for the tuning page, the
+``tune``/``sweep`` commands and the steering experiment's tables.
 
-Used by the tuning page's step-response experiment and by the steering experiment's tables.
-Crossing times are linearly interpolated between samples, so coarse control rates still
-give sub-sample estimates.
+- :func:`step_response`: 10-90 % rise time, overshoot, settling time in a band (2 % by
+  default), steady-state error, IAE and ITAE of a recorded step (standard definitions; crossing
+  times interpolated between samples, so coarse control rates still give sub-sample estimates).
+- :class:`SettledStep`: a setpoint schedule that steps only once the signal has settled at the
+  start value (band and dwell stated), so a step test never measures from a transient.
+- :func:`fit_fopdt`, :func:`simc_pi`, :func:`loop_margins`: a first-order-plus-dead-time model
+  fitted to an open-loop bump test, Skogestad's SIMC PI rule for it, and the gain and phase
+  margins of the resulting loop.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -30,6 +36,8 @@ class StepResponse:
         final_value: The reference the figures are relative to.
         steady_state_error: Reference setpoint minus the mean of the last 10 % of samples.
         step_size: Reference minus initial value.
+        iae: Integral of |setpoint - y| dt after the step (signal units x s).
+        itae: Integral of t |setpoint - y| dt after the step (signal units x s^2).
     """
 
     rise_time_s: float
@@ -40,6 +48,8 @@ class StepResponse:
     final_value: float
     steady_state_error: float
     step_size: float
+    iae: float = math.nan
+    itae: float = math.nan
 
     def to_dict(self) -> dict[str, float | None]:
         """JSON-friendly dict (NaN -> None)."""
@@ -135,6 +145,9 @@ def step_response(
         lim = band * mag
         frac = (dev0 - lim) / (dev0 - dev1) if dev0 != dev1 else 1.0
         settling = float(tt[j] + frac * (tt[j + 1] - tt[j]))
+    err = np.abs(float(setpoint) - yy)
+    iae = float(np.trapezoid(err, tt))
+    itae = float(np.trapezoid(tt * err, tt))
     return StepResponse(
         rise_time_s=float(rise),
         overshoot_pct=float(overshoot),
@@ -144,6 +157,8 @@ def step_response(
         final_value=ref,
         steady_state_error=float(setpoint) - tail_mean,
         step_size=step,
+        iae=iae,
+        itae=itae,
     )
 
 
@@ -161,3 +176,196 @@ def tracking_rmse(
     if not ok.any():
         return math.nan
     return float(np.sqrt(np.mean((m[ok] - s[ok]) ** 2)))
+
+
+class SettledStep:
+    """Setpoint schedule of a step test that steps only after the signal has settled.
+
+    The setpoint is ``start`` until the measurement has stayed within ``band`` of ``start`` for
+    ``dwell_s`` seconds (and at least ``min_hold_s`` have passed), then ``end``. If it never
+    settles, the step happens at ``timeout_s`` and :attr:`settled` stays False, so the result
+    can say that its start was not settled. Feed every measurement to :meth:`observe`.
+
+    Args:
+        start: Setpoint before the step (signal units).
+        end: Setpoint after the step.
+        band: Absolute half-width of the settled band around ``start`` (signal units).
+        dwell_s: Time the signal must stay in the band (s).
+        timeout_s: Step at this time even if not settled (s).
+        min_hold_s: Earliest step time (s).
+    """
+
+    def __init__(
+        self,
+        start: float,
+        end: float,
+        band: float,
+        dwell_s: float,
+        timeout_s: float,
+        min_hold_s: float = 0.0,
+    ) -> None:
+        if not (band > 0 and dwell_s >= 0 and timeout_s >= max(dwell_s, min_hold_s)):
+            raise ConfigError(
+                f"settled step: band {band} must be > 0 and timeout_s {timeout_s} >= dwell_s "
+                f"{dwell_s} and min_hold_s {min_hold_s}",
+                fix="e.g. band=0.05*|step|, dwell_s=0.5, timeout_s=5",
+            )
+        self.start, self.end = float(start), float(end)
+        self.band, self.dwell_s = float(band), float(dwell_s)
+        self.timeout_s, self.min_hold_s = float(timeout_s), float(min_hold_s)
+        self.step_time_s: float | None = None
+        self.settled = False
+        self._inside_since: float | None = None
+
+    def __call__(self, t_s: float) -> float:
+        """The setpoint at episode time ``t_s``."""
+        if self.step_time_s is None and t_s >= self.timeout_s:
+            self.step_time_s = float(t_s)  # gave up waiting: step now, start not settled
+        return self.end if self.step_time_s is not None and t_s >= self.step_time_s else self.start
+
+    def observe(self, t_s: float, y: float) -> None:
+        """Record the measurement ``y`` at time ``t_s``; schedules the step once settled."""
+        if self.step_time_s is not None:
+            return
+        if not (math.isfinite(y) and abs(y - self.start) <= self.band):
+            self._inside_since = None
+            return
+        if self._inside_since is None:
+            self._inside_since = float(t_s)
+        if t_s - self._inside_since >= self.dwell_s and t_s >= self.min_hold_s:
+            self.settled = True
+            self.step_time_s = float(t_s)  # the next control step gets the new setpoint
+
+
+@dataclass(frozen=True)
+class FOPDT:
+    """First-order-plus-dead-time model ``K e^(-theta s) / (tau s + 1)``.
+
+    Attributes:
+        gain: Static gain K (output units per input unit).
+        tau_s: Time constant (s).
+        theta_s: Dead time (s).
+    """
+
+    gain: float
+    tau_s: float
+    theta_s: float
+
+
+def fit_fopdt(
+    t: Sequence[float] | np.ndarray,
+    y: Sequence[float] | np.ndarray,
+    step_time: float,
+    du: float,
+) -> FOPDT:
+    """Fit an FOPDT model to an open-loop response to an input step ``du`` at ``step_time``.
+
+    Two-point method (Smith 1972): the times at which the response reaches 28.3 % and 63.2 % of
+    its final change give ``tau = 1.5 (t63 - t28)`` and ``theta = t63 - tau``; the gain is the
+    final change (mean of the last 10 % of samples) over ``du``.
+
+    Raises:
+        ConfigError: Mismatched inputs, a zero input step, or a response that does not move.
+    """
+    tt = np.asarray(t, dtype=np.float64).ravel()
+    yy = np.asarray(y, dtype=np.float64).ravel()
+    if tt.shape != yy.shape or not du or not math.isfinite(du):
+        raise ConfigError(f"fit_fopdt needs t, y of equal length and a non-zero du, got du={du}")
+    before = yy[(tt < step_time) & np.isfinite(yy)]
+    keep = (tt >= step_time) & np.isfinite(yy)
+    tt, yy = tt[keep] - step_time, yy[keep]
+    if tt.size < 5:
+        raise ConfigError("fit_fopdt: fewer than 5 samples after the input step")
+    y0 = float(before[-max(1, before.size // 4) :].mean()) if before.size else float(yy[0])
+    dy = float(yy[-max(1, yy.size // 10) :].mean()) - y0
+    if abs(dy) <= 1e-9 * max(1.0, abs(y0)):
+        raise ConfigError(
+            "fit_fopdt: the response did not move after the input step",
+            fix="use a larger bump (du) or a longer record",
+        )
+    x = (yy - y0) / dy
+    t28, t63 = _first_crossing(tt, x, 0.283), _first_crossing(tt, x, 0.632)
+    tau = 1.5 * (t63 - t28)
+    theta = max(0.0, t63 - tau)
+    return FOPDT(gain=dy / du, tau_s=max(tau, 1e-6), theta_s=theta)
+
+
+def simc_pi(model: FOPDT, tau_c_s: float | None = None) -> dict[str, float]:
+    """Skogestad's SIMC PI gains for an FOPDT model (parallel form ``kp e + ki int e``).
+
+    ``kc = tau / (K (tau_c + theta))``, ``tau_I = min(tau, 4 (tau_c + theta))``, ``ki = kc /
+    tau_I``; ``tau_c`` (closed-loop time constant) defaults to ``theta`` ("tight control"), or
+    ``tau / 2`` for a model without dead time. The sign of K goes to ``direction``.
+
+    Returns:
+        ``{"kp", "ki", "direction", "tau_c_s"}``.
+    """
+    tc = (
+        tau_c_s
+        if tau_c_s is not None
+        else (model.theta_s if model.theta_s > 0 else model.tau_s / 2)
+    )
+    kc = model.tau_s / (abs(model.gain) * (tc + model.theta_s))
+    tau_i = min(model.tau_s, 4.0 * (tc + model.theta_s))
+    return {"kp": kc, "ki": kc / tau_i, "direction": 1.0 if model.gain > 0 else -1.0, "tau_c_s": tc}
+
+
+def loop_margins(
+    loop: Callable[[np.ndarray], np.ndarray],
+    w_min: float = 1e-3,
+    w_max: float = 1e3,
+    n: int = 20000,
+) -> dict[str, float]:
+    """Gain and phase margins of an open-loop frequency response ``L(j w)``.
+
+    Args:
+        loop: Maps angular frequencies (rad/s) to complex ``L(j w)``.
+        w_min: Lowest frequency searched (rad/s).
+        w_max: Highest frequency searched (rad/s).
+        n: Log-spaced grid points (crossings refined by linear interpolation).
+
+    Returns:
+        ``{"gain_margin", "gain_margin_db", "phase_margin_deg", "gain_crossover_rad_s",
+        "phase_crossover_rad_s"}``; a margin is ``inf`` when its crossover is not in the range.
+    """
+    w = np.logspace(math.log10(w_min), math.log10(w_max), n)
+    resp = np.asarray(loop(w), dtype=np.complex128)
+    mag = np.abs(resp)
+    phase = np.unwrap(np.angle(resp))
+    out = {
+        "gain_margin": math.inf,
+        "gain_margin_db": math.inf,
+        "phase_margin_deg": math.inf,
+        "gain_crossover_rad_s": math.nan,
+        "phase_crossover_rad_s": math.nan,
+    }
+    down = np.flatnonzero((mag[:-1] >= 1) & (mag[1:] < 1))
+    if down.size:
+        i = int(down[0])
+        f = (mag[i] - 1) / (mag[i] - mag[i + 1])
+        wc = w[i] + f * (w[i + 1] - w[i])
+        ph = phase[i] + f * (phase[i + 1] - phase[i])
+        out["gain_crossover_rad_s"] = float(wc)
+        out["phase_margin_deg"] = float(180.0 + math.degrees(ph))
+    cross = np.flatnonzero((phase[:-1] > -math.pi) & (phase[1:] <= -math.pi))
+    if cross.size:
+        i = int(cross[0])
+        f = (phase[i] + math.pi) / (phase[i] - phase[i + 1])
+        wp = w[i] + f * (w[i + 1] - w[i])
+        m = mag[i] + f * (mag[i + 1] - mag[i])
+        out["phase_crossover_rad_s"] = float(wp)
+        out["gain_margin"] = float(1.0 / m)
+        out["gain_margin_db"] = float(-20.0 * math.log10(m))
+    return out
+
+
+def pi_fopdt_margins(kp: float, ki: float, model: FOPDT) -> dict[str, float]:
+    """:func:`loop_margins` of a PI controller ``kp + ki / s`` on the FOPDT ``model`` (the
+    controller's direction taken to match the sign of K)."""
+
+    def loop(w: np.ndarray) -> np.ndarray:
+        s_ = 1j * w
+        plant = abs(model.gain) * np.exp(-model.theta_s * s_) / (model.tau_s * s_ + 1)
+        return (kp + ki / s_) * plant
+
+    return loop_margins(loop)

@@ -38,6 +38,10 @@ COLORS: tuple[str, ...] = ("red", "green", "blue", "yellow")
 """Cube colours; each episode's instruction names one."""
 
 CUBE_HALF_M = 0.02
+PATROL_CENTRE_XY = (0.33, 0.0)
+"""Centre (m) of the circle the ``patrol`` expert flies (the middle of the cube area)."""
+PATROL_RADIUS_M = 0.1
+PATROL_LOOKAHEAD_RAD = 0.6
 TARGET_ABOVE_TOP_M = 0.008
 SUCCESS_RADIUS_M = 0.025
 HOVER_HEIGHT_M = 0.08
@@ -354,6 +358,11 @@ class ArmReachExpert(EpisodeExpert):
       target: far away it is the hover point, within ``cone_radius`` it sinks onto the target.
       The command is a function of the current positions only, so noisy recovery data
       (``embodied collect --action-noise``) labels each state one way.
+    * ``"patrol"`` (the tuning page's hold mode): circle the middle of the table at the
+      target's hover height (radius ``PATROL_RADIUS_M``), heading for a point a fixed angle
+      ahead on the circle at cruise speed, so the arm keeps moving smoothly for the whole
+      episode without corners (the task does not succeed): a plant that runs in steady state
+      for step tests and tuning.
 
     Args:
         env: The arm_reach env (privileged state: fingertip and target positions).
@@ -364,7 +373,7 @@ class ArmReachExpert(EpisodeExpert):
         cone_radius: Horizontal distance (m) within which the ``cone`` approach descends.
     """
 
-    APPROACHES = ("waypoints", "cone")
+    APPROACHES = ("waypoints", "cone", "patrol")
 
     def __init__(
         self,
@@ -396,6 +405,7 @@ class ArmReachExpert(EpisodeExpert):
         self.cone_radius = radius
         self.current_speed = 0.0
         self._waypoints = np.zeros((0, 3))
+        self._patrol = np.zeros(3)
         self._i = 0
 
     def plan(self, rng: np.random.Generator) -> None:
@@ -407,13 +417,21 @@ class ArmReachExpert(EpisodeExpert):
         self._waypoints = np.stack([hover, target])
         self._i = 0
         self.current_speed = speed
+        if self.approach == "patrol":  # the circle's centre, at the target's hover height
+            self._patrol = np.array([PATROL_CENTRE_XY[0], PATROL_CENTRE_XY[1], hover[2]])
 
     def predict_action_chunk(self, obs: Observation) -> np.ndarray:
         """One (vx, vy, vz, gripper) command toward the active waypoint."""
         self._ensure_plan()
         ee = np.asarray(self.env.task.ee_position(self.env.data), dtype=np.float64)  # type: ignore[attr-defined]
-        hover, target = self._waypoints
-        if self.approach == "cone":
+        hover, target = self._waypoints[:2]
+        if self.approach == "patrol":
+            centre = self._patrol
+            angle = math.atan2(ee[1] - centre[1], ee[0] - centre[0]) + PATROL_LOOKAHEAD_RAD
+            goal = centre + PATROL_RADIUS_M * np.array([math.cos(angle), math.sin(angle), 0.0])
+            dist = float(np.linalg.norm(goal - ee))
+            speed = self.current_speed
+        elif self.approach == "cone":
             e = float(np.linalg.norm(target[:2] - ee[:2]))
             goal = target + (hover - target) * min(1.0, e / self.cone_radius)
             dist = float(np.linalg.norm(goal - ee))

@@ -235,7 +235,7 @@ def test_experiment_states_pause_step_and_stop(tmp_path: Path) -> None:
 
 
 def test_a_failed_experiment_pauses_the_live_episodes(tmp_path: Path) -> None:
-    session = _session(tmp_path, step_hold_s=1000.0)  # the step never comes: the test fails
+    session = _session(tmp_path, step_hold_s=1000.0, step_timeout_s=1000.0)  # no step: fails
     session.start()
     try:
         session.submit({"cmd": "step_test", "from": 0.08, "to": 0.15})

@@ -48,6 +48,14 @@ def register(app: typer.Typer) -> None:
         "controller",
         "seed",
         "pace",
+        "hold",
+        "seed_mode",
+        "settle_band",
+        "step_hold_s",
+        "step_dwell_s",
+        "step_timeout_s",
+        "max_overshoot_pct",
+        "autotune_method",
     )
     @config_options(
         ServerConfig,
@@ -119,10 +127,11 @@ def register(app: typer.Typer) -> None:
             try:
                 if autotune > 0:
                     res = experiments.autotune(session, step_from, step_to, autotune)
-                    session.live.set_mode("pid", res["proposal"])
-                    path = gains_io.save(session, "autotuned.yaml")
                     results["autotune"] = {k: v for k, v in res.items()}
-                    results["autotune"]["saved"] = str(path)
+                    if res["proposal"] is not None:  # none settled: nothing to save
+                        session.live.set_mode("pid", res["proposal"])
+                        path = gains_io.save(session, "autotuned.yaml")
+                        results["autotune"]["saved"] = str(path)
                 if step_test:
                     res = experiments.step_test(session, step_from, step_to, emit=False)
                     res.pop("trace")
@@ -149,10 +158,17 @@ def _print(results: dict[str, Any], as_json: bool) -> None:
         return
     if "autotune" in results:
         at = results["autotune"]
-        print(
-            f"auto-tune: proposal {at['proposal']} score {at['score']:.4f} "
-            f"(start gains {at['baseline_score']:.4f}), {len(at['candidates'])} step tests -> {at['saved']}"
-        )
+        start = "n/a" if at["baseline_score"] is None else f"{at['baseline_score']:.4f}"
+        if at["proposal"] is None:
+            print(
+                f"auto-tune: no gains settled within {at['max_overshoot_pct']:g} % overshoot in "
+                f"{len(at['candidates'])} step tests; nothing saved"
+            )
+        else:
+            print(
+                f"auto-tune: proposal {at['proposal']} score {at['score']:.4f} (start gains "
+                f"{start}), {len(at['candidates'])} step tests -> {at['saved']}"
+            )
     if "step_test" in results:
         r = results["step_test"]
 
@@ -160,7 +176,13 @@ def _print(results: dict[str, Any], as_json: bool) -> None:
             return "n/a (not reached)" if v is None else f"{v:.3f}{unit}"
 
         print(f"step {r['from']} -> {r['to']} ({r['mode']} {r['params']}):")
-        print(f"  rise time     {f(r['rise_time_s'], ' s')}")
+        print(
+            f"  start settled {r['start_settled']} (band {r['settle_band_pct']:g} %, dwell {r['dwell_s']} s)"
+        )
+        print(f"  rise time     {f(r['rise_time_s'], ' s')} (10-90 %)")
         print(f"  overshoot     {f(r['overshoot_pct'], ' %')}")
-        print(f"  settling time {f(r['settling_time_s'], ' s')}")
+        print(f"  settling time {f(r['settling_time_s'], ' s')} ({r['settle_band_pct']:g} % band)")
+        print(
+            f"  steady-state error {f(r['steady_state_error'], '')}  IAE {f(r['iae'], '')}  ITAE {f(r['itae'], '')}"
+        )
         print(f"  IAE/step {r['iae_norm']:.4f}  success={r['success']}  steps={r['steps']}")

@@ -124,9 +124,27 @@ class TuneConfig:
         seed: Seed of the first episode.
         pace: Run live episodes at the env's control rate (wall clock) so a person can watch.
         out_dir: Folder for saved gains YAML files and experiment results.
-        step_hold_s: Step experiment: seconds at the initial setpoint before the step.
-        settle_band: Step experiment: settling band as a fraction of the step size.
+        hold: Steady-state hold mode of the built-in task: the arm patrols the cubes' hover
+            points at cruise speed and every episode runs its full length (15 s) instead of
+            ending at the target after ~2 s, so a transient is seen whole and step tests start
+            from a settled signal. Off: episodes end when the arm reaches its target.
+        seed_mode: Reset seed of each live episode: ``fixed`` (always ``seed``), ``sequence``
+            (``seed``, ``seed + 1``, ...) or ``random``. Step tests and auto-tune always use
+            ``seed``, so their candidates meet the same scene.
+        step_hold_s: Step experiment: least seconds at the initial setpoint before the step.
+        settle_band: Step experiment: settling band as a fraction of the step size (2 %, the
+            standard definition); the start counts as settled inside the same band.
+        step_dwell_s: Step experiment: seconds the signal must stay in the band around the
+            initial setpoint before the step is applied.
+        step_timeout_s: Step experiment: apply the step at this time even if the start never
+            settled (the result then says ``start_settled: false``).
         autotune_budget: Auto-tune: number of step experiments (episodes) it may run.
+        max_overshoot_pct: Auto-tune: a candidate that overshoots more than this (%), or does
+            not settle, is never preferred.
+        autotune_method: ``search`` (coordinate search over kp and ki scored by IAE, among the
+            candidates that settle within the overshoot limit) or ``simc`` (an open-loop bump
+            test of the knob, a fitted first-order-plus-dead-time model and Skogestad's SIMC
+            PI rule, with the loop's gain and phase margins, then verified by a step test).
     """
 
     env_id: str = "mujoco:arm_reach"
@@ -139,9 +157,15 @@ class TuneConfig:
     seed: int = 0
     pace: bool = True
     out_dir: Path = field(default_factory=lambda: Path("tune-out"))
+    hold: bool = True
+    seed_mode: str = "sequence"
     step_hold_s: float = 0.5
-    settle_band: float = 0.05
+    settle_band: float = 0.02
+    step_dwell_s: float = 0.5
+    step_timeout_s: float = 5.0
     autotune_budget: int = 9
+    max_overshoot_pct: float = 10.0
+    autotune_method: str = "search"
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -151,11 +175,33 @@ class TuneConfig:
             "pick --controller off|fixed|pid|rl",
         )
         require(self.seed >= 0, f"seed {self.seed} is negative", "use a seed >= 0")
+        require(
+            self.seed_mode in ("fixed", "sequence", "random"),
+            f"seed_mode {self.seed_mode!r} is not fixed, sequence or random",
+            "use --seed-mode sequence",
+        )
         require(self.step_hold_s >= 0, f"step_hold_s {self.step_hold_s} is negative")
         require(
             0 < self.settle_band < 1,
             f"settle_band {self.settle_band} outside (0, 1)",
             "use e.g. 0.05 for a 5% band",
+        )
+        require(
+            self.step_dwell_s >= 0
+            and self.step_timeout_s >= max(self.step_hold_s, self.step_dwell_s),
+            f"step_timeout_s {self.step_timeout_s} must be >= step_hold_s {self.step_hold_s} and "
+            f"step_dwell_s {self.step_dwell_s} (>= 0)",
+            "e.g. step_dwell_s 0.5, step_timeout_s 5",
+        )
+        require(
+            0 <= self.max_overshoot_pct < 1000,
+            f"max_overshoot_pct {self.max_overshoot_pct} outside [0, 1000)",
+            "use e.g. 10 (percent of the step)",
+        )
+        require(
+            self.autotune_method in ("search", "simc"),
+            f"autotune_method {self.autotune_method!r} is not search or simc",
+            "use --autotune-method search or simc",
         )
         require(
             1 <= self.autotune_budget <= 100,

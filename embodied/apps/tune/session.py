@@ -218,6 +218,7 @@ class TuneSession:
             to_knob=task.to_knob,
         )
         self.seed = int(config.seed)
+        self._seed_pinned = True  # the first live episode uses config.seed
         self.episode = 0
         self.status = "idle"
         self.proposal: dict[str, Any] | None = None
@@ -416,6 +417,7 @@ class TuneSession:
 
     def _cmd_new_seed(self, args: dict[str, Any]) -> None:
         self.seed = args["seed"] if args["seed"] is not None else random.randrange(2**31 - 1)
+        self._seed_pinned = True  # the next live episode uses it, whatever the seed mode
         self._request_stop()
 
     def _cmd_step_test(self, args: dict[str, Any]) -> None:
@@ -548,6 +550,9 @@ class TuneSession:
         return self._stop_requested or self._closed.is_set()
 
     def _on_step(self, rec: StepRecord) -> None:
+        observe = getattr(self._setpoint_override, "observe", None)
+        if observe is not None:  # a settled-start step waits on the measurement
+            observe(rec.t * self.task.env.dt, float(rec.measurement))
         info = rec.info
         progress = self._progress(info, rec.t)
         knob = np.asarray(rec.knobs.get(self.task.knob, [math.nan]), dtype=np.float64)
@@ -584,7 +589,8 @@ class TuneSession:
         setpoint: Setpoint | None = None,
         pace: bool | None = None,
         label: str = "episode",
-        stop_on_success: bool = True,
+        stop_on_success: bool | None = None,
+        seed: int | None = None,
     ) -> Episode:
         """Run one episode with the live controller, streaming telemetry.
 
@@ -593,7 +599,9 @@ class TuneSession:
             pace: Hold the control rate in wall time (default: ``config.pace``; always on
                 for realtime tasks such as robots).
             label: Status shown on the page while it runs.
-            stop_on_success: End the episode when the task succeeds.
+            stop_on_success: End the episode when the task succeeds (default: not in the
+                hold mode, ``config.hold``).
+            seed: Reset seed (default: the live episode seed :attr:`seed`).
 
         Returns:
             The recorded episode (``meta["reason"]`` is ``"stopped"`` when it was ended early).
@@ -609,11 +617,13 @@ class TuneSession:
                 self.task.env,
                 self.task.policy,
                 steering=self.steering,
-                seed=self.seed,
+                seed=self.seed if seed is None else int(seed),
                 safety=self.task.safety,
                 pace=True if self.task.realtime else (self.config.pace if pace is None else pace),
                 record_images=self.task.camera is not None,
-                stop_on_success=stop_on_success,
+                stop_on_success=not self.config.hold
+                if stop_on_success is None
+                else stop_on_success,
                 callbacks=[self._on_step],
                 should_stop=self._should_stop,
             )
@@ -656,6 +666,12 @@ class TuneSession:
                 break
             time.sleep(0.02)
             self._drain()
+        if not self._seed_pinned:  # a seed per episode (config.seed_mode)
+            if self.config.seed_mode == "sequence":
+                self.seed += 1
+            elif self.config.seed_mode == "random":
+                self.seed = random.randrange(2**31 - 1)
+        self._seed_pinned = False
         ep = self.run_episode(label="running")
         reason = ep.meta.get("reason")
         self.emit(

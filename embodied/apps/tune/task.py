@@ -97,7 +97,14 @@ def build_task(
         sim.make(config.env_id, camera=camera) if camera else sim.make(config.env_id, camera=False)
     )
     spec = "expert_speed_knob" if config.policy == "expert" else config.policy
-    policy = policies.load(spec, env=env, **(policy_kwargs or {}))
+    kwargs = dict(policy_kwargs or {})
+    if config.hold and config.policy == "expert" and config.env_id == "mujoco:arm_reach":
+        # the hold mode: the wrapped expert patrols the cubes' hover points, the arm keeps cruising
+        speed = float(kwargs.get("base_speed", 0.1))
+        kwargs.setdefault(
+            "expert", policies.load("expert", env=env, speed=speed, approach="patrol")
+        )
+    policy = policies.load(spec, env=env, **kwargs)
     if not hasattr(policy, "knobs"):
         raise ConfigError(
             f"policy {config.policy!r} has no knobs to steer",

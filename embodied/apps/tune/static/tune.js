@@ -155,7 +155,12 @@
 
   function showAutotune(r) {
     window.tune.autotune = r;
-    $("at-result").textContent = `proposal: Kp=${fmt(r.proposal.kp, 4)} Ki=${fmt(r.proposal.ki, 4)} · score ${fmt(r.score, 4)} (current gains ${fmt(r.baseline_score, 4)})`;
+    if (!r.proposal) {
+      $("at-result").textContent = `no gains settled within ${r.max_overshoot_pct} % overshoot: current gains kept`;
+      $("apply-proposal").disabled = true;
+      return;
+    }
+    $("at-result").textContent = `proposal: Kp=${fmt(r.proposal.kp, 4)} Ki=${fmt(r.proposal.ki, 4)} · score ${fmt(r.score, 4)} (current gains ${r.baseline_score === null ? "not settled" : fmt(r.baseline_score, 4)})`;
     const rows = $("at-table").tBodies[0].children;
     r.candidates.forEach((c, i) => { if (c.kp === r.proposal.kp && c.ki === r.proposal.ki && rows[i]) rows[i].classList.add("best"); });
     $("apply-proposal").disabled = false;
