@@ -7,6 +7,7 @@ person's session: watch, tune, experiment, save/load, make mistakes, auto-tune.
 
 from __future__ import annotations
 
+import itertools
 import math
 import shutil
 import tempfile
@@ -107,18 +108,100 @@ def test_page_streams_telemetry_plots_and_camera(page: Any, server: Any) -> None
     assert page.get_attribute("#camera", "src").startswith("data:image/jpeg;base64,")
     assert "arm_reach" in page.inner_text("#task")
     assert server.config.telemetry_hz >= 10
-    # every plot has drawn lines (pixels other than the background)
-    for canvas in ("plot-concept", "plot-output", "plot-action", "plot-progress"):
+    # every plot (uPlot, served from static/vendor) has drawn lines
+    for name in ("plot-concept", "plot-output", "plot-action", "plot-progress"):
         drawn = page.evaluate(
-            """(id) => { const c = document.getElementById(id); const d = c.getContext('2d')
+            """(id) => { const c = document.querySelector('#' + id + ' canvas'); const d = c.getContext('2d')
                  .getImageData(0, 0, c.width, c.height).data; let n = 0;
                  for (let i = 0; i < d.length; i += 4) if (d[i] > 60 || d[i+1] > 60 || d[i+2] > 60) n++;
                  return n; }""",
-            canvas,
+            name,
         )
-        assert drawn > 200, f"{canvas} shows no data"
+        assert drawn > 200, f"{name} shows no data"
+    page.wait_for_timeout(300)  # a few animation frames: the axes are drawn
+    for key in ("concept", "output", "action", "progress"):
+        plot = page.evaluate(
+            f"""(() => {{ const p = window.plots.{key}; const u = p.u;
+                 const [lo, hi] = [u.scales.x.min, u.scales.x.max];
+                 const inWin = p.data[0].map((x, i) => x >= lo && x <= hi ? i : -1).filter(i => i >= 0);
+                 return {{ xticks: p.ticks.x, yticks: p.ticks.y, xlabel: u.axes[0].label,
+                   legend: [...u.root.querySelectorAll('.u-legend .u-series th')].map(e => e.textContent.trim()),
+                   labels: u.series.slice(1).map(s => s.label),
+                   finite: p.data.slice(1).map(col => inWin.filter(i => col[i] !== null).length) }}; }})()"""
+        )
+        assert plot["xlabel"] == "time (s)"
+        for axis in ("xticks", "yticks"):
+            ticks = plot[axis]
+            assert len(ticks) >= 2, f"{key} {axis}: {ticks}"
+            # one format per axis (same decimals), evenly spaced round steps (1, 2, 2.5, 5 x 10^k)
+            decimals = {len(t.split(".")[1]) if "." in t else 0 for t in ticks}
+            assert len(decimals) == 1, f"{key} {axis} mixes formats: {ticks}"
+            values = [float(t) for t in ticks]
+            steps = {round(b - a, 9) for a, b in itertools.pairwise(values)}
+            assert len(steps) == 1, f"{key} {axis} uneven: {ticks}"
+            step = steps.pop()
+            mantissa = step / 10 ** math.floor(math.log10(step))
+            assert any(math.isclose(mantissa, m, rel_tol=1e-6) for m in (1, 2, 2.5, 5)), ticks
+        # every legend entry has a trace with points in the visible window
+        assert [t.strip() for t in plot["legend"][1:]] == plot["labels"], plot["legend"]
+        assert all(n > 0 for n in plot["finite"]), f"{key}: a legend entry without a trace {plot}"
     s = _last(page)
     assert s["mode"] == "pid" and s["setpoint"] == pytest.approx(0.15)
+
+
+def test_freeze_and_export_the_window(page: Any, server: Any) -> None:
+    page.check("#freeze")
+    page.dispatch_event("#freeze", "change")
+    n_drawn = page.evaluate("window.plots.concept.u.data[0].length")
+    n0 = page.evaluate("window.tune.samples")
+    _wait(page, f"window.tune.samples >= {n0 + 10}")
+    page.wait_for_timeout(200)
+    assert page.evaluate("window.plots.concept.u.data[0].length") == n_drawn  # frozen view
+    assert page.evaluate("window.plots.concept.data[0].length") > n_drawn  # data still kept
+    csv = page.evaluate("window.tune.csv()")["concept"].splitlines()
+    assert csv[0].startswith("t (s),measured (m/s),setpoint (m/s)")
+    rows = [list(map(float, r.split(",")[:1])) for r in csv[1:]]
+    lo, hi = page.evaluate(
+        "[window.plots.concept.u.scales.x.min, window.plots.concept.u.scales.x.max]"
+    )
+    assert len(rows) > 10 and all(lo <= r[0] <= hi for r in rows)  # exactly the visible window
+    with page.expect_download() as download:
+        page.click("#export-csv")
+    assert download.value.suggested_filename.startswith(
+        "tune_"
+    ) and download.value.suggested_filename.endswith(".csv")
+    png = page.evaluate("window.plots.concept.png()")
+    assert png.startswith("data:image/png;base64,") and len(png) > 2000
+    with page.expect_download() as download:
+        page.click("#export-png")
+    assert download.value.suggested_filename.endswith(".png")
+    page.uncheck("#freeze")
+    page.dispatch_event("#freeze", "change")
+    _wait(page, f"window.plots.concept.u.data[0].length > {n_drawn}")
+
+
+def test_every_pid_parameter_is_editable(page: Any, server: Any) -> None:
+    _fill(page, "#tau_d", "0.05")
+    _fill(page, "#kff", "0.5")
+    _fill(page, "#bias", "0.1")
+    page.select_option("#anti_windup", "back_calculation")
+    page.dispatch_event("#anti_windup", "input")
+    page.click("#apply-gains")
+    _wait(page, "window.tune.state.params.pid.anti_windup === 'back_calculation'")
+    params = server.session.live.params["pid"]
+    assert params["tau_d"] == 0.05 and params["kff"] == 0.5 and params["bias"] == 0.1
+    pid = server.session.live.controller("pid")
+    assert pid.config.anti_windup == "back_calculation" and pid.config.kff == 0.5  # type: ignore[attr-defined]
+    for field in ("kp", "ki", "kd", "output_min", "output_max", "rate_limit", "tau_d",
+                  "anti_windup", "tracking_gain", "kff", "bias", "direction"):  # fmt: skip
+        assert page.locator(f"#{field}").count() == 1, f"no field for {field}"
+    _fill(page, "#kff", "0")  # back to the defaults for the tests that follow
+    _fill(page, "#bias", "0")
+    _fill(page, "#tau_d", "0")
+    page.select_option("#anti_windup", "clamping")
+    page.dispatch_event("#anti_windup", "input")
+    page.click("#apply-gains")
+    _wait(page, "window.tune.state.params.pid.anti_windup === 'clamping'")
 
 
 def test_changing_kp_and_setpoint_steers_the_rollout(page: Any, server: Any) -> None:
@@ -154,7 +237,10 @@ def test_step_response_experiment_reports_figures(page: Any, server: Any) -> Non
     rise, overshoot, settling = (
         page.inner_text(f"#step-{k}") for k in ("rise", "overshoot", "settling")
     )
-    assert rise.endswith(" s") and overshoot.endswith(" %") and settling.endswith(" s")
+    assert rise.endswith(" s") and overshoot.endswith(" %") and settling.endswith(" s (2 %)")
+    assert page.inner_text("#step-start").startswith("yes")  # stepped from a settled start
+    for cell in ("step-sse", "step-iae", "step-itae"):
+        assert page.inner_text(f"#{cell}") not in ("-", "n/a")
     assert float(rise.split()[0]) == pytest.approx(result["rise_time_s"], rel=1e-2)
     assert 0 < result["rise_time_s"] < 1.0 and result["overshoot_pct"] >= 0
     # the hold mode: the arm keeps cruising (no success to wait for), the step came from a

@@ -50,6 +50,8 @@ def register(app: typer.Typer) -> None:
         "pace",
         "hold",
         "seed_mode",
+        "step_from",
+        "step_to",
         "settle_band",
         "step_hold_s",
         "step_dwell_s",
@@ -77,10 +79,6 @@ def register(app: typer.Typer) -> None:
             "--step-test",
             help="Run the page's step-response experiment headless and print its figures.",
         ),
-        step_from: float = typer.Option(
-            0.08, "--step-from", help="Step experiment: initial setpoint."
-        ),
-        step_to: float = typer.Option(0.15, "--step-to", help="Step experiment: final setpoint."),
         autotune: int = typer.Option(
             0,
             "--autotune",
@@ -126,14 +124,14 @@ def register(app: typer.Typer) -> None:
             results: dict[str, Any] = {}
             try:
                 if autotune > 0:
-                    res = experiments.autotune(session, step_from, step_to, autotune)
+                    res = experiments.autotune(session, cfg.step_from, cfg.step_to, autotune)
                     results["autotune"] = {k: v for k, v in res.items()}
                     if res["proposal"] is not None:  # none settled: nothing to save
                         session.live.set_mode("pid", res["proposal"])
                         path = gains_io.save(session, "autotuned.yaml")
                         results["autotune"]["saved"] = str(path)
                 if step_test:
-                    res = experiments.step_test(session, step_from, step_to, emit=False)
+                    res = experiments.step_test(session, cfg.step_from, cfg.step_to, emit=False)
                     res.pop("trace")
                     results["step_test"] = res
             finally:

@@ -131,6 +131,8 @@ class TuneConfig:
         seed_mode: Reset seed of each live episode: ``fixed`` (always ``seed``), ``sequence``
             (``seed``, ``seed + 1``, ...) or ``random``. Step tests and auto-tune always use
             ``seed``, so their candidates meet the same scene.
+        step_from: Step experiment: setpoint before the step (the page's and the CLI's default).
+        step_to: Step experiment: setpoint after the step.
         step_hold_s: Step experiment: least seconds at the initial setpoint before the step.
         settle_band: Step experiment: settling band as a fraction of the step size (2 %, the
             standard definition); the start counts as settled inside the same band.
@@ -159,6 +161,8 @@ class TuneConfig:
     out_dir: Path = field(default_factory=lambda: Path("tune-out"))
     hold: bool = True
     seed_mode: str = "sequence"
+    step_from: float = 0.08
+    step_to: float = 0.15
     step_hold_s: float = 0.5
     settle_band: float = 0.02
     step_dwell_s: float = 0.5

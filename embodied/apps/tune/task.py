@@ -3,6 +3,7 @@ and its builders for the built-in sim task and for robots."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,18 @@ from hardware import RobotEnv, make_robot, resolve_robot
 
 DEFAULT_PID: dict[str, Any] = {"kp": 1.0, "ki": 20.0, "kd": 0.0, "rate_limit": None}
 """Default PID gains on the built-in task (knob alpha per m/s of ee_speed error); tune them."""
+
+
+def pid_params(low: float, high: float, bias: float) -> dict[str, Any]:
+    """Every PID parameter the page edits: :class:`controllers.pid.PIDConfig`'s defaults
+    (``derivative_cutoff_hz`` aside: ``tau_d`` says the same), :data:`DEFAULT_PID`, the knob's
+    range as output limits and its default as bias."""
+    from controllers.pid import PIDConfig
+
+    every = {
+        f.name: f.default for f in dataclasses.fields(PIDConfig) if f.name != "derivative_cutoff_hz"
+    }
+    return {**every, **DEFAULT_PID, "output_min": low, "output_max": high, "bias": bias}
 
 
 @dataclass
@@ -125,7 +138,7 @@ def build_task(
         setpoint_range = (-1e3, 1e3)
     lo, hi = float(knob.low[0]), float(knob.high[0])
     params = {
-        "pid": {**DEFAULT_PID, "output_min": lo, "output_max": hi, "bias": float(knob.default[0])},
+        "pid": pid_params(lo, hi, float(knob.default[0])),
         "fixed": {"value": float(knob.default[0])},
     }
     return TuneTask(env, policy, concept, config.knob, setpoint_range, params=params)
@@ -177,12 +190,7 @@ def build_robot_task(
         knob = knobs()[config.knob]
         lo, hi = float(knob.low[0]), float(knob.high[0])
         params = {
-            "pid": {
-                **DEFAULT_PID,
-                "output_min": lo,
-                "output_max": hi,
-                "bias": float(knob.default[0]),
-            },
+            "pid": pid_params(lo, hi, float(knob.default[0])),
             "fixed": {"value": float(knob.default[0])},
         }
         return TuneTask(

@@ -1,140 +1,200 @@
-// Minimal canvas line plots for the tuning page (no dependencies; part of embodied, Apache-2.0).
+// Time plots of the tuning page on uPlot (static/vendor/, MIT): round ticks in one format per
+// axis with units, a labelled time axis, every series in the legend, drag to zoom, wheel to pan,
+// double-click to follow live again, freeze, PNG and CSV export of the window, episode
+// boundaries and horizontal reference lines (setpoint band, output limits).
 "use strict";
 
-class LinePlot {
+/** Tick labels with one number format per axis: as many decimals as the tick step needs (the
+ *  unit is in the axis title). */
+function tickFormatter() {
+  return (u, splits) => {
+    if (!splits.length) return [];
+    const step = splits.length > 1 ? Math.abs(splits[1] - splits[0]) : Math.abs(splits[0]) || 1;
+    const decimals = Math.max(0, Math.min(6, -Math.floor(Math.log10(step) + 1e-9)));
+    return splits.map((v) => (Math.abs(v) < step * 1e-6 ? 0 : v).toFixed(decimals));
+  };
+}
+
+/** Auto y range with nice limits and a least span (5 % of the magnitude, or 1e-3), so a
+ *  near-constant signal gets readable ticks instead of one repeated label. */
+function yRange(u, min, max) {
+  if (min === null || max === null || !isFinite(min) || !isFinite(max)) return [0, 1];
+  const mid = (min + max) / 2, least = Math.max(0.05 * Math.abs(mid), 1e-3);
+  if (max - min < least) { min = mid - least / 2; max = mid + least / 2; }
+  return uPlot.rangeNum(min, max, 0.1, true);
+}
+
+class TimePlot {
   /**
-   * @param {HTMLCanvasElement} canvas
-   * @param {{series: {key: string, label: string, color: string, dash?: number[], step?: boolean}[],
-   *          window?: number, yMin?: number, yMax?: number, unit?: string}} opts
-   *   window: seconds of history shown; yMin/yMax: fixed limits (auto range otherwise).
+   * @param {HTMLElement} el  container
+   * @param {{title: string, unit: string, series: {key: string, label: string, color: string,
+   *          dash?: number[], width?: number, step?: boolean}[], window?: number,
+   *          yRange?: [number, number]}} opts
+   *   window: seconds shown while following live; yRange: fixed y limits (auto otherwise).
    */
-  constructor(canvas, opts) {
-    this.canvas = canvas;
-    this.ctx = canvas.getContext("2d");
-    this.series = opts.series;
-    this.window = opts.window || 20;
-    this.yMin = opts.yMin;
-    this.yMax = opts.yMax;
-    this.unit = opts.unit || "";
-    this.x = [];
-    this.y = this.series.map(() => []);
-    this.marks = []; // x positions of episode starts
+  constructor(el, opts) {
+    this.el = el;
+    this.opts = opts;
+    this.window = opts.window || 30;
+    this.keys = opts.series.map((s) => s.key);
+    this.data = [[], ...opts.series.map(() => [])];
+    this.marks = [];   // x of episode boundaries (s)
+    this.hlines = [];  // {y, color, dash, label}
+    this.frozen = false;
+    this.follow = true;  // follow the newest samples (false after a zoom or pan)
     this.maxPoints = 20000;
+    this.ticks = { x: [], y: [] };  // the labels last drawn (read by the browser tests)
     this.dirty = true;
+    const self = this;
+    const fmt = tickFormatter();
+    this._ours = true;  // scale changes while building are ours, not a zoom
+    this.u = new uPlot({
+      title: opts.title,
+      width: Math.max(200, el.clientWidth || 600),
+      height: opts.height || 240,
+      scales: {
+        x: { time: false, auto: false },
+        y: opts.yRange ? { auto: false, range: () => opts.yRange } : { auto: true, range: yRange },
+      },
+      axes: [
+        { label: "time (s)", stroke: "#8b95a5", grid: { stroke: "#2a313d" }, ticks: { stroke: "#2a313d" },
+          values: (u, splits) => (self.ticks.x = fmt(u, splits)) },
+        { label: opts.unit ? `${opts.title} (${opts.unit})` : opts.title, stroke: "#8b95a5", size: 64, space: 22,
+          grid: { stroke: "#2a313d" }, ticks: { stroke: "#2a313d" },
+          values: (u, splits) => (self.ticks.y = fmt(u, splits)) },
+      ],
+      series: [
+        { label: "t (s)", value: (u, v) => (v === null ? "-" : v.toFixed(2)) },
+        ...opts.series.map((s) => ({
+          label: s.label, stroke: s.color, width: s.width || 1.6, dash: s.dash, spanGaps: false,
+          paths: s.step ? uPlot.paths.stepped({ align: 1 }) : undefined,
+          value: (u, v) => (v === null || v === undefined ? "-" : Number(v).toPrecision(4)),
+        })),
+      ],
+      cursor: { drag: { x: true, y: false, setScale: true } },
+      legend: { show: true, live: true },
+      hooks: {
+        // a zoom by dragging (any x scale change we did not make) stops following live
+        setScale: [(u, key) => {
+          if (key !== "x" || self._ours) return;
+          self.follow = false;
+          self._view = [u.scales.x.min, u.scales.x.max];
+        }],
+        draw: [(u) => self._drawOverlay(u)],
+      },
+    }, this.data, el);
+    this._ours = false;
+    el.addEventListener("dblclick", () => { this.follow = true; this.dirty = true; });
+    el.addEventListener("wheel", (ev) => this._pan(ev), { passive: false });
+    new ResizeObserver(() => { this.u.setSize({ width: Math.max(200, el.clientWidth), height: opts.height || 240 }); })
+      .observe(el);
   }
 
-  /** Append one point: x in seconds (monotonic), values keyed like the series. */
-  push(x, values) {
-    this.x.push(x);
-    this.series.forEach((s, i) => {
-      const v = values[s.key];
-      this.y[i].push(v === null || v === undefined || !isFinite(v) ? NaN : Number(v));
-    });
-    if (this.x.length > this.maxPoints) {
-      const cut = this.x.length - this.maxPoints;
-      this.x.splice(0, cut);
-      this.y.forEach((arr) => arr.splice(0, cut));
+  _xRange() {
+    const xs = this.data[0];
+    if (this.follow || this._view === undefined) {
+      const hi = xs.length ? xs[xs.length - 1] : this.window;
+      return [Math.max(xs.length ? xs[0] : 0, hi - this.window), Math.max(hi, this.window * 0.05)];
     }
+    return this._view;
+  }
+
+  _pan(ev) {
+    ev.preventDefault();
+    const [lo, hi] = [this.u.scales.x.min, this.u.scales.x.max];
+    const span = hi - lo;
+    const shift = (ev.deltaY + ev.deltaX) / 600 * span;
+    this.follow = false;
+    this._view = [lo + shift, hi + shift];
+    this._setX(this._view);
+  }
+
+  _setX([min, max]) {
+    this._ours = true;
+    try { this.u.setScale("x", { min, max }); } finally { this._ours = false; }
+  }
+
+  /** Append one sample: x in seconds (monotonic), values keyed like the series. */
+  push(x, row) {
+    this.data[0].push(x);
+    this.keys.forEach((k, i) => {
+      const v = row[k];
+      this.data[i + 1].push(v === null || v === undefined || !isFinite(v) ? null : Number(v));
+    });
+    if (this.data[0].length > this.maxPoints) this.data.forEach((a) => a.splice(0, a.length - this.maxPoints));
     this.dirty = true;
   }
 
-  mark(x) { this.marks.push(x); if (this.marks.length > 200) this.marks.shift(); }
+  /** Mark an episode boundary at x (s). */
+  mark(x) { this.marks.push(x); if (this.marks.length > 500) this.marks.shift(); this.dirty = true; }
 
-  /** Replace all data (e.g. a finished step-response trace). */
+  /** Horizontal reference lines (e.g. output limits, the settling band). */
+  setLines(lines) { this.hlines = lines; this.dirty = true; }
+
+  /** Replace all data (a finished step-response trace). */
   setData(xs, columns) {
-    this.x = xs.slice();
-    this.y = this.series.map((s) => (columns[s.key] || []).map((v) => (v === null ? NaN : v)));
+    this.data = [xs.slice(), ...this.keys.map((k) => (columns[k] || []).map((v) => (v === null ? null : v)))];
     this.marks = [];
     this.window = xs.length ? Math.max(1e-6, xs[xs.length - 1] - xs[0]) : this.window;
+    this.follow = true;
     this.dirty = true;
   }
 
-  _resize() {
-    const dpr = window.devicePixelRatio || 1;
-    const w = this.canvas.clientWidth, h = this.canvas.clientHeight;
-    if (this.canvas.width !== Math.round(w * dpr) || this.canvas.height !== Math.round(h * dpr)) {
-      this.canvas.width = Math.round(w * dpr);
-      this.canvas.height = Math.round(h * dpr);
-    }
-    this.ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    return [w, h];
-  }
+  setFrozen(frozen) { this.frozen = frozen; this.dirty = true; }
 
   draw() {
-    if (!this.dirty) return;
+    if (!this.dirty || this.frozen) return;
     this.dirty = false;
-    const [w, h] = this._resize();
-    const ctx = this.ctx;
-    const pad = { l: 46, r: 8, t: 18, b: 18 };
-    ctx.clearRect(0, 0, w, h);
-    ctx.fillStyle = "#11151c";
-    ctx.fillRect(0, 0, w, h);
-    const n = this.x.length;
-    const xMax = n ? this.x[n - 1] : this.window;
-    const xMin = xMax - this.window;
+    if (this.follow) this._view = undefined;
+    const [lo, hi] = this._xRange();
+    // hand uPlot a copy (of the window, when following): the arrays keep growing, and a frozen
+    // view must not change under the person's eyes
+    const xs = this.data[0];
     let i0 = 0;
-    while (i0 < n && this.x[i0] < xMin) i0++;
-    let lo = Infinity, hi = -Infinity;
-    for (const arr of this.y) {
-      for (let i = i0; i < n; i++) { const v = arr[i]; if (v < lo) lo = v; if (v > hi) hi = v; }
-    }
-    if (this.yMin !== undefined) lo = this.yMin;
-    if (this.yMax !== undefined) hi = this.yMax;
-    if (!isFinite(lo) || !isFinite(hi)) { lo = 0; hi = 1; }
-    if (hi - lo < 1e-9) { hi += 0.5 * Math.max(1e-3, Math.abs(hi)); lo -= 0.5 * Math.max(1e-3, Math.abs(lo)); }
-    const span = hi - lo; lo -= 0.05 * span; hi += 0.05 * span;
-    const px = (x) => pad.l + ((x - xMin) / (xMax - xMin)) * (w - pad.l - pad.r);
-    const py = (y) => pad.t + (1 - (y - lo) / (hi - lo)) * (h - pad.t - pad.b);
-    // grid and y labels
-    ctx.strokeStyle = "#2a313d"; ctx.fillStyle = "#8b95a5"; ctx.lineWidth = 1;
-    ctx.font = "10px sans-serif"; ctx.textAlign = "right"; ctx.textBaseline = "middle";
-    for (let k = 0; k <= 4; k++) {
-      const v = lo + (k / 4) * (hi - lo), y = py(v);
-      ctx.beginPath(); ctx.moveTo(pad.l, y); ctx.lineTo(w - pad.r, y); ctx.stroke();
-      ctx.fillText(fmt(v), pad.l - 4, y);
-    }
-    ctx.textAlign = "center"; ctx.textBaseline = "top";
-    ctx.fillText(`${this.window.toFixed(0)} s window`, (w + pad.l) / 2, h - pad.b + 4);
-    // episode marks
-    ctx.setLineDash([3, 3]); ctx.strokeStyle = "#4b5566";
-    for (const m of this.marks) {
-      if (m < xMin) continue;
-      ctx.beginPath(); ctx.moveTo(px(m), pad.t); ctx.lineTo(px(m), h - pad.b); ctx.stroke();
-    }
-    ctx.setLineDash([]);
-    // series
-    this.series.forEach((s, si) => {
-      const arr = this.y[si];
-      ctx.strokeStyle = s.color; ctx.lineWidth = 1.6; ctx.setLineDash(s.dash || []);
-      ctx.beginPath();
-      let pen = false;
-      for (let i = i0; i < n; i++) {
-        const v = arr[i];
-        if (!isFinite(v)) { pen = false; continue; }
-        const X = px(this.x[i]), Y = py(v);
-        if (!pen) { ctx.moveTo(X, Y); pen = true; }
-        else if (s.step) { ctx.lineTo(X, py(arr[i - 1])); ctx.lineTo(X, Y); }
-        else ctx.lineTo(X, Y);
-      }
-      ctx.stroke();
-    });
-    ctx.setLineDash([]);
-    // legend
-    ctx.textAlign = "left"; ctx.textBaseline = "top";
-    let lx = pad.l + 4;
-    this.series.forEach((s) => {
-      ctx.fillStyle = s.color; ctx.fillRect(lx, 4, 10, 3);
-      ctx.fillStyle = "#c8d0dc"; ctx.fillText(s.label, lx + 13, 0);
-      lx += 18 + ctx.measureText(s.label).width + 10;
-    });
+    if (this.follow) { let a = 0, b = xs.length; while (a < b) { const m = (a + b) >> 1; if (xs[m] < lo) a = m + 1; else b = m; } i0 = Math.max(0, a - 1); }
+    this._ours = true;
+    try { this.u.setData(this.data.map((col) => col.slice(i0)), false); } finally { this._ours = false; }
+    this._setX([lo, hi]);
   }
+
+  _drawOverlay(u) {
+    const ctx = u.ctx;
+    const { left, top, width, height } = u.bbox;
+    ctx.save();
+    ctx.lineWidth = devicePixelRatio || 1;
+    ctx.setLineDash([4, 4]);
+    ctx.strokeStyle = "#6b7688";
+    for (const m of this.marks) {
+      const X = u.valToPos(m, "x", true);
+      if (X < left || X > left + width) continue;
+      ctx.beginPath(); ctx.moveTo(X, top); ctx.lineTo(X, top + height); ctx.stroke();
+    }
+    for (const l of this.hlines) {
+      if (l.y === null || l.y === undefined || !isFinite(l.y)) continue;
+      const Y = u.valToPos(l.y, "y", true);
+      if (Y < top || Y > top + height) continue;
+      ctx.strokeStyle = l.color; ctx.setLineDash(l.dash || [2, 3]);
+      ctx.beginPath(); ctx.moveTo(left, Y); ctx.lineTo(left + width, Y); ctx.stroke();
+    }
+    ctx.restore();
+  }
+
+  /** The samples in the visible window as CSV (header: time and series labels with units). */
+  csv() {
+    const [lo, hi] = [this.u.scales.x.min, this.u.scales.x.max];
+    const unit = this.opts.unit ? ` (${this.opts.unit})` : "";
+    const head = ["t (s)", ...this.opts.series.map((s) => `${s.label}${unit}`)];
+    const rows = [head.join(",")];
+    this.data[0].forEach((x, i) => {
+      if (x < lo || x > hi) return;
+      rows.push([x, ...this.keys.map((_, j) => (this.data[j + 1][i] ?? ""))].join(","));
+    });
+    return rows.join("\n") + "\n";
+  }
+
+  /** The plot (with its legend values) as a PNG data URL. */
+  png() { return this.u.ctx.canvas.toDataURL("image/png"); }
 }
 
-function fmt(v) {
-  const a = Math.abs(v);
-  if (a === 0) return "0";
-  if (a >= 1000 || a < 0.01) return v.toExponential(1);
-  return v.toPrecision(3);
-}
-
-window.LinePlot = LinePlot;
+window.TimePlot = TimePlot;
+window.tickFormatter = tickFormatter;

@@ -2,23 +2,27 @@
 "use strict";
 (() => {
   const $ = (id) => document.getElementById(id);
-  const PARAMS = ["kp", "ki", "kd", "output_min", "output_max", "rate_limit"];
-  const COLORS = { meas: "#5ab0ff", sp: "#ffb347", out: "#c792ea", knob: "#7fdbca", act: "#9ccc65", prog: "#f07178", succ: "#ffd866" };
+  const PARAMS = ["kp", "ki", "kd", "output_min", "output_max", "rate_limit", "tau_d", "anti_windup",
+    "tracking_gain", "kff", "bias", "direction"];
+  const COLORS = { meas: "#5ab0ff", sp: "#ffb347", out: "#c792ea", knob: "#7fdbca", act: "#9ccc65", prog: "#f07178", succ: "#ffd866", lim: "#ef5350", band: "#ffb34766" };
   const plots = {
-    concept: new LinePlot($("plot-concept"), { series: [
+    concept: new TimePlot($("plot-concept"), { title: "measured concept", unit: "", series: [
       { key: "measurement", label: "measured", color: COLORS.meas },
-      { key: "setpoint", label: "setpoint", color: COLORS.sp, dash: [5, 3], step: true }] }),
-    output: new LinePlot($("plot-output"), { series: [
-      { key: "output", label: "controller output", color: COLORS.out },
-      { key: "knob", label: "knob", color: COLORS.knob, dash: [2, 2] }] }),
-    action: new LinePlot($("plot-action"), { series: [{ key: "action_norm", label: "|action|", color: COLORS.act }] }),
-    progress: new LinePlot($("plot-progress"), { series: [
+      { key: "setpoint", label: "setpoint", color: COLORS.sp, dash: [6, 3], step: true }] }),
+    output: new TimePlot($("plot-output"), { title: "controller output", unit: "", series: [
+      { key: "output", label: "controller output", color: COLORS.out, width: 2.4 },
+      { key: "knob", label: "knob applied", color: COLORS.knob, dash: [5, 4], width: 1.8 }] }),
+    action: new TimePlot($("plot-action"), { title: "|action|", unit: "", height: 190,
+      series: [{ key: "action_norm", label: "|action|", color: COLORS.act }] }),
+    progress: new TimePlot($("plot-progress"), { title: "task", unit: "", height: 190, yRange: [-0.05, 1.05], series: [
       { key: "progress", label: "progress", color: COLORS.prog },
-      { key: "success_f", label: "success", color: COLORS.succ, step: true }], yMin: 0, yMax: 1 }),
+      { key: "success_f", label: "success", color: COLORS.succ, step: true }] }),
   };
-  const stepPlot = new LinePlot($("plot-step"), { series: [
+  window.plots = plots;
+  const stepPlot = new TimePlot($("plot-step"), { title: "last step test", unit: "", height: 220, series: [
     { key: "y", label: "measured", color: COLORS.meas },
-    { key: "setpoint", label: "setpoint", color: COLORS.sp, dash: [5, 3], step: true }] });
+    { key: "setpoint", label: "setpoint", color: COLORS.sp, dash: [6, 3], step: true }] });
+  window.stepPlot = stepPlot;
 
   let ws = null, state = null, sampleCount = 0, frameCount = 0, clock = 0, lastEpisode = null, lastT = 0;
   const dirty = new Set();
@@ -111,18 +115,31 @@
     state = st;
     $("task").textContent = `${st.env_id} · ${st.concept} [${st.units}] → ${st.knob} · "${st.instruction}"`;
     $("unit").textContent = `(${st.concept}, ${st.units})`;
+    if (first) {  // axis titles and units from the task
+      for (const p of [plots.concept, stepPlot]) { p.opts.unit = st.units; p.opts.title = `${st.concept}`; }
+      plots.output.opts.title = `${st.knob}`;
+      rebuildAxes();
+    }
     $("knob-name").textContent = st.knob;
     $("episode").textContent = st.episode; $("seed").textContent = st.seed;
     setStatus(st.busy ? st.status : st.paused ? "paused" : st.status, st.busy ? "busy" : st.paused ? "paused" : "running");
     setInput("setpoint", st.setpoint);
     const pid = st.params.pid || {};
     PARAMS.forEach((p) => setInput(p, pid[p]));
+    // reference lines: the output limits, and the settling band around the setpoint
+    const lines = [];
+    if (st.mode === "pid") {
+      lines.push({ y: pid.output_min, color: COLORS.lim, dash: [2, 3] }, { y: pid.output_max, color: COLORS.lim, dash: [2, 3] });
+    }
+    plots.output.setLines(lines);
+    const band = (st.settle_band || 0.02) * Math.abs((st.step_to ?? st.setpoint) - (st.step_from ?? 0));
+    plots.concept.setLines([{ y: st.setpoint + band, color: COLORS.band, dash: [1, 3] }, { y: st.setpoint - band, color: COLORS.band, dash: [1, 3] }]);
     setInput("fixed-value", (st.params.fixed || {}).value);
     if (!dirty.has("ctrl-type") && document.activeElement !== $("ctrl-type")) $("ctrl-type").value = st.mode;
-    if (first) {
+    if (first) {  // the step defaults are the CLI's (TuneConfig.step_from / step_to)
       const [lo, hi] = st.setpoint_range;
-      setInput("step-from", +(st.setpoint * 0.5).toPrecision(3));
-      setInput("step-to", +Math.min(hi, st.setpoint).toPrecision(3));
+      setInput("step-from", st.step_from);
+      setInput("step-to", st.step_to);
       $("setpoint").title = `allowed: [${lo}, ${hi}] ${st.units}`;
     }
     $("apply-proposal").disabled = !st.proposal;
@@ -137,11 +154,18 @@
 
   function showStep(r) {
     window.tune.stepResult = r;
+    const units = state ? state.units : "";
+    $("step-start").textContent = r.start_settled ? `yes (${fmt(r.dwell_s, 2)} s in ${r.settle_band_pct} %)` : "no (timeout)";
     $("step-rise").textContent = r.rise_time_s === null ? "n/a" : `${fmt(r.rise_time_s)} s`;
     $("step-overshoot").textContent = r.overshoot_pct === null ? "n/a" : `${fmt(r.overshoot_pct)} %`;
-    $("step-settling").textContent = r.settling_time_s === null ? "n/a" : `${fmt(r.settling_time_s)} s`;
-    $("step-success").textContent = r.success ? "yes" : "no";
+    $("step-settling").textContent = r.settling_time_s === null ? "not settled" : `${fmt(r.settling_time_s)} s (${r.settle_band_pct} %)`;
+    $("step-sse").textContent = r.steady_state_error === null ? "n/a" : `${fmt(r.steady_state_error)} ${units}`;
+    $("step-iae").textContent = r.iae === null ? "n/a" : `${fmt(r.iae)} ${units}·s`;
+    $("step-itae").textContent = r.itae === null ? "n/a" : `${fmt(r.itae)} ${units}·s²`;
+    $("step-verdict").textContent = r.acceptable ? "acceptable loop (settled within the overshoot limit)"
+      : `not acceptable: ${r.settled ? "" : "did not settle; "}overshoot limit ${r.max_overshoot_pct} %`;
     stepPlot.setData(r.trace.t, { y: r.trace.y, setpoint: r.trace.setpoint });
+    stepPlot.mark(r.step_time_s);
   }
 
   function addCandidate(c) {
@@ -176,6 +200,7 @@
     const params = {};
     PARAMS.forEach((p) => { if (dirty.has(p)) params[p] = val(p); });
     if (!Object.keys(params).length) PARAMS.slice(0, 3).forEach((p) => { params[p] = val(p); });
+    if ("tracking_gain" in params && params.tracking_gain === "") params.tracking_gain = null;
     send({ cmd: "gains", type: "pid", params }); clean(...PARAMS);
   };
   $("apply-fixed").onclick = () => { send({ cmd: "gains", type: "fixed", params: { value: val("fixed-value") } }); clean("fixed-value"); };
@@ -195,6 +220,28 @@
   };
   $("stop-job").onclick = () => send({ cmd: "stop_job" });
   $("apply-proposal").onclick = () => { send({ cmd: "apply_proposal" }); dirty.clear(); };
+
+  // plot tools: freeze, window length, export of the visible window
+  $("freeze").onchange = () => { const f = $("freeze").checked; Object.values(plots).forEach((p) => p.setFrozen(f)); };
+  $("window-s").onchange = () => {
+    const w = Number(val("window-s"));
+    if (!(w > 0 && w <= 600)) { message(`window ${val("window-s")} s: use 1-600 s`, "error"); return; }
+    Object.values(plots).forEach((p) => { p.window = w; p.follow = true; p.dirty = true; });
+  };
+  const download = (name, href) => { const a = document.createElement("a"); a.href = href; a.download = name; document.body.append(a); a.click(); a.remove(); };
+  $("export-png").onclick = () => Object.entries(plots).forEach(([k, p]) => download(`tune_${k}.png`, p.png()));
+  $("export-csv").onclick = () => Object.entries(plots).forEach(([k, p]) =>
+    download(`tune_${k}.csv`, URL.createObjectURL(new Blob([p.csv()], { type: "text/csv" }))));
+  window.tune.csv = () => Object.fromEntries(Object.entries(plots).map(([k, p]) => [k, p.csv()]));
+
+  function rebuildAxes() {  // units arrive with the first state: redraw axis titles
+    for (const p of [...Object.values(plots), stepPlot]) {
+      const label = p.opts.unit ? `${p.opts.title} (${p.opts.unit})` : p.opts.title;
+      p.u.axes[1].label = label;
+      p.u.root.querySelector(".u-title").textContent = p.opts.title;
+      p.u.redraw(false, true);
+    }
+  }
 
   connect();
   requestAnimationFrame(render);
