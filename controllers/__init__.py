@@ -68,16 +68,12 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     return meta
 
 
-def load(path: str | os.PathLike[str]) -> Controller:
-    """Build the controller described by a YAML file.
-
-    Args:
-        path: YAML file with ``type`` (a registered controller name) and its parameters.
-            A relative ``path`` parameter (weights folder) is resolved against the file's folder.
+def read_params(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
+    """The controller type and parameters a YAML file holds, as :func:`load` reads them
+    (a relative ``path`` parameter resolved against the file's folder), without building it.
 
     Raises:
-        ConfigError: missing file, bad YAML, missing ``type``, unknown or invalid parameters
-            (the message names them).
+        ConfigError: missing file, bad YAML or no ``type`` (the message names them).
         UnknownNameError: ``type`` is not a registered controller.
     """
     file = Path(path)
@@ -97,6 +93,23 @@ def load(path: str | os.PathLike[str]) -> Controller:
         )
     if isinstance(params.get("path"), str) and not Path(params["path"]).is_absolute():
         params["path"] = str(file.parent / params["path"])
+    return name, params
+
+
+def load(path: str | os.PathLike[str]) -> Controller:
+    """Build the controller described by a YAML file.
+
+    Args:
+        path: YAML file with ``type`` (a registered controller name) and its parameters.
+            A relative ``path`` parameter (weights folder) is resolved against the file's folder.
+
+    Raises:
+        ConfigError: missing file, bad YAML, missing ``type``, unknown or invalid parameters
+            (the message names them).
+        UnknownNameError: ``type`` is not a registered controller.
+    """
+    file = Path(path)
+    name, params = read_params(file)
     try:
         return CONTROLLERS.make(name, **params)
     except TypeError as exc:  # unexpected keyword from a factory

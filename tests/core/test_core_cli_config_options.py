@@ -272,6 +272,24 @@ def test_sweep_round_trip_reaches_the_config(tmp_path: Path) -> None:
     assert (config["env"], config["policy"]) == ("mujoco:arm_reach", "expert_speed_knob")
 
 
+def test_sweep_starts_from_a_saved_gains_file(tmp_path: Path) -> None:
+    """The gains file the tuning page saves is read by sweep too (--set and --grid override)."""
+    import controllers
+
+    gains = tmp_path / "gains.yaml"
+    controllers.save(controllers.make("pid", kp=2.0, ki=30.0, kff=0.1), gains)
+    base = ["sweep", "--grid", "kp=1.0", "--backend", "inline", "--workers", "0", "--json"]
+    base += ["--episodes", "1", "--max-steps", "4", "--setpoint", "0.1"]
+    result = CliRunner().invoke(app, [*base, "--gains", str(gains), "--set", "ki=40"])
+    assert result.exit_code == 0, result.output
+    config = json.loads(result.output.strip().splitlines()[-1])["config"]
+    assert config["controller_params"]["kff"] == 0.1 and config["controller_params"]["ki"] == 40
+    fixed = tmp_path / "fixed.yaml"
+    controllers.save(controllers.make("fixed", value=0.5), fixed)
+    bad = CliRunner().invoke(app, [*base, "--gains", str(fixed)])
+    assert bad.exit_code != 0 and "pass --controller fixed" in str(bad.exception)
+
+
 def test_steer_options_reach_the_experiment_configs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -55,7 +55,13 @@ def test_session_tunes_on_the_dry_run_robot_with_its_safety_filter(tmp_path: Pat
         assert np.isfinite(fast.measurements[1:]).all()  # ee speed (m/s) from the robot's FK
         # the robot's safety filter sits in the loop: it clipped the too-fast targets
         assert np.any(np.abs(fast.raw_actions - fast.actions) > 1e-6)
-        assert len(session.telemetry_since(-1)) == 40
+        samples = session.telemetry_since(-1)
+        assert len(samples) == 40
+        # ... and the page is told: each clip as a "safety" event, the count in the telemetry
+        events = [e for e in session.events_since(-1)[1] if e["type"] == "safety"]
+        assert events and all(e["event"]["rule"] for e in events)
+        assert events[-1]["total"] == int(sum(task.safety.counts.values()))  # type: ignore[union-attr]
+        assert samples[-1]["safety_events"] == events[-1]["total"] and not samples[-1]["estopped"]
     finally:
         session.close()
     assert not task.env.robot.connected  # type: ignore[attr-defined]

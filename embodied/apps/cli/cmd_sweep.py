@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -16,6 +17,7 @@ from rich.console import Console
 from embodied.apps.cli._common import episode_progress, parse_kv
 from embodied.apps.cli._config_options import Opt, config_options
 from embodied.apps.evaluation.sweep import SweepConfig, parse_axis, run_sweep
+from embodied.errors import ConfigError
 
 
 def register(app: typer.Typer) -> None:
@@ -47,6 +49,12 @@ def register(app: typer.Typer) -> None:
         set_: list[str] = typer.Option(
             [], "--set", help="Fixed controller parameter key=value (repeatable), e.g. ki=50."
         ),
+        gains: Path | None = typer.Option(
+            None,
+            "--gains",
+            help="Controller YAML to start from (as `embodied tune` saves it, also read by "
+            "`tune --gains` and `deploy --controller`); --set and --grid override its values.",
+        ),
         policy_arg: list[str] = typer.Option([], "--policy-arg", help="Policy option key=value."),
         env_arg: list[str] = typer.Option([], "--env-arg", help="Env option key=value."),
         out: str = typer.Option(None, "--out", help="Folder for sweep.json, sweep.md, sweep.png."),
@@ -54,10 +62,21 @@ def register(app: typer.Typer) -> None:
         *,
         config: dict[str, Any],
     ) -> None:
+        base: dict[str, Any] = {}
+        if gains is not None:
+            import controllers
+
+            ctype, base = controllers.read_params(gains)
+            if ctype != config["controller"]:
+                raise ConfigError(
+                    f"--gains {gains} holds a {ctype!r} controller, not --controller "
+                    f"{config['controller']!r}",
+                    fix=f"pass --controller {ctype}",
+                )
         sweep_config = SweepConfig(
             **config,
             grid=dict(parse_axis(g) for g in grid),
-            controller_params=parse_kv(set_, "--set", "ki=50"),
+            controller_params={**base, **parse_kv(set_, "--set", "ki=50")},
             policy_kwargs=parse_kv(policy_arg, "--policy-arg", "ki=50"),
             env_kwargs=parse_kv(env_arg, "--env-arg", "ki=50"),
             out=out,

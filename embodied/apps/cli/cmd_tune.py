@@ -69,7 +69,10 @@ def register(app: typer.Typer) -> None:
     )
     def tune(
         gains: Path | None = typer.Option(
-            None, "--gains", help="Controller YAML to start from (as saved by the page)."
+            None,
+            "--gains",
+            help="Controller YAML to start from (as saved by the page); the same file works "
+            "with `embodied sweep --gains` and `embodied deploy --controller`.",
         ),
         out: Path = typer.Option(
             Path("tune-out"), "--out", help="Folder for gains files and experiment results."

@@ -218,6 +218,7 @@ class TuneSession:
             to_knob=task.to_knob,
         )
         self.seed = int(config.seed)
+        self._safety_seen = 0  # safety-filter events already sent to the page
         self._seed_pinned = True  # the first live episode uses config.seed
         self.episode = 0
         self.status = "idle"
@@ -555,10 +556,32 @@ class TuneSession:
     def _should_stop(self) -> bool:
         return self._stop_requested or self._closed.is_set()
 
+    def _safety_events(self) -> int | None:
+        """Send the page each new event of the robot's safety filter (clip, refusal, e-stop);
+        returns the filter's event count (None without a filter that records events)."""
+        events = getattr(self.task.safety, "events", None)
+        if events is None:
+            return None
+        counts = getattr(self.task.safety, "counts", None)
+        total = int(sum(counts.values())) if counts is not None else len(events)
+        new = total - self._safety_seen
+        if new > 0:
+            fresh = list(events)[-min(new, len(events), 5) :]  # at most 5 per step to the page
+            for event in fresh:
+                self.emit(
+                    "safety",
+                    message=f"safety {event.rule} at step {event.step}: {event.message}",
+                    event=event.to_dict(),
+                    total=total,
+                )
+        self._safety_seen = total
+        return total
+
     def _on_step(self, rec: StepRecord) -> None:
         observe = getattr(self._setpoint_override, "observe", None)
         if observe is not None:  # a settled-start step waits on the measurement
             observe(rec.t * self.task.env.dt, float(rec.measurement))
+        safety_total = self._safety_events()
         info = rec.info
         progress = self._progress(info, rec.t)
         knob = np.asarray(rec.knobs.get(self.task.knob, [math.nan]), dtype=np.float64)
@@ -574,6 +597,8 @@ class TuneSession:
             "success": bool(rec.success),
             "mode": self.live.mode,
             "ctrl": self.live.state(),
+            "safety_events": safety_total,
+            "estopped": bool(getattr(self.task.safety, "estopped", False)),
         }
         frame = rec.obs.get(self.task.camera) if self.task.camera else None
         with self._lock:

@@ -26,7 +26,7 @@
 
   let ws = null, state = null, sampleCount = 0, frameCount = 0, clock = 0, lastEpisode = null, lastT = 0;
   const dirty = new Set();
-  window.tune = { get state() { return state; }, get samples() { return sampleCount; }, batches: 0, frames: 0, last: null, stepResult: null, autotune: null };
+  window.tune = { get state() { return state; }, get samples() { return sampleCount; }, batches: 0, frames: 0, last: null, stepResult: null, autotune: null, safety: [] };
 
   const fmt = (v, d = 3) => (v === null || v === undefined || Number.isNaN(v) ? "-" : Number(v).toPrecision(d));
 
@@ -35,7 +35,7 @@
     if (banner) { const el = $("message"); el.textContent = text; el.className = "message " + kind; }
     const li = document.createElement("li");
     li.textContent = new Date().toLocaleTimeString() + "  " + text;
-    if (kind === "error") li.className = "error";
+    if (kind === "error" || kind === "warn") li.className = kind;
     const log = $("log"); log.prepend(li);
     while (log.children.length > 30) log.lastChild.remove();
   }
@@ -71,6 +71,8 @@
       case "step_result": showStep(m.result); message(m.message, "info"); break;
       case "autotune_candidate": addCandidate(m.candidate); message(m.message, "info", false); break;
       case "autotune_done": showAutotune(m.result); message(m.message, "info"); break;
+      case "safety": message(m.message, "warn", false); window.tune.safety.push(m.event);
+        $("val-safety").textContent = `${m.total}`; break;
       case "saved": case "files": setFiles(m.files); if (m.message) message(m.message, "info"); break;
       case "loaded": dirty.clear(); message(m.message, "info"); break;
       default: if (m.message) message(m.message, "info", false);  // episode_end, info
@@ -102,6 +104,9 @@
       $("val-progress").textContent = fmt(s.progress, 2);
       $("val-success").textContent = s.success ? "yes" : "no";
       $("val-mode").textContent = s.mode;
+      if (s.safety_events !== null && s.safety_events !== undefined) {
+        $("val-safety").textContent = s.estopped ? `${s.safety_events} (E-STOP)` : `${s.safety_events}`;
+      }
     }
     requestAnimationFrame(render);
   }
