@@ -228,13 +228,15 @@ class PDPPolicy(KnobMixin, Policy):
             spec = cams.get(cam)
             shape = None if spec is None else (spec.height, spec.width)
             if shape != self.config.vision.image_shape:
+                # the size option is the env family's: LIBERO renders at render_size
+                size_key = "render_size" if env.env_id.startswith("libero:") else "image_size"
                 raise CompatibilityError(
                     f"the policy sees camera {cam!r} at {self.config.vision.image_shape} px but "
                     f"env {env.env_id!r} gives {'no such camera' if shape is None else shape} "
                     f"(cameras: {sorted(cams)})",
-                    fix="turn the env's cameras on at the training image size (e.g. --env-arg "
-                    f"camera={','.join(self.config.vision.cameras)} --env-arg "
-                    f"image_size={self.config.vision.image_shape[0]})",
+                    fix="turn the env's cameras on at the training image size (e.g. --cameras "
+                    f"{','.join(self.config.vision.cameras)} --env-arg "
+                    f"{size_key}={self.config.vision.image_shape[0]})",
                 )
         super().check_compatible(env)  # after ours: ours names the env options to set
         if env.observation_spec.state.dim != self.config.state_dim:

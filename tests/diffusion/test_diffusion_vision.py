@@ -266,8 +266,13 @@ def test_policy_refuses_an_env_without_its_cameras(camera_dataset: Path, tmp_pat
     with pytest.raises(CompatibilityError, match="top"):
         policy.check_compatible(env)
     env = sim.make("mujoco:arm_reach", camera=["front", "top"], image_size=48)
-    with pytest.raises(CompatibilityError, match="image_size=32"):
+    with pytest.raises(CompatibilityError, match="--cameras front,top --env-arg image_size=32"):
         policy.check_compatible(env)
+    # on LIBERO the fix names LIBERO's size option (render_size), as `embodied eval` takes it
+    libero_like = type("LiberoLike", (), {"env_id": "libero:libero_object:0",
+                                          "observation_spec": env.observation_spec})()  # fmt: skip
+    with pytest.raises(CompatibilityError, match="--cameras front,top --env-arg render_size=32"):
+        policy.check_compatible(libero_like)  # type: ignore[arg-type]
     env = sim.make("mujoco:arm_reach", camera=["front", "top"], image_size=SIZE)
     policy.check_compatible(env)
     obs, _ = env.reset(seed=3)
