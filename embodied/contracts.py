@@ -187,6 +187,70 @@ class Policy(abc.ABC):
             self._queue.extend(chunk[: self.n_action_steps])
         return self._queue.popleft()
 
+    # ---- serving: a policy answering observations that arrive over the network -----------
+    history_steps: int = 1
+    """Observations the policy conditions on (1: the current one). A served policy with more
+    is sent every step's observation (``embodied/op: observe``), so its history is the one it
+    would keep in process."""
+
+    privileged: bool = False
+    """Whether the policy reads the simulator's internal state rather than the observation
+    (scripted experts): such a policy cannot be served, its server has no client's simulator."""
+
+    foreign_observation_keys: tuple[str, ...] = ()
+    """Keys of a peer's observations the policy's processor maps onto its own (e.g. openpi's
+    LIBERO client's ``observation/image``), listed in a server's metadata."""
+
+    def observe(self, obs: Observation) -> None:
+        """Record ``obs`` in the observation history without planning (no-op without one)."""
+        del obs  # a policy without history has nothing to record
+
+    def fresh_chunk(self, obs: Observation) -> np.ndarray:
+        """Record ``obs`` and predict a fresh chunk (n_steps, action_dim) of env actions.
+
+        What a policy server answers: unlike :meth:`select_action` it neither reads nor fills
+        the queue, so the caller executes the chunk as it chooses (synchronously, or
+        asynchronously with chunks merged).
+        """
+        self.observe(obs)
+        return self.predict_action_chunk(obs)
+
+    def fork(self) -> Policy:
+        """An independent episode state (queue, history, knob values, noise) sharing weights.
+
+        A policy server gives each connection its own fork, so clients do not interleave their
+        histories. Policies with more per-episode state extend :meth:`_fork_state`.
+        """
+        import copy
+
+        twin = copy.copy(self)
+        twin._queue = deque()
+        values = getattr(self, "_knob_values", None)
+        if values is not None:
+            twin._knob_values = {k: v.copy() for k, v in values.items()}  # type: ignore[attr-defined]
+        self._fork_state(twin)
+        return twin
+
+    def _fork_state(self, twin: Policy) -> None:
+        """Give ``twin`` (a shallow copy) fresh copies of this policy's mutable episode state."""
+        del twin  # the base policy's only episode state is the queue
+
+    def adapt_observation(self, raw: Mapping[str, Any]) -> Observation:
+        """The policy's observation from a request's keys (``state``, ``image.<camera>``,
+        ``instruction``, or a peer's keys the policy's processor maps).
+
+        Raises:
+            CompatibilityError: keys the policy cannot read, naming the keys it takes.
+        """
+        foreign = [k for k in raw if "/" in k or k == "prompt"]
+        if foreign:
+            raise CompatibilityError(
+                f"{type(self).__name__} does not read observation keys {sorted(foreign)}",
+                fix="send the project's keys (state, image.<camera>, instruction), or serve a "
+                "policy whose processor maps these keys",
+            )
+        return dict(raw)
+
     def convention_fix(self, env: Env) -> str:
         """How to fix a convention mismatch with ``env`` (policies name their own option)."""
         return (

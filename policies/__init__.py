@@ -42,13 +42,16 @@ def load(spec: str | os.PathLike[str], env: Env | None = None, **kwargs: Any) ->
     goes to the ``openvla`` loader, which reads released configs.
 
     Args:
-        spec: A name from :data:`POLICIES` or a folder holding ``config.json``.
+        spec: A name from :data:`POLICIES`, a folder holding ``config.json``, or a policy
+            server's address ``ws://host:port`` (:class:`policies.remote.RemotePolicy`).
         env: The env the policy will run on (needed by scripted experts).
         **kwargs: Passed to the factory or loader (e.g. ``device``).
 
     Raises:
         CheckpointError: the folder's ``config.json`` is missing, malformed or names no loader.
     """
+    if isinstance(spec, str) and spec.startswith(("ws://", "wss://")):
+        return _remote(spec, kwargs)
     path = Path(spec)
     if path.is_dir():
         cfg = path / "config.json"
@@ -77,3 +80,22 @@ def load(spec: str | os.PathLike[str], env: Env | None = None, **kwargs: Any) ->
             f"it) or a policy name: {', '.join(POLICIES.names())}",
         )
     return POLICIES.make(str(spec), env=env, **kwargs)
+
+
+def _remote(url: str, kwargs: dict[str, Any]) -> Policy:
+    """A :class:`~policies.remote.RemotePolicy`; options meant for local policies are refused."""
+    import inspect
+
+    from embodied.errors import ConfigError
+    from policies.remote import RemotePolicy
+
+    accepted = set(inspect.signature(RemotePolicy).parameters) - {"url"}
+    given = {k: v for k, v in kwargs.items() if v is not None and k != "env"}
+    unknown = sorted(set(given) - accepted)
+    if unknown:
+        raise ConfigError(
+            f"a remote policy ({url}) takes no options {unknown}; the server's policy was "
+            "configured when it was served",
+            fix=f"pass them to `embodied serve` instead; remote options: {sorted(accepted)}",
+        )
+    return RemotePolicy(url, **given)

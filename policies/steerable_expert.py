@@ -53,6 +53,8 @@ class SpeedKnobExpert(KnobMixin, Policy):
         **expert_kwargs: Extra arguments of the task's expert (e.g. ``route``).
     """
 
+    privileged = True  # wraps a scripted expert, which reads the simulator's state
+
     def __init__(
         self,
         env: Env,

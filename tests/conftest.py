@@ -34,6 +34,7 @@ EXTRA_OF = {
     "robosuite": "robosuite",
     "playwright": "ui",
     "minatar": "rl",
+    "openpi_client": "python -m embodied.bootstrap test installs it (pip --no-deps)",
 }
 """Which ``pip install -e .[extra]`` provides each optional top-level module."""
 
@@ -62,6 +63,8 @@ def require(module: str) -> ModuleType:
     # outside the except block, so the report shows one message instead of a chained traceback
     extra = EXTRA_OF.get(module.split(".")[0])
     hint = f"pip install -e '.[{extra}]'" if extra else f"install {module.split('.')[0]}"
+    if extra and " " in extra:  # not an extra: how it is installed
+        hint = extra
     reason = f"{module} is not installed ({error}); {hint}"
     if extras_required():
         pytest.fail(

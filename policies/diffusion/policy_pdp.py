@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from embodied.io import (
 from embodied.specs import Observation, image_key
 from policies.diffusion.configuration_pdp import PDPConfig
 from policies.diffusion.modeling_pdp import STAT_KEYS, PDPModel
-from policies.diffusion.processor_pdp import env_action
+from policies.diffusion.processor_pdp import OPENPI_KEYS, env_action, from_openpi
 
 PRIOR_STREAM = 7919
 """First entropy word of the prior draws: episode ``s`` draws z from
@@ -148,6 +149,52 @@ class PDPPolicy(KnobMixin, Policy):
         self._push(obs)
         row = super().select_action(obs)
         return env_action(row, self._history[-1], self.config)
+
+    # ---- serving --------------------------------------------------------------------------
+    foreign_observation_keys = OPENPI_KEYS
+
+    @property
+    def history_steps(self) -> int:  # type: ignore[override]
+        """Observations the denoiser conditions on (``n_obs_steps``)."""
+        return int(self.config.n_obs_steps)
+
+    def observe(self, obs: Observation) -> None:
+        """Record ``obs`` in the observation history (as :meth:`select_action` does)."""
+        self._push(obs)
+
+    def fresh_chunk(self, obs: Observation) -> np.ndarray:
+        """Record ``obs`` and sample a fresh chunk of env actions (the horizon's rows).
+
+        Raises:
+            CompatibilityError: a ``position_targets`` policy, whose rows become actions only
+                with the state measured when each executes (served chunks would be stale).
+        """
+        if self.config.action_space != "native":
+            raise CompatibilityError(
+                f"this PDP generates {self.config.action_space!r}, converted to actions with "
+                "the state measured at each step, so its chunks cannot be served",
+                fix="serve a policy trained with action_space='native' (the default), or run "
+                "it in process",
+            )
+        self._push(obs)
+        return self.predict_action_chunk(obs)
+
+    def _fork_state(self, twin: Policy) -> None:
+        assert isinstance(twin, PDPPolicy)
+        twin._history = deque(self._history, maxlen=self.config.n_obs_steps)
+        twin._frames = {
+            c: deque(f, maxlen=self.config.n_obs_steps) for c, f in self._frames.items()
+        }
+        twin._generator = torch.Generator().manual_seed(self.noise_seed)
+        twin._generator.set_state(self._generator.get_state())
+        twin._z_cache = None
+
+    def adapt_observation(self, raw: Mapping[str, Any]) -> Observation:
+        """Our keys as they are; openpi's LIBERO client keys through the processor
+        (:func:`~policies.diffusion.processor_pdp.from_openpi`)."""
+        if any(k in raw for k in OPENPI_KEYS):
+            return from_openpi(raw, self.config)
+        return super().adapt_observation(raw)
 
     def _push(self, obs: Observation) -> None:
         state = np.asarray(obs["state"], dtype=np.float32).reshape(-1)

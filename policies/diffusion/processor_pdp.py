@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -323,3 +323,72 @@ def ee_paths(demonstrations: Demonstrations, path_dims: Sequence[int], n_points:
     hi = paths.reshape(-1, len(dims)).max(0)
     half = np.maximum((hi - lo).max() / 2.0, 1e-6)  # one scale for all dims keeps geometry
     return (paths - (hi + lo) / 2.0) / half
+
+
+OPENPI_LIBERO_IMAGES = {"observation/image": "agentview", "observation/wrist_image": "eye_in_hand"}
+"""openpi's LIBERO client keys -> the LIBERO camera each holds (``examples/libero/main.py``)."""
+
+OPENPI_KEYS = (*OPENPI_LIBERO_IMAGES, "observation/state", "prompt")
+"""Every observation key openpi's LIBERO client sends."""
+
+
+def from_openpi(raw: Mapping[str, Any], config: PDPConfig) -> dict[str, Any]:
+    """The policy's observation from what openpi's LIBERO client sends.
+
+    openpi's client (``examples/libero/main.py``) rotates LIBERO's frames by 180 degrees and
+    resizes them with padding to 224 px (``image_tools.resize_with_pad``); its
+    ``observation/state`` is LIBERO's eef position, axis-angle and two gripper joints, our
+    LIBERO env's ``state`` layout. This undoes the rotation (back to LIBERO's own row order,
+    what a policy trained on LIBERO renders saw) and resizes to the training image size
+    (bilinear, antialiased). What stays different from rendering at the training size: the
+    frame is resampled from the client's 256 px render (padding-free for LIBERO's square
+    frames), where ``embodied eval`` renders at the training size directly.
+
+    Args:
+        raw: The request, holding some of :data:`OPENPI_KEYS` (others pass through).
+        config: The policy's configuration (cameras, image size, state size).
+
+    Raises:
+        CompatibilityError: a key the policy needs is missing, or a value of the wrong shape.
+    """
+    from PIL import Image
+
+    from embodied.errors import CompatibilityError
+
+    obs = {k: v for k, v in raw.items() if k not in OPENPI_KEYS}
+    cameras = list(config.vision.cameras)
+    for position, (key, camera) in enumerate(OPENPI_LIBERO_IMAGES.items()):
+        if key not in raw:
+            continue
+        target = (
+            camera
+            if camera in cameras
+            else (cameras[position] if position < len(cameras) else None)
+        )
+        if target is None:
+            continue  # a camera this policy does not read
+        img = np.asarray(raw[key])
+        if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
+            raise CompatibilityError(
+                f"{key!r} is a {img.dtype} array of shape {img.shape}; expected uint8 (H, W, 3)",
+                fix="send frames as openpi's client does (image_tools.convert_to_uint8)",
+            )
+        h, w = (int(n) for n in config.vision.image_shape)
+        img = np.ascontiguousarray(img[::-1, ::-1])  # undo the client's 180-degree rotation
+        if img.shape[:2] != (h, w):
+            img = np.asarray(Image.fromarray(img).resize((w, h), Image.Resampling.BILINEAR))
+        obs[image_key(target)] = img
+    if "observation/state" in raw:
+        obs["state"] = np.asarray(raw["observation/state"], dtype=np.float32).reshape(-1)
+    if "prompt" in raw:
+        obs["instruction"] = str(raw["prompt"])
+    missing = [image_key(c) for c in cameras if image_key(c) not in obs]
+    if "state" not in obs:
+        missing.append("state")
+    if missing:
+        raise CompatibilityError(
+            f"the request lacks {missing} (keys sent: {sorted(raw)})",
+            fix="send observation/image, observation/wrist_image, observation/state and prompt "
+            "as openpi's LIBERO client does, or the project's own keys",
+        )
+    return obs

@@ -155,6 +155,8 @@ class LiberoPickPlaceExpert(Policy):
         config: Heights, tolerances and step counts (:class:`ExpertConfig`).
     """
 
+    privileged = True  # reads the simulator's state
+
     n_action_steps = 1
     gripper_convention = "close_positive"
 
@@ -698,6 +700,8 @@ class LiberoDrawerPlaceExpert(Policy):
         env: A :class:`~sim.libero.env.LiberoEnv`.
         config: Tuning (:class:`ExpertConfig`).
     """
+
+    privileged = True  # reads the simulator's state
 
     n_action_steps = 1
     gripper_convention = "close_positive"
