@@ -428,3 +428,44 @@ def test_client_reconnects_after_a_server_restart() -> None:
         server.stop()
     with pytest.raises(RemotePolicyError, match="lost the connection.*5 reconnects failed"):
         remote.predict_action_chunk({"state": np.ones(2)})
+
+
+def test_deploy_and_collect_take_a_remote_policy(tmp_path: Path) -> None:
+    """`deploy` (dry run, safety filter on the robot's side) and `collect` with --policy ws://."""
+    from embodied.apps.collect import CollectConfig, collect
+    from embodied.apps.deploy import DeployConfig, deploy
+    from embodied.datasets import Dataset
+    from hardware.configuration_robot import DEFAULT_CONFIG, load_robot_config
+    from hardware.env import RobotEnv
+    from hardware.sim_robot import SimRobot
+
+    robot_config = load_robot_config(DEFAULT_CONFIG)
+    with SimRobot(robot_config) as robot:
+        served = policies.load("sine", env=RobotEnv(robot, max_episode_steps=5))
+    server = PolicyServer(served, server_metadata(served), port=0).start()
+    try:
+        local = deploy(
+            robot_config, DeployConfig("sine", dry_run=True, max_seconds=0.2), tmp_path / "l"
+        )
+        remote = deploy(
+            robot_config, DeployConfig(server.url, dry_run=True, max_seconds=0.2), tmp_path / "r"
+        )
+        assert remote.reason == local.reason == "max_steps" and remote.steps == local.steps
+        np.testing.assert_allclose(
+            Dataset(tmp_path / "r" / "episodes")[0].actions,
+            Dataset(tmp_path / "l" / "episodes")[0].actions,
+            atol=1e-9,
+        )
+    finally:
+        server.stop()
+    served = policies.load("zero", env=sim.make("mujoco:reach_around"))
+    server = PolicyServer(served, server_metadata(served), port=0).start()
+    try:
+        cfg = CollectConfig(
+            env="mujoco:reach_around", episodes=1, policy=server.url, keep_failures=True
+        )
+        result = collect(cfg, tmp_path / "demos")
+        assert result.kept == 1
+        assert not Dataset(tmp_path / "demos")[0].actions.any()  # the zero policy, over the wire
+    finally:
+        server.stop()

@@ -90,6 +90,12 @@ TARGETS: tuple[Target, ...] = (
         "issue 18 (two 84x84 cameras + proprioception + instruction, 1 thread)",
     ),
     Target("steer/overhead", "<=", 1.03, "issue 5"),
+    Target(
+        "serve/rtt_p50_ratio",
+        "<=",
+        1.0,
+        "issue 39 (ours / upstream openpi server; same policy, client and observation)",
+    ),
     Target("steer/pid_update_us", "<", 50.0, "issue 5"),
     Target(
         "judge/minijudge.floor_fraction",
