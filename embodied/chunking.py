@@ -90,6 +90,11 @@ class AsyncChunks(Policy):
         delay_steps: Simulated latency in control steps (None: real latency, a worker thread).
         starve: What a missed control period sends (:data:`STARVE_RULES`).
         execute_steps: Rows of each chunk scheduled (None: all of them).
+        rtc: Real-time chunking: a chunk asked for while the previous one executes is
+            inpainted toward the previous chunk's remaining actions
+            (:meth:`~embodied.contracts.Policy.guided_chunk`); its frozen rows are the
+            inference delay, ``delay_steps`` when simulated, else the delay measured on the
+            previous request (in control steps).
     """
 
     def __init__(
@@ -100,8 +105,14 @@ class AsyncChunks(Policy):
         delay_steps: int | None = None,
         starve: str = "repeat_last",
         execute_steps: int | None = None,
+        rtc: bool = False,
     ) -> None:
         super().__init__()
+        if rtc and not policy.supports_rtc:
+            raise ConfigError(
+                f"rtc=True but {type(policy).__name__} has no real-time chunking",
+                fix="drop rtc, or use a diffusion policy (PDP/DP)",
+            )
         if not 0.0 <= threshold < 1.0:
             raise ConfigError(
                 f"threshold={threshold}: the fraction of a chunk left when the next is asked for "
@@ -122,6 +133,8 @@ class AsyncChunks(Policy):
         self.delay_steps = delay_steps
         self.starve = starve
         self.execute_steps = execute_steps
+        self.rtc = rtc
+        self._measured_delay = 0
         self.action_dim = policy.action_dim
         self.image_keys = policy.image_keys
         self.image_size = policy.image_size
@@ -225,12 +238,18 @@ class AsyncChunks(Policy):
         self.stats.requests += 1
         self._last_request_step = t
         idle = not self._schedule_left(t)
+        call: Callable[..., np.ndarray] = self.policy.fresh_chunk
+        args: tuple[Any, ...] = (dict(obs),)
+        if self.rtc and not idle:
+            prefix = np.stack([self._schedule[s] for s in sorted(self._schedule) if s >= t])
+            delay = self.delay_steps if self.delay_steps is not None else self._measured_delay
+            call, args = self.policy.guided_chunk, (dict(obs), prefix, delay)
         if self.delay_steps is not None:
-            self._pending = (t, self.policy.fresh_chunk(obs), idle)
+            self._pending = (t, call(*args), idle)
             return
         if self._pool is None:
             self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="embodied-chunks")
-        self._pending = (t, self._pool.submit(self.policy.fresh_chunk, dict(obs)), idle)
+        self._pending = (t, self._pool.submit(call, *args), idle)
 
     def _collect(self, t: int, block: bool) -> None:
         """Merge the request in flight into the schedule once it has arrived."""
@@ -246,6 +265,8 @@ class AsyncChunks(Policy):
                 return
             chunk = result.result()
         self._pending = None
+        if not idle:
+            self._measured_delay = t - t0
         chunk = np.asarray(chunk, dtype=np.float64)
         if chunk.ndim != 2 or chunk.shape[1] != self.action_dim:
             raise CompatibilityError(

@@ -215,6 +215,25 @@ class Policy(abc.ABC):
         self.observe(obs)
         return self.predict_action_chunk(obs)
 
+    supports_rtc: bool = False
+    """Whether :meth:`guided_chunk` (real-time chunking) is implemented."""
+
+    def guided_chunk(self, obs: Observation, prefix: np.ndarray, delay: int) -> np.ndarray:
+        """Like :meth:`fresh_chunk`, with the chunk's first rows inpainted toward ``prefix``.
+
+        Real-time chunking (Black, Galliker and Levine 2025): ``prefix`` (n, action_dim) holds
+        the previous chunk's actions for the steps from this observation on; its first
+        ``delay`` rows execute while this chunk is computed.
+
+        Raises:
+            CompatibilityError: the policy does not implement it (:attr:`supports_rtc`).
+        """
+        del obs, prefix, delay
+        raise CompatibilityError(
+            f"{type(self).__name__} has no real-time chunking",
+            fix="drop rtc, or use a diffusion policy (PDP/DP), which implements it",
+        )
+
     def fork(self) -> Policy:
         """An independent episode state (queue, history, knob values, noise) sharing weights.
 

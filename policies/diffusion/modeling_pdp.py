@@ -8,6 +8,7 @@ ops per step with no scheduler objects or Python dicts in the way.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from policies.diffusion.modeling_manifold import (
 )
 from policies.diffusion.modeling_vision import ObservationEncoder
 from policies.diffusion.processor_pdp import Demonstrations, hold_pad, to_model_space
+from policies.diffusion.rtc import RTCGuide
 
 STAT_KEYS = ("state_min", "state_max", "action_min", "action_max", "z_mean", "z_whiten")
 """Normalisation statistics stored inside every checkpoint (``normalizer.<key>``)."""
@@ -345,6 +347,7 @@ class PDPModel(nn.Module):
         z: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         noise: torch.Tensor | None = None,
+        guide: RTCGuide | None = None,
     ) -> torch.Tensor:
         """DDIM-sample normalised action chunks.
 
@@ -353,6 +356,8 @@ class PDPModel(nn.Module):
             z: (B, z_dim) or (z_dim,) knob-space latent (PDP); ignored by the plain policy.
             generator: Noise generator.
             noise: Optional initial noise (B, horizon, action_dim).
+            guide: Real-time chunking: inpaint the chunk's first rows toward a prefix
+                (:class:`RTCGuide`, :meth:`_guided_step`).
 
         Returns:
             (B, horizon, action_dim) normalised actions.
@@ -368,6 +373,15 @@ class PDPModel(nn.Module):
         n = cfg.num_inference_steps
         coefs = self._coef_list
         denoiser = self.denoiser
+        if guide is not None:  # every step differentiates the denoiser: the plain path
+            for i in range(n):
+                t_i = self.ddim_timesteps[i].expand(b)
+
+                def eps_fn(xx: torch.Tensor, t_i: torch.Tensor = t_i) -> torch.Tensor:
+                    return denoiser(xx, t_i, obs, zz)  # type: ignore[no-any-return]
+
+                x = self._guided_step(x, eps_fn, coefs[i], guide)
+            return x
         if isinstance(denoiser, ResidualMLPDenoiser):
             # FiLM parameters of all steps in one batched call, then a lean trunk per step
             t_all = self.ddim_timesteps.repeat_interleave(b)
@@ -384,6 +398,49 @@ class PDPModel(nn.Module):
                 eps = denoiser(x, self.ddim_timesteps[i].expand(b), obs, zz)
                 x = self._ddim_step(x, eps, coefs[i])
         return x
+
+    def _guided_step(
+        self,
+        x: torch.Tensor,
+        eps_fn: Callable[[torch.Tensor], torch.Tensor],
+        c: tuple[float, float, float, float],
+        guide: RTCGuide,
+    ) -> torch.Tensor:
+        """One DDIM step with real-time chunking's prefix guidance (Black, Galliker and Levine
+        2025, Algorithm 1), carried over from flow matching to DDIM (our adaptation, RTC is
+        stated for flow policies): with ``tau`` the flow time of the same signal-to-noise ratio
+        (``x_flow = x / (sqrt(a) + sqrt(1 - a))``, ``tau = sqrt(a) / (sqrt(a) + sqrt(1 - a))``,
+        1 = clean), the DDIM step runs as without guidance and the sample then moves as RTC's
+        Euler step moves it, ``x_flow += (tau_next - tau) * w * J^T (W * (Y - x0))`` with
+        ``J = d x0 / d x_flow`` and
+        ``w = min(beta, (1 - tau) / tau * (tau^2 + (1 - tau)^2) / (1 - tau)^2)``. Without
+        clipping this equals moving the clean estimate by ``(1 - tau) w J^T e`` inside the step.
+        """
+        sqrt_a = 1.0 / c[0]
+        sqrt_1ma = c[1] * sqrt_a
+        k = sqrt_a + sqrt_1ma  # d x_ddpm / d x_flow
+        tau = sqrt_a / k
+        if guide.jacobian == "identity":  # our ablation: J = I in flow coordinates
+            eps = eps_fn(x)
+            x0 = x * c[0] - eps * c[1]
+            corr = (guide.prefix - x0) * guide.weights[None, :, None]
+        else:
+            with torch.enable_grad():
+                xr = x.detach().requires_grad_(True)
+                eps = eps_fn(xr)
+                x0 = xr * c[0] - eps * c[1]
+                error = (guide.prefix - x0) * guide.weights[None, :, None]
+                corr = torch.autograd.grad(x0, xr, error)[0] * k
+        c_tau = (1.0 - tau) / tau
+        inv_r2 = (tau**2 + (1.0 - tau) ** 2) / max((1.0 - tau) ** 2, 1e-12)
+        weight = min(guide.max_guidance_weight, c_tau * inv_r2)
+        # RTC's Euler step adds d_tau * w * corr to the flow sample; the DDIM step (and its
+        # clipping) runs as without guidance, then moves by that displacement in its own
+        # coordinates (x_ddpm = k * x_flow at the next noise level)
+        k_next = c[2] + c[3]
+        tau_next = c[2] / k_next
+        step = self._ddim_step(x, eps.detach(), c)
+        return step + k_next * (tau_next - tau) * weight * corr
 
     def _ddim_step(
         self, x: torch.Tensor, eps: torch.Tensor, c: tuple[float, float, float, float]

@@ -30,6 +30,7 @@ from embodied.specs import Observation, image_key
 from policies.diffusion.configuration_pdp import PDPConfig
 from policies.diffusion.modeling_pdp import STAT_KEYS, PDPModel
 from policies.diffusion.processor_pdp import OPENPI_KEYS, env_action, from_openpi
+from policies.diffusion.rtc import RTCConfig, RTCGuide, prefix_weights
 
 PRIOR_STREAM = 7919
 """First entropy word of the prior draws: episode ``s`` draws z from
@@ -110,6 +111,8 @@ class PDPPolicy(KnobMixin, Policy):
         self.noise_per_episode = True
         self._generator = torch.Generator().manual_seed(self.noise_seed)
         self._z_cache: tuple[bytes, torch.Tensor] | None = None
+        self.rtc = RTCConfig()
+        """Real-time chunking settings of :meth:`guided_chunk`."""
 
     # ---- Policy contract ------------------------------------------------------------------
     def reset(self) -> None:
@@ -169,15 +172,19 @@ class PDPPolicy(KnobMixin, Policy):
             CompatibilityError: a ``position_targets`` policy, whose rows become actions only
                 with the state measured when each executes (served chunks would be stale).
         """
+        self._check_chunk_actions()
+        self._push(obs)
+        return self.predict_action_chunk(obs)
+
+    def _check_chunk_actions(self) -> None:
+        """Refuse chunks that are not env actions (``position_targets`` policies)."""
         if self.config.action_space != "native":
             raise CompatibilityError(
                 f"this PDP generates {self.config.action_space!r}, converted to actions with "
-                "the state measured at each step, so its chunks cannot be served",
+                "the state measured at each step, so its chunks cannot be served or run ahead",
                 fix="serve a policy trained with action_space='native' (the default), or run "
                 "it in process",
             )
-        self._push(obs)
-        return self.predict_action_chunk(obs)
 
     def _fork_state(self, twin: Policy) -> None:
         assert isinstance(twin, PDPPolicy)
@@ -236,18 +243,38 @@ class PDPPolicy(KnobMixin, Policy):
 
     def predict_action_chunk(self, obs: Observation) -> np.ndarray:
         """Sample a (horizon, action_dim) chunk for the current history (and knob z)."""
+        return self._sample(obs)
+
+    supports_rtc = True
+
+    def guided_chunk(self, obs: Observation, prefix: np.ndarray, delay: int) -> np.ndarray:
+        """Record ``obs`` and sample a chunk inpainted toward ``prefix`` (real-time chunking,
+        :mod:`policies.diffusion.rtc`; settings in :attr:`rtc`)."""
+        self._check_chunk_actions()
+        self._push(obs)
+        horizon, dim = self.config.horizon, self.config.action_dim
+        rows = np.asarray(prefix, dtype=np.float32).reshape(-1, dim)[:horizon]
+        target = torch.zeros((1, horizon, dim))
+        target[0, : len(rows)] = self.model.normalizer.norm_action(torch.from_numpy(rows))
+        weights = prefix_weights(int(delay), len(rows), horizon, self.rtc.schedule)
+        return self._sample(
+            obs, RTCGuide(target, weights, self.rtc.max_guidance_weight, self.rtc.jacobian)
+        )
+
+    def _sample(self, obs: Observation, guide: RTCGuide | None = None) -> np.ndarray:
         if not self._history:
             self._push(obs)
         hist = torch.from_numpy(np.concatenate(self._history))[None]
         images = None
         if self._frames:  # (1, n_cams, n_obs_steps, H, W, 3) uint8
             images = torch.from_numpy(np.stack([np.stack(f) for f in self._frames.values()])[None])
-        with torch.inference_mode():
+        # guidance differentiates the denoiser, which inference mode cannot (no_grad can)
+        with torch.inference_mode() if guide is None else torch.no_grad():
             model = self.model
             obs_n = model.encode_obs(
                 hist.view(1, -1, self.config.state_dim), images, self._text(obs)
             )
-            chunk = model.sample(obs_n, self._z_tensor(), generator=self._generator)
+            chunk = model.sample(obs_n, self._z_tensor(), generator=self._generator, guide=guide)
             actions = model.normalizer.unnorm_action(chunk)[0]
         return actions.numpy().astype(np.float64)
 

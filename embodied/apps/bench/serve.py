@@ -69,7 +69,7 @@ def _start(kind: str) -> tuple[subprocess.Popen[bytes], Any]:
     while True:
         try:
             ws = connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None).__enter__()
-            unpackb(ws.recv(timeout=10))  # the metadata
+            unpackb(ws.recv(timeout=10))  # type: ignore[arg-type]  # the metadata (bytes)
             return proc, ws
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
