@@ -296,3 +296,60 @@ class AsyncChunks(Policy):
     def _wait_pending(self) -> None:
         if self._pending is not None and self.delay_steps is None:
             cf.wait([self._pending[1]])
+
+
+EXECUTIONS = ("policy", "sync", "async")
+"""How chunks execute: ``policy`` (the policy's own receding horizon, its ``n_action_steps``),
+``sync`` (whole chunks, the next asked for when one ends; with ``delay_steps`` the robot
+waits) and ``async`` (:class:`AsyncChunks` with a threshold)."""
+
+
+@dataclass(frozen=True)
+class ChunkingConfig:
+    """Chunk execution settings of ``eval`` and ``deploy`` (see :class:`AsyncChunks`).
+
+    Args:
+        execution: ``policy``, ``sync`` or ``async`` (:data:`EXECUTIONS`).
+        threshold: ``async``: ask for the next chunk when this fraction of a chunk is left.
+        merge: ``async``: how overlapping actions combine (:data:`MERGE_RULES`).
+        delay_steps: Simulated inference latency in control steps (None: real latency).
+        rtc: ``async``: real-time chunking (diffusion policies).
+        starve: What a missed control period sends (:data:`STARVE_RULES`).
+        execute_steps: Rows of each chunk executed (None: all).
+    """
+
+    execution: str = "policy"
+    threshold: float = 0.5
+    merge: str = "weighted_average"
+    delay_steps: int | None = None
+    rtc: bool = False
+    starve: str = "repeat_last"
+    execute_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.execution not in EXECUTIONS:
+            raise ConfigError(
+                f"execution={self.execution!r} is unknown", fix=f"use one of {EXECUTIONS}"
+            )
+        if self.execution == "policy" and (self.delay_steps is not None or self.rtc):
+            raise ConfigError(
+                f"execution='policy' runs the policy in the loop: delay_steps={self.delay_steps} "
+                f"and rtc={self.rtc} need chunked execution",
+                fix="pass --execution sync or --execution async",
+            )
+        if self.rtc and self.execution != "async":
+            raise ConfigError("rtc=True needs asynchronous execution", fix="pass --execution async")
+
+    def wrap(self, policy: Policy) -> Policy:
+        """``policy`` executed as configured (itself for ``execution='policy'``)."""
+        if self.execution == "policy":
+            return policy
+        return AsyncChunks(
+            policy,
+            threshold=self.threshold if self.execution == "async" else 0.0,
+            merge=self.merge,
+            delay_steps=self.delay_steps,
+            starve=self.starve,
+            execute_steps=self.execute_steps,
+            rtc=self.rtc,
+        )

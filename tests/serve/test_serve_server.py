@@ -469,3 +469,29 @@ def test_deploy_and_collect_take_a_remote_policy(tmp_path: Path) -> None:
         assert not Dataset(tmp_path / "demos")[0].actions.any()  # the zero policy, over the wire
     finally:
         server.stop()
+
+
+def test_eval_runs_chunks_asynchronously_with_simulated_latency(
+    reach_pdp: Path, tmp_path: Path
+) -> None:
+    """`embodied eval --execution async --delay-steps 2 --rtc`: the loader wraps the policy,
+    the result file records how it executed; a bad combination exits 2 naming the option."""
+    argv = ["eval", "--policy", str(reach_pdp), "--env", "mujoco:reach_around", "--episodes", "1"]
+    argv += ["--max-steps", "20", "--out", str(tmp_path / "a")]
+    argv += ["--execution", "async", "--delay-steps", "2", "--rtc", "--starve", "zeros"]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    out = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert '"rtc": true' in json.dumps(out) and '"delay_steps": 2' in json.dumps(out)
+    bad = [
+        sys.executable,
+        "-m",
+        "embodied",
+        "eval",
+        "--policy",
+        "zero",
+        "--env",
+        "mujoco:reach_around",
+    ]
+    proc = subprocess.run([*bad, "--rtc"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2 and "--execution async" in proc.stderr, proc.stderr

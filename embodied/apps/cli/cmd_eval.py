@@ -14,9 +14,10 @@ import typer
 from rich.console import Console
 
 from embodied.apps.cli._common import episode_progress, parse_kv
-from embodied.apps.cli._config_options import Opt, config_options
+from embodied.apps.cli._config_options import Opt, config_options, nest
 from embodied.apps.evaluation import EvalConfig, PolicyLoader, build_grid, evaluate
 from embodied.apps.evaluation.report import preflight_lines
+from embodied.chunking import ChunkingConfig
 from embodied.errors import ConfigError
 from embodied.io import require_output_dir
 
@@ -37,6 +38,12 @@ def register(app: typer.Typer) -> None:
         "judge",
         "max_episode_errors",
         "scenes",
+        Opt("chunking.execution", flag="--execution"),
+        Opt("chunking.threshold", flag="--async-threshold"),
+        Opt("chunking.merge", flag="--merge"),
+        Opt("chunking.delay_steps", flag="--delay-steps"),
+        Opt("chunking.rtc", flag="--rtc", negatable=False),
+        Opt("chunking.starve", flag="--starve"),
     )
     def eval_(
         policy: str = typer.Option(..., "--policy", help="Policy name or checkpoint folder."),
@@ -93,7 +100,9 @@ def register(app: typer.Typer) -> None:
                     fix="add --backend ray or drop --address",
                 )
             os.environ["EMBODIED_RAY_ADDRESS"] = address  # read by the ray backend
-        eval_config = EvalConfig(**config, out=out, env_kwargs=env_kwargs)
+        nested = nest(config)
+        chunking = ChunkingConfig(**nested.pop("chunking", {}))
+        eval_config = EvalConfig(**nested, out=out, env_kwargs=env_kwargs, chunking=chunking)
         total = len(build_grid(eval_config))
         console = Console(stderr=True)
         with episode_progress(console, quiet=as_json) as progress:
@@ -116,7 +125,9 @@ def register(app: typer.Typer) -> None:
 
             result = evaluate(
                 eval_config,
-                PolicyLoader(policy, parse_kv(policy_arg, "--policy-arg", "seed=3")),
+                PolicyLoader(
+                    policy, parse_kv(policy_arg, "--policy-arg", "seed=3"), eval_config.chunking
+                ),
                 on_event,
             )
         if as_json:

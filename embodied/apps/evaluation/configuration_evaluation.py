@@ -8,6 +8,7 @@ can run any episode anywhere and rerun it identically after a crash.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import policies
+from embodied.chunking import ChunkingConfig
 from embodied.contracts import Env, Policy
 from embodied.errors import ConfigError
 
@@ -32,17 +34,23 @@ class PolicyLoader:
     Args:
         spec: A registered policy name (``random``, ``expert``) or a checkpoint folder.
         kwargs: Extra keyword arguments for the factory or checkpoint loader.
+        chunking: How its chunks execute (synchronous or asynchronous, simulated latency,
+            real-time chunking); default: the policy's own receding horizon.
     """
 
     spec: str
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
 
     def __call__(self, env: Env) -> Policy:
-        return policies.load(self.spec, env=env, **dict(self.kwargs))
+        return self.chunking.wrap(policies.load(self.spec, env=env, **dict(self.kwargs)))
 
     def describe(self) -> dict[str, Any]:
         """JSON form for result files."""
-        return {"spec": str(self.spec), "kwargs": dict(self.kwargs)}
+        out: dict[str, Any] = {"spec": str(self.spec), "kwargs": dict(self.kwargs)}
+        if self.chunking != ChunkingConfig():
+            out["chunking"] = dataclasses.asdict(self.chunking)
+        return out
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,9 @@ class EvalConfig:
             (development scenes: the placement the family samples itself with seed
             ``seed + k``, never one of the fixed init states; pick seeds apart from the
             training data's). Families without fixed init states ignore it.
+        chunking: How the policy's chunks execute (``embodied eval --execution async``):
+            copied into a :class:`PolicyLoader` by the CLI; a loader given to
+            :func:`~embodied.apps.evaluation.evaluate` keeps its own.
 
     Derived:
         env_ids: ``envs`` as a tuple.
@@ -136,6 +147,7 @@ class EvalConfig:
     judge: str | None = None
     max_episode_errors: int | None = None
     scenes: str = "fixed"
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
     env_ids: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -253,7 +253,9 @@ class EpisodeRunner:
         if variant.name not in self._policies:
             factory = self.policy_factory
             if variant.policy_kwargs and isinstance(factory, PolicyLoader):
-                factory = PolicyLoader(factory.spec, {**factory.kwargs, **variant.policy_kwargs})
+                factory = PolicyLoader(
+                    factory.spec, {**factory.kwargs, **variant.policy_kwargs}, factory.chunking
+                )
             self._policies[variant.name] = factory(env)
         return self._policies[variant.name]
 
