@@ -1,0 +1,280 @@
+"""Inference latency vs chunk execution: synchronous, asynchronous, asynchronous + RTC.
+
+``embodied latency`` checks real-time chunking's claim (Black, Galliker and Levine
+2025): as inference takes longer, synchronous execution stalls the robot and naive
+asynchronous execution jumps between chunks, while RTC keeps success. A plain diffusion policy
+is trained on expert demonstrations of ``mujoco:reach_around`` (one per training seed), then
+every (delay, method) cell rolls it out on held-out seeds with latency simulated exactly in
+control steps (:class:`embodied.chunking.AsyncChunks` with ``delay_steps``):
+
+* ``sync``: the policy's receding horizon (``n_action_steps`` rows), the next chunk asked for
+  when they are done; the robot waits ``delay`` steps (zeros sent: a velocity robot stopped).
+* ``async``: the next chunk asked for with half a chunk left; rows of passed steps dropped;
+  chunks switched without blending (``latest_only``, the paper's naive baseline).
+* ``rtc``: ``async`` with real-time chunking (the paper's soft mask, beta = 5).
+
+Per cell: success with Wilson 95 % intervals pooled over the training seeds, missed control
+periods per episode, and the action jump at chunk boundaries (mean ``|a_b - a_(b-1)|`` at the
+steps where a new chunk's first row executes) against the mean step-to-step change elsewhere.
+Seeds: demonstrations ``demo_seed + k``, evaluation ``eval_seed + k`` (disjoint), training
+seeds as given.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import sim
+from embodied.apps.evaluation.stats import wilson_interval
+from embodied.chunking import AsyncChunks
+from embodied.contracts import Policy
+from embodied.errors import ConfigError
+from embodied.io import write_json, write_text
+from embodied.loop import rollout
+
+METHODS = ("sync", "async", "rtc")
+"""The execution methods compared (see the module docstring)."""
+
+
+@dataclass(frozen=True)
+class LatencyConfig:
+    """The latency experiment.
+
+    Args:
+        env: Env of the experiment.
+        delays: Inference delays in control steps.
+        methods: Execution methods (:data:`METHODS`).
+        episodes: Held-out evaluation episodes per cell and training seed.
+        training_seeds: One policy per seed.
+        demonstrations: Expert demonstrations the policies train on.
+        train_steps: Training steps per policy.
+        horizon: Chunk length (rows).
+        n_action_steps: Rows executed before re-planning (``sync``); ``async`` and ``rtc`` ask
+            for the next chunk when ``horizon - n_action_steps`` rows are left.
+        demo_seed: First seed of the demonstrations.
+        eval_seed: First seed of the evaluation episodes.
+    """
+
+    env: str = "mujoco:reach_around"
+    delays: tuple[int, ...] = (0, 2, 4, 8)
+    methods: tuple[str, ...] = METHODS
+    episodes: int = 50
+    training_seeds: tuple[int, ...] = (0, 1, 2)
+    demonstrations: int = 100
+    train_steps: int = 3000
+    horizon: int = 16
+    n_action_steps: int = 8
+    demo_seed: int = 0
+    eval_seed: int = 700_000
+
+    def __post_init__(self) -> None:
+        bad = sorted(set(self.methods) - set(METHODS))
+        if bad:
+            raise ConfigError(f"methods {bad} are unknown", fix=f"use some of {list(METHODS)}")
+        if any(d < 0 for d in self.delays):
+            raise ConfigError(f"delays {list(self.delays)}: must be >= 0", fix="e.g. 0,2,4,8")
+        if not 0 < self.n_action_steps < self.horizon:
+            raise ConfigError(
+                f"n_action_steps={self.n_action_steps} must lie in (0, horizon={self.horizon})",
+                fix="e.g. horizon 16, n_action_steps 8",
+            )
+        if self.eval_seed < self.demo_seed + 10 * self.demonstrations:
+            raise ConfigError(
+                f"eval_seed={self.eval_seed} may overlap the demonstration seeds from "
+                f"{self.demo_seed}",
+                fix="keep evaluation seeds far above the demonstrations' (e.g. 700000)",
+            )
+
+
+def executor(policy: Policy, method: str, delay: int, config: LatencyConfig) -> AsyncChunks:
+    """``policy`` executed by ``method`` with ``delay`` steps of simulated latency."""
+    if method == "sync":
+        return AsyncChunks(
+            policy,
+            threshold=0.0,
+            delay_steps=delay,
+            starve="zeros",
+            execute_steps=config.n_action_steps,
+        )
+    left = (config.horizon - config.n_action_steps) / config.horizon
+    return AsyncChunks(
+        policy,
+        threshold=left,
+        merge="latest_only",
+        delay_steps=delay,
+        starve="zeros",
+        rtc=method == "rtc",
+    )
+
+
+def episode_row(actions: np.ndarray, success: bool, stats: Any) -> dict[str, Any]:
+    """One episode's figures: success, missed periods, boundary jump vs elsewhere."""
+    steps = np.linalg.norm(np.diff(actions, axis=0), axis=1) if len(actions) > 1 else np.zeros(0)
+    boundaries = [b for b in stats.boundary_steps if 0 < b < len(actions)]
+    at = [float(steps[b - 1]) for b in boundaries]
+    mask = np.ones(len(steps), dtype=bool)
+    mask[[b - 1 for b in boundaries]] = False
+    return {
+        "success": bool(success),
+        "missed_periods": int(stats.missed_periods),
+        "boundary_jump": float(np.mean(at)) if at else float("nan"),
+        "other_jump": float(steps[mask].mean()) if mask.any() else float("nan"),
+        "dropped_chunks": int(stats.dropped_chunks),
+    }
+
+
+def run_cell(
+    env: Any, policy: Policy, method: str, delay: int, seeds: Sequence[int], config: LatencyConfig
+) -> list[dict[str, Any]]:
+    """Episodes of one (method, delay) cell."""
+    runner = executor(policy, method, delay, config)
+    rows = []
+    for seed in seeds:
+        ep = rollout(env, runner, seed=seed, record_images=False)
+        rows.append(episode_row(ep.actions, ep.success, runner.stats))
+    return rows
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Pooled figures of a cell (rows of every training seed)."""
+    wins, n = sum(r["success"] for r in rows), len(rows)
+    lo, hi = wilson_interval(wins, n)
+
+    def mean(key: str) -> float:
+        vals = [r[key] for r in rows if np.isfinite(r[key])]
+        return float(np.mean(vals)) if vals else float("nan")
+
+    return {
+        "successes": wins,
+        "n": n,
+        "success": wins / n if n else float("nan"),
+        "wilson95": [lo, hi],
+        "missed_periods": mean("missed_periods"),
+        "boundary_jump": mean("boundary_jump"),
+        "other_jump": mean("other_jump"),
+        "dropped_chunks": mean("dropped_chunks"),
+    }
+
+
+def train_policies(config: LatencyConfig, out: Path) -> list[Path]:
+    """Demonstrations once, then one plain diffusion policy per training seed (resumable)."""
+    from embodied.apps.collect import CollectConfig, collect
+    from policies.diffusion.training_pdp import train_pdp
+
+    data = out / "demonstrations"
+    if not (data / "done").exists():
+        collect(
+            CollectConfig(env=config.env, episodes=config.demonstrations, seed=config.demo_seed),
+            data,
+        )
+        write_text(data / "done", "")
+    ckpts = []
+    for seed in config.training_seeds:
+        ckpt = out / f"policy_seed{seed}"
+        if not (ckpt / "model.safetensors").exists():
+            train_pdp(
+                data,
+                ckpt,
+                overrides={
+                    "z_dim": 0,
+                    "seed": seed,
+                    "steps": config.train_steps,
+                    "horizon": config.horizon,
+                    "n_action_steps": config.n_action_steps,
+                },
+                progress=False,
+                tensorboard=False,
+            )
+        ckpts.append(ckpt)
+    return ckpts
+
+
+def run_experiment(
+    config: LatencyConfig,
+    out: str | Path,
+    on_cell: Callable[[str, int, int, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Train, roll out every cell, write ``latency.{json,md,png}`` into ``out``."""
+    import policies
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ckpts = train_policies(config, out)
+    env = sim.make(config.env)
+    seeds = range(config.eval_seed, config.eval_seed + config.episodes)
+    cells: dict[str, dict[str, Any]] = {}
+    for method in config.methods:
+        for delay in config.delays:
+            rows = []
+            for seed, ckpt in zip(config.training_seeds, ckpts, strict=True):
+                part = run_cell(env, policies.load(ckpt, env=env), method, delay, seeds, config)
+                rows += part
+                if on_cell is not None:
+                    on_cell(method, delay, seed, summarize(part))
+            cells[f"{method}@{delay}"] = {"method": method, "delay": delay, **summarize(rows)}
+    result = {"config": asdict(config), "cells": cells}
+    write_json(out / "latency.json", result)
+    write_text(out / "latency.md", markdown(result))
+    plot(result, out / "latency.png")
+    return result
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The result table: one row per method, one column per delay."""
+    cfg = result["config"]
+    delays = cfg["delays"]
+    head = "| method | " + " | ".join(f"delay {d}" for d in delays) + " |"
+    lines = [
+        f"Success on {cfg['env']} ({cfg['episodes']} held-out episodes x "
+        f"{len(cfg['training_seeds'])} training seeds per cell, Wilson 95 %); missed control "
+        "periods per episode; action jump at chunk boundaries / elsewhere.",
+        "",
+        head,
+        "|---|" + "---|" * len(delays),
+    ]
+    for method in cfg["methods"]:
+        row = []
+        for d in delays:
+            c = result["cells"][f"{method}@{d}"]
+            lo, hi = c["wilson95"]
+            row.append(
+                f"{c['successes']}/{c['n']} [{100 * lo:.0f}, {100 * hi:.0f}]; missed "
+                f"{c['missed_periods']:.1f}; jump {c['boundary_jump']:.3f}/{c['other_jump']:.3f}"
+            )
+        lines.append(f"| {method} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Success (with intervals) and boundary jump against delay, one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cfg = result["config"]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for method in cfg["methods"]:
+        cells = [result["cells"][f"{method}@{d}"] for d in cfg["delays"]]
+        rate = np.array([c["success"] for c in cells])
+        lo = np.array([c["wilson95"][0] for c in cells])
+        hi = np.array([c["wilson95"][1] for c in cells])
+        axes[0].errorbar(cfg["delays"], rate, yerr=[rate - lo, hi - rate], capsize=3, label=method)
+        axes[1].plot(cfg["delays"], [c["boundary_jump"] for c in cells], marker="o", label=method)
+    axes[0].set(xlabel="inference delay (control steps)", ylabel="success rate", ylim=(0, 1.02))
+    axes[1].set(xlabel="inference delay (control steps)", ylabel="|a_b - a_(b-1)| at boundaries")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def load_result(path: str | Path) -> dict[str, Any]:
+    """A written ``latency.json``."""
+    return json.loads(Path(path).read_text())  # type: ignore[no-any-return]
