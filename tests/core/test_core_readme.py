@@ -74,3 +74,12 @@ def test_readme_python_module_commands_run() -> None:
             timeout=300,
         )
         assert proc.returncode == 0, (module, proc.stdout[-2000:], proc.stderr[-2000:])
+
+
+def test_readme_images_exist_and_are_pngs() -> None:
+    images = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", README)
+    assert images, "README shows no image (the tuning page screenshot)"
+    for rel in images:
+        path = ROOT / rel
+        assert path.is_file(), f"README image {rel} is missing"
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{rel} is not a PNG"

@@ -100,6 +100,19 @@ def _message(page: Any) -> tuple[str, str]:
     return page.inner_text("#message"), page.get_attribute("#message", "class") or ""
 
 
+def _assert_round_ticks(ticks: list[str], where: str) -> None:
+    """One format per axis (same decimals), evenly spaced round steps (1, 2, 2.5, 5 x 10^k)."""
+    assert len(ticks) >= 2, f"{where}: {ticks}"
+    decimals = {len(t.split(".")[1]) if "." in t else 0 for t in ticks}
+    assert len(decimals) == 1, f"{where} mixes formats: {ticks}"
+    values = [float(t) for t in ticks]
+    steps = {round(b - a, 9) for a, b in itertools.pairwise(values)}
+    assert len(steps) == 1, f"{where} uneven: {ticks}"
+    step = steps.pop()
+    mantissa = step / 10 ** math.floor(math.log10(step))
+    assert any(math.isclose(mantissa, m, rel_tol=1e-6) for m in (1, 2, 2.5, 5)), ticks
+
+
 def test_page_streams_telemetry_plots_and_camera(page: Any, server: Any) -> None:
     n0 = page.evaluate("window.tune.samples")
     _wait(page, f"window.tune.samples >= {n0 + 20}")  # 20 new control steps
@@ -131,17 +144,7 @@ def test_page_streams_telemetry_plots_and_camera(page: Any, server: Any) -> None
         )
         assert plot["xlabel"] == "time (s)"
         for axis in ("xticks", "yticks"):
-            ticks = plot[axis]
-            assert len(ticks) >= 2, f"{key} {axis}: {ticks}"
-            # one format per axis (same decimals), evenly spaced round steps (1, 2, 2.5, 5 x 10^k)
-            decimals = {len(t.split(".")[1]) if "." in t else 0 for t in ticks}
-            assert len(decimals) == 1, f"{key} {axis} mixes formats: {ticks}"
-            values = [float(t) for t in ticks]
-            steps = {round(b - a, 9) for a, b in itertools.pairwise(values)}
-            assert len(steps) == 1, f"{key} {axis} uneven: {ticks}"
-            step = steps.pop()
-            mantissa = step / 10 ** math.floor(math.log10(step))
-            assert any(math.isclose(mantissa, m, rel_tol=1e-6) for m in (1, 2, 2.5, 5)), ticks
+            _assert_round_ticks(plot[axis], f"{key} {axis}")
         # every legend entry has a trace with points in the visible window
         assert [t.strip() for t in plot["legend"][1:]] == plot["labels"], plot["legend"]
         assert all(n > 0 for n in plot["finite"]), f"{key}: a legend entry without a trace {plot}"
@@ -254,6 +257,11 @@ def test_step_response_experiment_reports_figures(page: Any, server: Any) -> Non
 
     saved = json.loads((server.session.config.out_dir / "last_step_test.json").read_text())
     assert saved["rise_time_s"] == pytest.approx(result["rise_time_s"])
+    # the step test's own plot: round ticks too (its ~16 s trace once got 0, 3, 5, 8, 10, 13)
+    page.wait_for_timeout(300)
+    ticks = page.evaluate("({x: window.stepPlot.ticks.x, y: window.stepPlot.ticks.y})")
+    _assert_round_ticks(ticks["x"], "step plot x")
+    _assert_round_ticks(ticks["y"], "step plot y")
 
 
 def test_save_and_load_gains(page: Any, server: Any) -> None:

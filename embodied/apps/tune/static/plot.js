@@ -10,7 +10,10 @@ function tickFormatter() {
   return (u, splits) => {
     if (!splits.length) return [];
     const step = splits.length > 1 ? Math.abs(splits[1] - splits[0]) : Math.abs(splits[0]) || 1;
-    const decimals = Math.max(0, Math.min(6, -Math.floor(Math.log10(step) + 1e-9)));
+    // the fewest decimals that write the step exactly (2.5 needs one, 0.25 two), so no two
+    // ticks round to labels an uneven distance apart
+    let decimals = 0;
+    while (decimals < 6 && Math.abs(step * 10 ** decimals - Math.round(step * 10 ** decimals)) > 1e-6) decimals++;
     return splits.map((v) => (Math.abs(v) < step * 1e-6 ? 0 : v).toFixed(decimals));
   };
 }
