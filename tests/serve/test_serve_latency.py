@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,45 @@ def test_latency_experiment_runs_every_cell(tmp_path: Path) -> None:
         LatencyConfig(methods=("bidirectional",))
     with pytest.raises(ConfigError, match="eval_seed=10 may overlap"):
         LatencyConfig(eval_seed=10)
+
+
+def test_visuomotor_latency_cells_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """arm_reach with two cameras (the camera arm recipe) at a tiny budget; a rerun reuses the
+    finished cells and refuses a folder of another configuration."""
+    import json
+
+    from embodied.apps.experiments import latency
+
+    cfg = LatencyConfig(
+        env="mujoco:arm_reach",
+        delays=(2,),
+        methods=("sync", "rtc"),
+        episodes=1,
+        training_seeds=(0,),
+        demonstrations=2,
+        train_steps=3,
+        horizon=8,
+        n_action_steps=4,
+        cameras=("front", "top"),
+        image_size=32,
+        exclude_state=("ee_vx", "ee_vy", "ee_vz"),
+    )
+    res = run_experiment(cfg, tmp_path)
+    assert set(res["cells"]) == {"sync@2", "rtc@2"}
+    saved = json.loads((tmp_path / "policy_seed0" / "config.json").read_text())
+    assert saved["vision"]["cameras"] == ["front", "top"]
+    assert saved["vision"]["crop_shape"] == [24, 24] and saved["n_obs_steps"] == 1
+    seen = [saved["state_names"][i] for i in saved["obs_dims"]]
+    assert "ee_vx" not in seen and len(seen) == saved["state_dim"] - 3
+    assert sorted(p.name for p in (tmp_path / "cells").glob("*@*.json")) == [
+        "rtc@2_seed0.json",
+        "sync@2_seed0.json",
+    ]
+
+    def no_rollouts(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a finished cell was rolled out again")
+
+    monkeypatch.setattr(latency, "run_cell", no_rollouts)
+    assert run_experiment(cfg, tmp_path)["cells"] == res["cells"]
+    with pytest.raises(ConfigError, match="another latency configuration"):
+        run_experiment(replace(cfg, episodes=2), tmp_path)

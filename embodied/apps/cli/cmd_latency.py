@@ -1,10 +1,10 @@
 """Inference latency vs chunk execution: synchronous, asynchronous, asynchronous + RTC.
 
-Trains plain diffusion policies on mujoco:reach_around expert demonstrations (one per training
-seed), then rolls each out with 0-8 control steps of simulated inference latency executed
+Trains plain diffusion policies on expert demonstrations (one per training seed; state only on
+mujoco:reach_around, or visuomotor with --cameras, e.g. mujoco:arm_reach with front,top), then rolls each out with 0-8 control steps of simulated inference latency executed
 synchronously, asynchronously (naive switch) and asynchronously with real-time chunking:
 success (Wilson 95 %), missed control periods and the action jump at chunk boundaries, into
-OUT/latency.{json,md,png}. Resumable: demonstrations and policies are reused.
+OUT/latency.{json,md,png}. Resumable: demonstrations, policies and finished cells are reused.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ def register(app: typer.Typer) -> None:
         "horizon",
         "n_action_steps",
         "eval_seed",
+        "cameras",
+        "image_size",
+        "exclude_state",
     )
     def latency_cmd(
         out: Path = typer.Option(Path("runs/latency"), "--out", help="Output folder."),

