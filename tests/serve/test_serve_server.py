@@ -495,3 +495,41 @@ def test_eval_runs_chunks_asynchronously_with_simulated_latency(
     ]
     proc = subprocess.run([*bad, "--rtc"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 2 and "--execution async" in proc.stderr, proc.stderr
+
+
+def test_tune_steers_a_remote_policy_as_in_process(tmp_path: Path) -> None:
+    """`embodied tune --policy ws://...`: the page's session drives a served PDP's knob z; the
+    knob trace and the actions equal the in-process policy's."""
+    from embodied.apps.experiments.pdp import collect_demonstrations
+    from embodied.apps.tune import TuneConfig, TuneSession
+    from embodied.apps.tune.task import build_task
+    from policies.diffusion.training_pdp import train_pdp
+    from tests.diffusion.conftest import tiny_config
+
+    collect_demonstrations(4, seed=0, out_dir=tmp_path / "demos")
+    ckpt = tmp_path / "policy"
+    cfg = tiny_config(steps=3, batch_size=8, z_dim=1)
+    train_pdp(tmp_path / "demos", ckpt, cfg, progress=False, tensorboard=False)
+    served = policies.load(ckpt)
+    server = PolicyServer(served, server_metadata(served), port=0).start()
+    try:
+        episodes = []
+        for spec in (str(ckpt), server.url):
+            tune = TuneConfig(
+                env_id="mujoco:reach_around",
+                policy=spec,
+                knob="z",
+                setpoint=0.05,
+                pace=False,
+                hold=False,
+                out_dir=tmp_path / "tune",
+            )
+            session = TuneSession(build_task(tune, camera=False), tune)
+            episodes.append(session.run_episode(seed=3))
+    finally:
+        server.stop()
+    local, remote = episodes
+    assert len(remote.actions) == len(local.actions) > 10
+    np.testing.assert_allclose(remote.actions, local.actions, atol=1e-9)
+    np.testing.assert_allclose(remote.knobs["z"], local.knobs["z"], atol=1e-12)
+    assert np.ptp(local.knobs["z"]) > 0  # the PID moved the knob: steering reached the server
