@@ -119,7 +119,8 @@ def write_text(path: str | os.PathLike[str], text: str) -> None:
         tmp.write_text(text)
 
 
-def _json_default(obj: Any) -> Any:
+def json_default(obj: Any) -> Any:
+    """``json.dumps(default=...)`` for numpy scalars and arrays and paths."""
     import numpy as np
 
     if isinstance(obj, np.generic):
@@ -129,6 +130,9 @@ def _json_default(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+_json_default = json_default
 
 
 # ---- checked reads -------------------------------------------------------------------------

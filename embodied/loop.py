@@ -74,6 +74,7 @@ class StepRecord:
         knobs: Knob values in force for this step.
         timing_ms: Wall time per stage: ``control``, ``policy``, ``safety``, ``env``, ``total``.
         info: Env info after the step.
+        instruction: The task instruction in force (the observation's, else the env's).
     """
 
     t: int
@@ -87,6 +88,7 @@ class StepRecord:
     knobs: dict[str, np.ndarray]
     timing_ms: dict[str, float]
     info: Mapping[str, Any]
+    instruction: str = ""
 
 
 @dataclass
@@ -250,9 +252,11 @@ def rollout(
         action = safety(raw, obs) if safety is not None else raw
         t_safety = time.perf_counter()
 
-        row = {k: v for k, v in obs.items() if k != "instruction"}
-        if not record_images:
-            row = {k: v for k, v in row.items() if not k.startswith("image.")}
+        instruction = obs.get("instruction", env.instruction)
+        seen = {k: v for k, v in obs.items() if k != "instruction"}
+        row = seen
+        if not record_images:  # the episode keeps no frames; callbacks still see them
+            row = {k: v for k, v in seen.items() if not k.startswith("image.")}
         obs_rows.append(row)
         knob_rows.append(
             {name: policy.get_knob(name) for name in policy.knobs()} if steerable else {}  # type: ignore[attr-defined]
@@ -280,7 +284,7 @@ def rollout(
         if callbacks:
             record = StepRecord(
                 t,
-                obs_rows[-1],
+                seen,
                 action,
                 raw,
                 float(reward),
@@ -290,6 +294,7 @@ def rollout(
                 knob_rows[-1],
                 timing,
                 info,
+                str(instruction),
             )
             for cb in callbacks:
                 cb(record)

@@ -21,7 +21,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from embodied.datasets import DatasetWriter, EpisodeData
 from embodied.errors import ActionError, ConfigError, SafetyFault
 from embodied.io import write_json
 from embodied.loop import Episode, Steering, StepRecord, rollout
+from embodied.recording import McapRecorder, SafetyTap, check_record_path
 from embodied.specs import Observation
 from hardware import make_robot
 from hardware.configuration_robot import RobotConfig
@@ -65,6 +66,9 @@ class DeployConfig:
             safety filter.
         shield_measure: module:function mapping an observation to the shield's measurement
             vector (default: the observation key the shield was saved with).
+        record: MCAP file recording every control step: state, cameras, instruction, the
+            action before and after the safety filter, knobs, measurement, setpoint, timings
+            and safety events (:mod:`embodied.recording`; never overwritten).
     """
 
     policy: str
@@ -78,6 +82,7 @@ class DeployConfig:
     clear_estop: bool = False
     shield: str | os.PathLike[str] | None = None
     shield_measure: str | None = None
+    record: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
         if not self.policy:
@@ -97,6 +102,8 @@ class DeployConfig:
                 fix="e.g. --rate 20, or leave it out for the robot config's control_rate_hz",
             )
         object.__setattr__(self, "policy_kwargs", dict(self.policy_kwargs))
+        if self.record is not None:
+            check_record_path(self.record)
         if self.shield_measure is not None and self.shield is None:
             raise ConfigError(
                 f"shield_measure {self.shield_measure!r} given without a shield",
@@ -307,6 +314,7 @@ def deploy(
     }
     safety = None
     shielded: ShieldThenSafety | None = None
+    recording: McapRecorder | None = None
     try:
         with robot:
             if config.clear_estop:
@@ -333,8 +341,16 @@ def deploy(
                     "policy": str(policy),
                 },
             )
+            if config.record is not None:
+                recording = McapRecorder(config.record, env.describe())
             for index in range(config.episodes):
                 recorder = _Recorder()
+                callbacks: list[Callable[[StepRecord], None]] = [recorder]
+                tap = None
+                if recording is not None:
+                    recording.start_episode(meta={"episode": index, "policy": str(policy)})
+                    tap = SafetyTap(safety, recording)
+                    callbacks += [recording, tap]
                 deadline = time.monotonic() + max_seconds
 
                 def should_stop(_deadline: float = deadline) -> bool:
@@ -349,7 +365,7 @@ def deploy(
                         safety=loop_filter,
                         pace=True,
                         stop_on_success=False,
-                        callbacks=[recorder],
+                        callbacks=callbacks,
                         should_stop=should_stop,
                         max_steps=steps_per_episode,
                     )
@@ -366,12 +382,16 @@ def deploy(
                     reason, fault = "fault", str(exc)
                     log.error("fault: %s", exc)
                     robot.stop()
+                    if tap is not None:
+                        tap()  # the event that raised
                     data = recorder.episode_data(
                         instruction, {**meta, "deploy_reason": reason, "fault": fault}
                     )
                     if len(data):
                         shards.append(writer.add(data))
                     total_steps += len(recorder.records)
+                if recording is not None:
+                    recording.end_episode(reason=reason)
                 if reason != "max_steps":
                     break
             summary["link_losses"] = env.link_losses
@@ -382,6 +402,8 @@ def deploy(
         raise
     finally:
         # `with robot` has commanded the stop (hold) and closed the link by now.
+        if recording is not None:
+            recording.close()
         summary.update(
             {
                 "reason": reason,

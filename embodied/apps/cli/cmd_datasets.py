@@ -1,8 +1,11 @@
-"""Datasets: export to LeRobotDataset v3 or robomimic HDF5, and describe a dataset.
+"""Datasets: import robot recordings, export to LeRobotDataset v3 or robomimic HDF5, describe.
 
-`export` reads our episode shards, a robomimic .hdf5 file or a LeRobotDataset v3 folder and
-writes it as a LeRobotDataset v3 folder (parquet + MP4, lerobot's layout) or one robomimic
-.hdf5 file. `info` prints a dataset's format, episodes, frames, features and tasks.
+`import` turns a rosbag1 (.bag), rosbag2 (folder, .db3, .mcap) or MCAP recording into our
+episode shards (a mapping names its state, action, camera and instruction topics; our own
+`--record` files need none). `export` reads our episode shards, a robomimic .hdf5 file or a
+LeRobotDataset v3 folder and writes it as a LeRobotDataset v3 folder (parquet + MP4, lerobot's
+layout) or one robomimic .hdf5 file. `info` prints a dataset's format, episodes, frames,
+features and tasks.
 """
 
 from __future__ import annotations
@@ -140,6 +143,42 @@ def _describe(path: Path) -> dict[str, Any]:
         "features": features,
         "tasks": tasks,
     }
+
+
+@datasets_app.command("import")
+def import_cmd(
+    bag: Path = typer.Argument(
+        ..., help="rosbag1 .bag, rosbag2 folder or .db3, or .mcap (ours or any ROS 1/2 one)."
+    ),
+    out: Path = typer.Option(..., "--out", help="New dataset folder (episode shards)."),
+    mapping: Path = typer.Option(
+        None,
+        "--map",
+        help="Mapping YAML: clock or rate_hz, max_skew_s, state/action/cameras topics and "
+        "fields, instruction, episodes (see embodied/datasets/bags.py); none for files "
+        "recorded with --record.",
+    ),
+    min_steps: int = typer.Option(2, "--min-steps", help="Shorter episodes are left out."),
+) -> None:
+    """Import a robot recording as a dataset (train on it, or export it to LeRobot v3)."""
+    from embodied.datasets.bags import import_bag, load_mapping
+
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(
+            f"--out {str(out)!r} exists and is not an empty folder; an import never adds to "
+            "or replaces a dataset",
+            fix="pass a new --out folder",
+        )
+    if min_steps < 1:
+        raise ConfigError(f"--min-steps {min_steps} must be >= 1", fix="e.g. --min-steps 2")
+    result = import_bag(
+        bag, out, None if mapping is None else load_mapping(mapping), min_steps=min_steps
+    )
+    cut = " (the file was cut off: read up to its last complete chunk)" if result.truncated else ""
+    print(
+        f"imported {result.episodes} episodes, {result.steps} steps into {out}; "
+        f"{result.dropped_ticks} ticks dropped (a stream beyond max_skew_s){cut}"
+    )
 
 
 @datasets_app.command("info")

@@ -40,6 +40,7 @@ def register(app: typer.Typer) -> None:
         Opt("clear_estop", negatable=False),
         "shield",
         "shield_measure",
+        "record",
     )
     def deploy_cmd(
         robot: str = typer.Option(

@@ -44,6 +44,7 @@ def register(app: typer.Typer) -> None:
         Opt("chunking.delay_steps", flag="--delay-steps"),
         Opt("chunking.rtc", flag="--rtc", negatable=False),
         Opt("chunking.starve", flag="--starve"),
+        "record",
     )
     def eval_(
         policy: str = typer.Option(..., "--policy", help="Policy name or checkpoint folder."),

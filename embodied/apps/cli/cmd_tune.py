@@ -58,6 +58,7 @@ def register(app: typer.Typer) -> None:
         "step_timeout_s",
         "max_overshoot_pct",
         "autotune_method",
+        "record",
     )
     @config_options(
         ServerConfig,

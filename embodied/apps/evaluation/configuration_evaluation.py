@@ -19,6 +19,7 @@ import policies
 from embodied.chunking import ChunkingConfig
 from embodied.contracts import Env, Policy
 from embodied.errors import ConfigError
+from embodied.recording import check_record_path
 
 SCENES = ("fixed", "sampled")
 """Values of :attr:`EvalConfig.scenes`."""
@@ -126,6 +127,9 @@ class EvalConfig:
         chunking: How the policy's chunks execute (``embodied eval --execution async``):
             copied into a :class:`PolicyLoader` by the CLI; a loader given to
             :func:`~embodied.apps.evaluation.evaluate` keeps its own.
+        record: MCAP file recording every control step of every episode
+            (:mod:`embodied.recording`; never overwritten). Needs ``workers=0``: the episodes
+            then run in this process, which owns the file.
 
     Derived:
         env_ids: ``envs`` as a tuple.
@@ -148,6 +152,7 @@ class EvalConfig:
     max_episode_errors: int | None = None
     scenes: str = "fixed"
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+    record: str | os.PathLike[str] | None = None
     env_ids: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -162,6 +167,14 @@ class EvalConfig:
             raise ConfigError(f"episodes must be positive, got {self.episodes}")
         if self.workers < 0:
             raise ConfigError(f"workers must be >= 0, got {self.workers}", fix="0 runs inline")
+        if self.record is not None:
+            check_record_path(self.record)
+            if self.workers != 0:
+                raise ConfigError(
+                    f"record {str(self.record)!r} with workers={self.workers}: one process "
+                    "writes a recording",
+                    fix="add --workers 0 (the episodes run in this process)",
+                )
         bad = [v for v in self.video_episodes if not isinstance(v, int) or v < 0]
         if bad:
             raise ConfigError(f"video_episodes must be episode indices >= 0, got {bad}")

@@ -140,7 +140,10 @@ def evaluate(
         if not isinstance(backend, InlineBackend):
             runner.close()  # workers get the runner without envs (and build their own)
     guarded = limit_errors(on_event, config.max_episode_errors)
-    results = backend.run(specs, runner, on_event=guarded)
+    try:
+        results = backend.run(specs, runner, on_event=guarded)
+    finally:
+        runner.close_recording()  # config.record: workers=0, this process wrote it
     records = [results[s.index] for s in specs]
     for r in records:
         if r.env_description is not None:

@@ -17,7 +17,7 @@ import os
 import re
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from embodied.apps.evaluation.configuration_evaluation import (
 from embodied.contracts import Env, Policy
 from embodied.errors import ActionError, EmbodiedError, SafetyFault
 from embodied.loop import Episode, Steering, StepRecord, rollout
+from embodied.recording import McapRecorder
 from embodied.rewards import load_judge
 from embodied.rewards.clips import context_indices
 from embodied.rewards.demo2reward.demonstrations import task_text
@@ -214,6 +215,7 @@ class EpisodeRunner:
         max_steps: int | None,
         out: Path | None,
         judge: str | None = None,
+        record: str | None = None,
     ) -> None:
         self.policy_factory = policy_factory
         self.variants = dict(variants)
@@ -226,6 +228,8 @@ class EpisodeRunner:
         self._described: set[str] = set()
         self.judge_spec = judge
         self._judge: Any = None
+        self.record = record
+        self._recording: McapRecorder | None = None
 
     @classmethod
     def from_config(cls, config: EvalConfig, policy_factory: PolicyFactory) -> EpisodeRunner:
@@ -237,6 +241,7 @@ class EpisodeRunner:
             config.max_steps,
             None if config.out is None else Path(config.out),
             config.judge,
+            None if config.record is None else str(config.record),
         )
 
     def env(self, env_id: str) -> Env:
@@ -344,14 +349,24 @@ class EpisodeRunner:
         t0 = time.perf_counter()
         env = self.env(spec.env_id)
         frames: list[np.ndarray] = []
-        callbacks = []
+        callbacks: list[Callable[[StepRecord], None]] = []
         if (spec.record_video and self.out is not None) or self.judge_spec:
 
             def grab(_: StepRecord) -> None:
                 frames.append(np.asarray(env.render()))
 
             callbacks.append(grab)
+        if self.record is not None:
+            if self._recording is None:
+                self._recording = McapRecorder(self.record, env.describe())
+            self._recording.start_episode(
+                seed=spec.seed,
+                meta={"env_id": spec.env_id, "variant": spec.variant, "index": spec.index},
+            )
+            callbacks.append(self._recording)
         ep, _ = self.rollout_spec(spec, env, callbacks=callbacks)
+        if self._recording is not None:
+            self._recording.end_episode(success=ep.success, reason=str(ep.meta.get("reason")))
         judged = self._judge_episode(env, frames, ep.instruction) if self.judge_spec else None
         video = None
         if frames and self.out is not None and spec.record_video:
@@ -384,6 +399,12 @@ class EpisodeRunner:
         clip = np.stack([frames[i] for i in context_indices(len(frames) - 1, n_context)])
         prob = float(self._judge.score(clip, task_text(instruction, env.env_id)))
         return prob, float(getattr(self._judge, "threshold", 0.5))
+
+    def close_recording(self) -> None:
+        """Finish the ``record`` file (its summary section), if one was opened."""
+        if self._recording is not None:
+            self._recording.close()
+            self._recording = None
 
     def close(self) -> None:
         """Close the cached env and drop the policies built for it."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from embodied.errors import ConfigError, require
+from embodied.recording import check_record_path
 
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback"})
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -147,6 +148,8 @@ class TuneConfig:
             candidates that settle within the overshoot limit) or ``simc`` (an open-loop bump
             test of the knob, a fitted first-order-plus-dead-time model and Skogestad's SIMC
             PI rule, with the loop's gain and phase margins, then verified by a step test).
+        record: MCAP file recording every control step of every episode the page runs (live,
+            step tests, auto-tune; :mod:`embodied.recording`; never overwritten).
     """
 
     env_id: str = "mujoco:arm_reach"
@@ -170,9 +173,12 @@ class TuneConfig:
     autotune_budget: int = 9
     max_overshoot_pct: float = 10.0
     autotune_method: str = "search"
+    record: str | None = None
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
+        if self.record is not None:
+            check_record_path(self.record)
         require(
             self.controller in ("off", "fixed", "pid", "rl"),
             f"controller {self.controller!r} is not one of off, fixed, pid, rl",

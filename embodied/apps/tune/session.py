@@ -41,6 +41,7 @@ from embodied.apps.tune.task import TuneTask
 from embodied.contracts import Controller
 from embodied.errors import ConfigError, EmbodiedError
 from embodied.loop import Episode, Setpoint, Steering, StepRecord, rollout
+from embodied.recording import McapRecorder, SafetyTap
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +239,7 @@ class TuneSession:
         self._frame: np.ndarray | None = None
         self._frame_seq = 0
         self._thread: threading.Thread | None = None
+        self._recording: McapRecorder | None = None  # config.record, opened at the first episode
         self._progress0: float | None = None
         self.state_version = 0
 
@@ -322,6 +324,8 @@ class TuneSession:
         close = self.task.on_close or getattr(self.task.env, "close", None)
         if callable(close):
             close()
+        if self._recording is not None:
+            self._recording.close()
 
     # -- commands ------------------------------------------------------------------------
     def context(self) -> ValidationContext:
@@ -643,22 +647,45 @@ class TuneSession:
         self._progress0 = None
         self._setpoint_override = setpoint
         self.state_version += 1
+        episode_seed = self.seed if seed is None else int(seed)
+        callbacks: list[Callable[[StepRecord], None]] = [self._on_step]
+        recording = self._recording
+        tap = None
+        if self.config.record is not None:
+            if recording is None:
+                recording = self._recording = McapRecorder(
+                    self.config.record, self.task.env.describe()
+                )
+            recording.start_episode(seed=episode_seed, meta={"label": label})
+            callbacks.append(recording)
+            if self.task.safety is not None and hasattr(self.task.safety, "counts"):
+                tap = SafetyTap(self.task.safety, recording)
+                callbacks.append(tap)
+        ended = False
         try:
-            return rollout(
+            ep = rollout(
                 self.task.env,
                 self.task.policy,
                 steering=self.steering,
-                seed=self.seed if seed is None else int(seed),
+                seed=episode_seed,
                 safety=self.task.safety,
                 pace=True if self.task.realtime else (self.config.pace if pace is None else pace),
                 record_images=self.task.camera is not None,
                 stop_on_success=not self.config.hold
                 if stop_on_success is None
                 else stop_on_success,
-                callbacks=[self._on_step],
+                callbacks=callbacks,
                 should_stop=self._should_stop,
             )
+            if recording is not None:
+                recording.end_episode(success=ep.success, reason=str(ep.meta.get("reason")))
+                ended = True
+            return ep
         finally:
+            if recording is not None and not ended:
+                if tap is not None:
+                    tap()  # the event that ended it (a fault)
+                recording.end_episode(reason="error")
             self._setpoint_override = None
             self.status = "idle"
             self.state_version += 1
