@@ -525,7 +525,7 @@ def _times(recording: Recording, topic: str) -> np.ndarray:
     _check_monotonic(recording, topic, times, "log times")
     # a clock that jumps back (a sim-time reset, an NTP step) shows in the header stamps of
     # messages a bag stored in log-time order
-    heads = [getattr(getattr(m.msg, "header", None), "stamp", None) for m in msgs]
+    heads: list[Any] = [getattr(getattr(m.msg, "header", None), "stamp", None) for m in msgs]
     if heads and all(h is not None for h in heads):
         stamps = np.array([int(h.sec) * 10**9 + int(h.nanosec) for h in heads], dtype=np.int64)
         _check_monotonic(recording, topic, stamps, "header stamps")
