@@ -16,6 +16,7 @@ The mapping (YAML or JSON) names what becomes what::
       front: {topic: /camera/front/compressed}    # CompressedImage (JPEG/PNG) or Image
     instruction: {text: "pick up the red cube"}   # or {topic: /instruction, field: data}
     episodes: {split: gap, gap_s: 1.0}             # or {split: topic, topic: /episode_start}
+                                                   # success: true marks them all successes
 
 ``align`` is ``previous`` (the newest message at or before the tick: what a controller
 running at the tick had seen) or ``nearest``; a tick where any stream has no message within
@@ -257,6 +258,9 @@ class BagMapping:
         split_topic: ``split: topic``: each message of this topic starts an episode.
         env: Env description of the dataset (our recordings: from the file); None builds one
             from the message field names.
+        success: ``episodes.success``: mark every episode a success (``true``, e.g.
+            teleoperated demonstrations) or a failure; None leaves the outcome unrecorded
+            (training then takes the episode as a demonstration).
     """
 
     state: Stream
@@ -272,6 +276,7 @@ class BagMapping:
     gap_s: float = 1.0
     split_topic: str | None = None
     env: Mapping[str, Any] | None = None
+    success: bool | None = None
 
     def __post_init__(self) -> None:
         for key, stream in [("state", self.state), ("action", self.action)] + [
@@ -390,11 +395,18 @@ def load_mapping(path: str | os.PathLike[str]) -> BagMapping:
             split=str(episodes.get("split", "gap")),
             gap_s=float(episodes.get("gap_s", 1.0)),
             split_topic=episodes.get("topic"),
+            success=_optional_bool(episodes.get("success"), f"{source}: episodes.success"),
         )
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"{source}: {exc}", fix="numbers for rate_hz, max_skew_s, gap_s") from exc
+
+
+def _optional_bool(value: Any, key: str) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise ConfigError(f"{key} {value!r} is not true or false", fix="episodes: {success: true}")
 
 
 def recording_mapping(recording: Recording) -> BagMapping:
@@ -731,8 +743,7 @@ def _episode(
         dones=dones,
         attrs={
             "instruction": instruction,
-            "success": False,
-            "success_step": -1,
+            **({} if mapping.success is None else {"success": mapping.success}),
             "judge_score": -1.0,
             "meta": json.dumps({"source": str(recording.path), "t0_ns": int(ticks[run[0]])}),
         },

@@ -103,6 +103,7 @@ class RosTestGraph:
             of :func:`pattern_rgb8`) on ``camera_topic`` at this rate (0: no camera).
         camera_topic: Topic of those frames.
         camera_size: (width, height) of those frames (pixels).
+        log_states: The node also logs every joint state it publishes (kind ``state``).
     """
 
     def __init__(
@@ -114,8 +115,10 @@ class RosTestGraph:
         camera_hz: float = 0.0,
         camera_topic: str = "/camera/image_raw",
         camera_size: tuple[int, int] = (640, 480),
+        log_states: bool = False,
     ) -> None:
         self.config_path = Path(config)
+        self.log_states = log_states
         self.bench = bench
         self.node_rate_hz = node_rate_hz
         self.camera = (camera_hz, camera_topic, camera_size)
@@ -202,6 +205,8 @@ class RosTestGraph:
         ]
         if self.bench:
             argv.append("--bench")
+        if self.log_states:
+            argv.append("--log-states")
         camera_hz, camera_topic, (width, height) = self.camera
         if camera_hz > 0:
             argv += ["--camera-hz", str(camera_hz), "--camera-topic", camera_topic]
@@ -216,6 +221,33 @@ class RosTestGraph:
                     f"the sim robot node did not start (log {log}):\n{self.log_tail('sim_robot')}"
                 )
             time.sleep(0.05)
+
+    def record_bag(self, path: str | os.PathLike[str], topics: list[str]) -> None:
+        """Start ROS 1's own ``rosbag record -O PATH TOPICS...`` on this graph; return once it
+        has written the first messages (it has subscribed). :meth:`stop_bag` closes it."""
+        path = Path(path)
+        self._spawn("rosbag", ["rosbag", "record", "--tcpnodelay", "-O", str(path), *topics])
+        active = path.with_name(path.name + ".active")
+        deadline = time.monotonic() + 60
+        while not (active.exists() and active.stat().st_size > 8192):
+            proc = self.procs["rosbag"]
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise ConfigError(f"rosbag record did not start:\n{self.log_tail('rosbag')}")
+            time.sleep(0.05)
+
+    def stop_bag(self) -> None:
+        """Stop ``rosbag record`` with SIGINT (it closes and indexes the bag)."""
+        proc = self.procs.pop("rosbag", None)
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
 
     def log_tail(self, name: str, chars: int = 2000) -> str:
         """The end of process ``name``'s log (``bridge``, ``sim_robot``, ``rosmaster``)."""
@@ -246,6 +278,7 @@ class RosTestGraph:
 
     def stop(self) -> None:
         """Stop every process this graph started (SIGTERM to all, then SIGKILL stragglers)."""
+        self.stop_bag()
         procs = [
             (n, self.procs.pop(n)) for n in ("bridge", "sim_robot", "rosmaster") if n in self.procs
         ]

@@ -135,7 +135,15 @@ class CameraNode(threading.Thread):
 class SimRobotNode:
     """Integrates joint position commands and publishes joint states."""
 
-    def __init__(self, cfg: dict, rate_hz: float, log_path: str | None, bench: bool) -> None:
+    def __init__(
+        self,
+        cfg: dict,
+        rate_hz: float,
+        log_path: str | None,
+        bench: bool,
+        log_states: bool = False,
+    ) -> None:
+        self.log_states = log_states  # every published joint state into the log too
         joints = cfg["joints"]
         self.names = [j["name"] for j in joints]
         self.lower = [float(j["lower_rad"]) for j in joints]
@@ -297,6 +305,8 @@ class SimRobotNode:
             msg.position = list(self.q)
             msg.velocity = list(self.qd)
         self.pub.publish(msg)
+        if self.log_states:
+            self.record("state", position=list(msg.position), stamp=msg.header.stamp.to_nsec())
 
     def publish_image(self) -> None:
         """A 32x32 test image whose red channel follows joint 0 (so it changes with motion)."""
@@ -342,12 +352,15 @@ def main(argv: list[str] | None = None) -> None:
         help="publish sensor_msgs/Image frames at this rate (0: none)",
     )
     parser.add_argument("--camera-topic", default="/camera/image_raw")
+    parser.add_argument(
+        "--log-states", action="store_true", help="also log every published joint state"
+    )
     parser.add_argument("--camera-size", default="640x480", help="WIDTHxHEIGHT")
     args = parser.parse_args(argv)
     with open(args.config) as f:
         cfg = yaml.safe_load(f)
     rospy.init_node("sim_robot", anonymous=False, disable_signals=False)
-    node = SimRobotNode(cfg, args.rate_hz, args.log, args.bench)
+    node = SimRobotNode(cfg, args.rate_hz, args.log, args.bench, args.log_states)
     if args.camera_hz > 0:
         width, height = (int(v) for v in args.camera_size.split("x"))
         CameraNode(args.camera_topic, width, height, args.camera_hz).start()
