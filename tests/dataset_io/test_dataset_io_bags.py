@@ -351,3 +351,18 @@ def test_bad_bags_exit_2(
     # not one of our recordings and no mapping
     err = _exit2(monkeypatch, capsys, "datasets", "import", str(bag), "--out", str(tmp_path / "x"))
     assert "pass --map" in err
+
+
+def test_bench_record_reports_overhead_size_and_import_speed() -> None:
+    from embodied.apps.bench import run_area
+
+    res = run_area("record", quick=True)
+    assert res["steps_recorded"] > 20
+    assert 0 < res["record_ms_per_step_p50"] <= res["record_ms_per_step_p99"]
+    assert res["overhead_pct_of_period"] == pytest.approx(
+        100 * res["record_ms_per_step_mean"] / 50.0
+    )
+    assert res["file_mb_per_minute"] > 0 and res["import_frames_per_s"] > 0
+    assert res["import_vs_raw_read_time_ratio"] == pytest.approx(
+        res["import_s"] / res["rosbags_raw_read_s"]
+    )
