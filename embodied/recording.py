@@ -127,34 +127,95 @@ def check_record_path(path: str | os.PathLike[str]) -> Path:
     return out
 
 
-class McapRecorder:
-    """Writes a control session to an MCAP file, step by step (a :func:`rollout` callback).
+class LiveView:
+    """A live Foxglove view of a control session: a ``foxglove-sdk`` websocket server whose
+    channels carry the same ROS 2 messages as a recording (``--foxglove PORT``).
 
     Args:
-        path: The ``.mcap`` file to create; an existing file is never overwritten.
+        port: TCP port (0: a free one; 8765 is Foxglove's default).
+        host: Interface to bind; loopback unless the user says otherwise.
+
+    Raises:
+        ConfigError: foxglove-sdk is not installed, or the port cannot be bound.
+    """
+
+    def __init__(self, port: int = 8765, host: str = "127.0.0.1") -> None:
+        try:
+            import foxglove
+        except ImportError as exc:
+            raise ConfigError(
+                f"--foxglove needs foxglove-sdk ({exc})",
+                fix="pip install -e '.[ros]' (or foxglove-sdk)",
+            ) from exc
+        self._foxglove = foxglove
+        self._context = foxglove.Context()  # our channels only, not the SDK's global ones
+        try:
+            self.server = foxglove.start_server(
+                name="embodied", host=host, port=port, context=self._context
+            )
+        except Exception as exc:  # the SDK raises its own error types for bind failures
+            raise ConfigError(
+                f"live view on {host}:{port} cannot start: {exc}",
+                fix="pass another --foxglove port (0 picks a free one)",
+            ) from exc
+        self.host, self.port = host, int(self.server.port)
+        self._channels: dict[str, Any] = {}
+
+    @property
+    def url(self) -> str:
+        """``ws://HOST:PORT`` for Foxglove's "Open connection"."""
+        return f"ws://{self.host}:{self.port}"
+
+    def log(self, topic: str, typename: str, msgdef: str, data: bytes, stamp_ns: int) -> None:
+        """Publish one CDR message on ``topic`` (advertised with its schema on first use)."""
+        channel = self._channels.get(topic)
+        if channel is None:
+            schema = self._foxglove.Schema(name=typename, encoding="ros2msg", data=msgdef.encode())
+            channel = self._channels[topic] = self._foxglove.Channel(
+                topic, schema=schema, message_encoding="cdr", context=self._context
+            )
+        channel.log(data, log_time=stamp_ns)
+
+    def close(self) -> None:
+        """Stop the server."""
+        self.server.stop()
+
+
+class McapRecorder:
+    """Records a control session step by step (a :func:`rollout` callback) to an MCAP file, a
+    live Foxglove view, or both.
+
+    Args:
+        path: The ``.mcap`` file to create (None: no file); never overwritten.
         env_description: The env's :meth:`~embodied.contracts.Env.describe` (its state and
             action entry names and units, cameras, control rate), stored as metadata.
         flush_every_s: Close the open chunk and hand it to the operating system at least this
             often (s of wall time): what a killed process can lose at most.
         jpeg_quality: JPEG quality of the camera channels (1-100).
         clock_ns: Wall clock in ns since the epoch (tests pass a fake one).
+        live: A :class:`LiveView` that gets every message too (closed with the recorder).
 
     Raises:
-        ConfigError: the path exists, is not ``.mcap``, or its folder cannot be created.
+        ConfigError: the path exists or is not ``.mcap``; neither a path nor a live view.
     """
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | None,
         env_description: Mapping[str, Any],
         *,
         flush_every_s: float = 1.0,
         jpeg_quality: int = 90,
         clock_ns: Callable[[], int] = time.time_ns,
+        live: LiveView | None = None,
     ) -> None:
         from mcap.writer import CompressionType, Writer
 
-        self.path = check_record_path(path)
+        if path is None and live is None:
+            raise ConfigError(
+                "a recorder needs a file or a live view", fix="pass --record FILE.mcap"
+            )
+        self.path = None if path is None else check_record_path(path)
         if not 0 < flush_every_s < float("inf"):
             raise ConfigError(
                 f"flush_every_s {flush_every_s!r} must be > 0 and finite (s)",
@@ -162,7 +223,6 @@ class McapRecorder:
             )
         if not 1 <= jpeg_quality <= 100:
             raise ConfigError(f"jpeg_quality {jpeg_quality!r} outside 1..100", fix="e.g. 90")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.env = dict(env_description)
         obs = self.env.get("observation", {})
         act = self.env.get("action", {})
@@ -172,17 +232,23 @@ class McapRecorder:
         self.flush_every_s = float(flush_every_s)
         self.jpeg_quality = int(jpeg_quality)
         self.clock_ns = clock_ns
+        self.live = live
         self._store = typestore()
-        # 'x': fail if another process created the file since the check above
-        self._file = open(self.path, "xb")  # noqa: SIM115 - closed in close()
-        self._writer = Writer(
-            self._file, chunk_size=4 * 1024 * 1024, compression=CompressionType.ZSTD
-        )
-        self._writer.start(profile="ros2", library="embodied")
-        self._writer.add_metadata(
-            METADATA_NAME,
-            {"format_version": str(FORMAT_VERSION), "env": json.dumps(self.env, default=str)},
-        )
+        self._file: Any = None
+        self._writer: Any = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # 'x': fail if another process created the file since the check above
+            self._file = open(self.path, "xb")  # noqa: SIM115 - closed in close()
+            self._writer = Writer(
+                self._file, chunk_size=4 * 1024 * 1024, compression=CompressionType.ZSTD
+            )
+            self._writer.start(profile="ros2", library="embodied")
+            self._writer.add_metadata(
+                METADATA_NAME,
+                {"format_version": str(FORMAT_VERSION), "env": json.dumps(self.env, default=str)},
+            )
+        self._msgdefs: dict[str, str] = {}
         self._schemas: dict[str, int] = {}
         self._channels: dict[str, int] = {}
         self._last_flush = time.monotonic()
@@ -192,20 +258,28 @@ class McapRecorder:
         self.closed = False
 
     # ---- channels --------------------------------------------------------------------------
+    def _msgdef(self, typename: str) -> str:
+        if typename not in self._msgdefs:
+            self._msgdefs[typename] = self._store.generate_msgdef(typename, ros_version=2)[0]
+        return self._msgdefs[typename]
+
     def _ros_channel(self, topic: str, typename: str) -> int:
         if topic not in self._channels:
             if typename not in self._schemas:
-                msgdef, _ = self._store.generate_msgdef(typename, ros_version=2)
                 self._schemas[typename] = self._writer.register_schema(
-                    typename, "ros2msg", msgdef.encode()
+                    typename, "ros2msg", self._msgdef(typename).encode()
                 )
             self._channels[topic] = self._writer.register_channel(
                 topic, "cdr", self._schemas[typename]
             )
         return self._channels[topic]
 
-    def _write(self, channel: int, data: bytes, stamp_ns: int) -> None:
-        self._writer.add_message(channel, log_time=stamp_ns, data=data, publish_time=stamp_ns)
+    def _emit(self, topic: str, typename: str, data: bytes, stamp_ns: int) -> None:
+        if self._writer is not None:
+            channel = self._ros_channel(topic, typename)
+            self._writer.add_message(channel, log_time=stamp_ns, data=data, publish_time=stamp_ns)
+        if self.live is not None:
+            self.live.log(topic, typename, self._msgdef(typename), data, stamp_ns)
         self.messages += 1
 
     def _header(self, stamp_ns: int, frame_id: str = "") -> Any:
@@ -214,8 +288,7 @@ class McapRecorder:
         return t["std_msgs/msg/Header"](stamp=stamp, frame_id=frame_id)
 
     def _ros(self, topic: str, typename: str, msg: Any, stamp_ns: int) -> None:
-        data = bytes(self._store.serialize_cdr(msg, typename))
-        self._write(self._ros_channel(topic, typename), data, stamp_ns)
+        self._emit(topic, typename, bytes(self._store.serialize_cdr(msg, typename)), stamp_ns)
 
     # ---- what the loop and the apps call ---------------------------------------------------
     def start_episode(self, *, seed: int | None = None, meta: Mapping[str, Any] = {}) -> None:
@@ -300,19 +373,23 @@ class McapRecorder:
 
     def flush(self) -> None:
         """Close the open chunk and hand everything to the operating system."""
-        if not self.closed:
+        if not self.closed and self._writer is not None:
             self._writer.flush()
-            self._last_flush = time.monotonic()
+        self._last_flush = time.monotonic()
 
     def close(self) -> None:
-        """Write the summary section (indexes, statistics) and close the file."""
+        """Write the file's summary section (indexes, statistics), close it, stop the view."""
         if self.closed:
             return
+        self.closed = True
         try:
-            self._writer.finish()
+            if self._writer is not None:
+                self._writer.finish()
         finally:
-            self._file.close()
-            self.closed = True
+            if self._file is not None:
+                self._file.close()
+            if self.live is not None:
+                self.live.close()
 
     def __enter__(self) -> McapRecorder:
         return self

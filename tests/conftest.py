@@ -34,6 +34,7 @@ EXTRA_OF = {
     "robosuite": "robosuite",
     "playwright": "ui",
     "minatar": "rl",
+    "foxglove": "ros",
     "openpi_client": "python -m embodied.bootstrap test installs it (pip --no-deps)",
 }
 """Which ``pip install -e .[extra]`` provides each optional top-level module."""

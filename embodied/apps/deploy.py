@@ -38,7 +38,7 @@ from embodied.datasets import DatasetWriter, EpisodeData
 from embodied.errors import ActionError, ConfigError, SafetyFault
 from embodied.io import write_json
 from embodied.loop import Episode, Steering, StepRecord, rollout
-from embodied.recording import McapRecorder, SafetyTap, check_record_path
+from embodied.recording import LiveView, McapRecorder, SafetyTap, check_record_path
 from embodied.specs import Observation
 from hardware import make_robot
 from hardware.configuration_robot import RobotConfig
@@ -69,6 +69,8 @@ class DeployConfig:
         record: MCAP file recording every control step: state, cameras, instruction, the
             action before and after the safety filter, knobs, measurement, setpoint, timings
             and safety events (:mod:`embodied.recording`; never overwritten).
+        foxglove: Port of a live Foxglove view on 127.0.0.1 streaming the same channels
+            (foxglove-sdk websocket server; 0 picks a free port; off when unset).
     """
 
     policy: str
@@ -83,6 +85,7 @@ class DeployConfig:
     shield: str | os.PathLike[str] | None = None
     shield_measure: str | None = None
     record: str | os.PathLike[str] | None = None
+    foxglove: int | None = None
 
     def __post_init__(self) -> None:
         if not self.policy:
@@ -104,6 +107,11 @@ class DeployConfig:
         object.__setattr__(self, "policy_kwargs", dict(self.policy_kwargs))
         if self.record is not None:
             check_record_path(self.record)
+        if self.foxglove is not None and not 0 <= self.foxglove <= 65535:
+            raise ConfigError(
+                f"foxglove port {self.foxglove!r} outside 0..65535",
+                fix="e.g. --foxglove 8765 (Foxglove's default), or 0 for a free port",
+            )
         if self.shield_measure is not None and self.shield is None:
             raise ConfigError(
                 f"shield_measure {self.shield_measure!r} given without a shield",
@@ -341,8 +349,12 @@ def deploy(
                     "policy": str(policy),
                 },
             )
-            if config.record is not None:
-                recording = McapRecorder(config.record, env.describe())
+            if config.record is not None or config.foxglove is not None:
+                live = None if config.foxglove is None else LiveView(config.foxglove)
+                if live is not None:
+                    log.warning("live view for Foxglove on %s", live.url)
+                    print(f"foxglove: open connection {live.url}", flush=True)
+                recording = McapRecorder(config.record, env.describe(), live=live)
             for index in range(config.episodes):
                 recorder = _Recorder()
                 callbacks: list[Callable[[StepRecord], None]] = [recorder]

@@ -366,3 +366,101 @@ def test_bench_record_reports_overhead_size_and_import_speed() -> None:
     assert res["import_vs_raw_read_time_ratio"] == pytest.approx(
         res["import_s"] / res["rosbags_raw_read_s"]
     )
+
+
+def test_live_view_streams_cameras_and_joint_states_to_a_foxglove_client() -> None:
+    """A client speaking Foxglove's websocket protocol (subprotocol foxglove.sdk.v1) subscribes to
+    the live view of a running session and decodes its joint-state and camera messages."""
+    import json
+    import struct
+    import threading
+
+    require("foxglove")
+    from websockets.sync.client import connect
+
+    import sim
+    from embodied.loop import rollout
+    from embodied.recording import LiveView, typestore
+
+    env = sim.make("mujoco:arm_reach", camera=["front"], image_size=64)
+    policy = __import__("policies").load("expert", env=env)
+    live = LiveView(port=0)
+    assert live.host == "127.0.0.1"  # loopback unless asked otherwise
+    recorder = McapRecorder(None, env.describe(), live=live)
+    stop = threading.Event()
+
+    def session() -> None:
+        seed = 0
+        while not stop.is_set():
+            recorder.start_episode(seed=seed)
+            rollout(env, policy, seed=seed, callbacks=[recorder], max_steps=20, pace=True)
+            seed += 1
+
+    thread = threading.Thread(target=session, daemon=True)
+    thread.start()
+    wanted = {"/embodied/state": "sensor_msgs/msg/JointState",
+              "/embodied/camera/front/compressed": "sensor_msgs/msg/CompressedImage"}  # fmt: skip
+    got: dict[str, bytes] = {}
+    try:
+        with connect(live.url, subprotocols=["foxglove.sdk.v1"], open_timeout=10) as ws:  # type: ignore[list-item]
+            channels: dict[str, dict[str, Any]] = {}
+            deadline = time.monotonic() + 30
+            while set(wanted) - set(channels) and time.monotonic() < deadline:
+                frame = ws.recv(timeout=10)
+                if isinstance(frame, str) and json.loads(frame)["op"] == "advertise":
+                    for ch in json.loads(frame)["channels"]:
+                        channels[ch["topic"]] = ch
+            subs = [{"id": i, "channelId": channels[t]["id"]} for i, t in enumerate(wanted)]
+            ws.send(json.dumps({"op": "subscribe", "subscriptions": subs}))
+            by_sub = dict(enumerate(wanted))
+            while set(wanted) - set(got) and time.monotonic() < deadline:
+                frame = ws.recv(timeout=10)
+                if isinstance(frame, bytes) and frame[0] == 0x01:  # message data
+                    sub, _log_time = struct.unpack_from("<IQ", frame, 1)
+                    got.setdefault(by_sub[sub], frame[13:])
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        recorder.close()
+    for topic, typename in wanted.items():
+        assert channels[topic]["encoding"] == "cdr" and channels[topic]["schemaName"] == typename
+    store = typestore()
+    state = store.deserialize_cdr(got["/embodied/state"], wanted["/embodied/state"])
+    assert list(state.name) == list(env.observation_spec.state.names)
+    image = store.deserialize_cdr(got["/embodied/camera/front/compressed"],
+                                  wanted["/embodied/camera/front/compressed"])  # fmt: skip
+    import simplejpeg
+
+    assert simplejpeg.decode_jpeg(bytes(image.data)).shape == (64, 64, 3)
+
+
+def test_deploy_records_safety_events_and_serves_the_live_view(tmp_path: Path) -> None:
+    """``deploy --record --foxglove 0`` on the dry-run robot with a policy the safety filter
+    must clip: the recording holds every clip, the action after and before the filter."""
+    import json
+
+    require("foxglove")
+    from embodied.apps.deploy import DeployConfig, deploy
+    from hardware.configuration_robot import DEFAULT_CONFIG, load_robot_config
+
+    config = DeployConfig(
+        "sine",
+        dry_run=True,
+        max_seconds=1.0,
+        policy_kwargs={"amplitude_rad": 3.0},  # far past the joint limits and step limit
+        record=str(tmp_path / "deploy.mcap"),
+        foxglove=0,
+    )
+    result = deploy(load_robot_config(DEFAULT_CONFIG), config, tmp_path / "out")
+    assert result.reason == "max_steps"
+    events = json.loads((tmp_path / "out" / "safety_events.json").read_text())
+    assert events, "the policy was meant to be clipped"
+    recording = read_recording(tmp_path / "deploy.mcap")
+    recorded = recording.messages["/embodied/safety"]
+    assert [(m.msg.step, m.msg.rule) for m in recorded] == [(e["step"], e["rule"]) for e in events]
+    raw = np.array([m.msg.points[0].positions for m in recording.messages["/embodied/raw_action"]])
+    sent = np.array([m.msg.points[0].positions for m in recording.messages["/embodied/action"]])
+    (episode,) = Dataset(tmp_path / "out" / "episodes")
+    np.testing.assert_array_equal(sent, episode.actions)
+    assert not np.array_equal(raw, sent)  # the filter changed what the policy asked for
+    assert np.abs(raw).max() > np.abs(sent).max()

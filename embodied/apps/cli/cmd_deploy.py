@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
         "shield",
         "shield_measure",
         "record",
+        "foxglove",
     )
     def deploy_cmd(
         robot: str = typer.Option(

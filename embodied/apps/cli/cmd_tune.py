@@ -59,6 +59,7 @@ def register(app: typer.Typer) -> None:
         "max_overshoot_pct",
         "autotune_method",
         "record",
+        "foxglove",
     )
     @config_options(
         ServerConfig,

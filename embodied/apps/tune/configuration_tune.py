@@ -150,6 +150,8 @@ class TuneConfig:
             PI rule, with the loop's gain and phase margins, then verified by a step test).
         record: MCAP file recording every control step of every episode the page runs (live,
             step tests, auto-tune; :mod:`embodied.recording`; never overwritten).
+        foxglove: Port of a live Foxglove view on 127.0.0.1 streaming the same channels
+            (foxglove-sdk websocket server; 0 picks a free port; off when unset).
     """
 
     env_id: str = "mujoco:arm_reach"
@@ -174,11 +176,17 @@ class TuneConfig:
     max_overshoot_pct: float = 10.0
     autotune_method: str = "search"
     record: str | None = None
+    foxglove: int | None = None
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
         if self.record is not None:
             check_record_path(self.record)
+        require(
+            self.foxglove is None or 0 <= self.foxglove <= 65535,
+            f"foxglove port {self.foxglove!r} outside 0..65535",
+            "e.g. --foxglove 8765 (Foxglove's default), or 0 for a free port",
+        )
         require(
             self.controller in ("off", "fixed", "pid", "rl"),
             f"controller {self.controller!r} is not one of off, fixed, pid, rl",

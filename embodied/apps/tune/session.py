@@ -41,7 +41,7 @@ from embodied.apps.tune.task import TuneTask
 from embodied.contracts import Controller
 from embodied.errors import ConfigError, EmbodiedError
 from embodied.loop import Episode, Setpoint, Steering, StepRecord, rollout
-from embodied.recording import McapRecorder, SafetyTap
+from embodied.recording import LiveView, McapRecorder, SafetyTap
 
 log = logging.getLogger(__name__)
 
@@ -651,10 +651,13 @@ class TuneSession:
         callbacks: list[Callable[[StepRecord], None]] = [self._on_step]
         recording = self._recording
         tap = None
-        if self.config.record is not None:
+        if self.config.record is not None or self.config.foxglove is not None:
             if recording is None:
+                live = None if self.config.foxglove is None else LiveView(self.config.foxglove)
+                if live is not None:
+                    self.emit("info", message=f"live view for Foxglove on {live.url}")
                 recording = self._recording = McapRecorder(
-                    self.config.record, self.task.env.describe()
+                    self.config.record, self.task.env.describe(), live=live
                 )
             recording.start_episode(seed=episode_seed, meta={"label": label})
             callbacks.append(recording)
