@@ -166,15 +166,19 @@ class LiveView:
         """``ws://HOST:PORT`` for Foxglove's "Open connection"."""
         return f"ws://{self.host}:{self.port}"
 
-    def log(self, topic: str, typename: str, msgdef: str, data: bytes, stamp_ns: int) -> None:
-        """Publish one CDR message on ``topic`` (advertised with its schema on first use)."""
+    def advertise(self, topic: str, typename: str, msgdef: str) -> Any:
+        """The channel of ``topic`` (created with its schema on first use)."""
         channel = self._channels.get(topic)
         if channel is None:
             schema = self._foxglove.Schema(name=typename, encoding="ros2msg", data=msgdef.encode())
             channel = self._channels[topic] = self._foxglove.Channel(
                 topic, schema=schema, message_encoding="cdr", context=self._context
             )
-        channel.log(data, log_time=stamp_ns)
+        return channel
+
+    def log(self, topic: str, typename: str, msgdef: str, data: bytes, stamp_ns: int) -> None:
+        """Publish one CDR message on ``topic``."""
+        self.advertise(topic, typename, msgdef).log(data, log_time=stamp_ns)
 
     def close(self) -> None:
         """Stop the server."""
@@ -249,6 +253,21 @@ class McapRecorder:
                 {"format_version": str(FORMAT_VERSION), "env": json.dumps(self.env, default=str)},
             )
         self._msgdefs: dict[str, str] = {}
+        if live is not None:
+            # every channel before the first client: a channel created while a client is
+            # subscribing can be refused as unknown by the SDK's server (seen with 0.30)
+            cameras = sorted(obs.get("cameras", {}))
+            for topic, typename in [
+                (TOPIC_STATE, JOINT_STATE),
+                (TOPIC_ACTION, JOINT_TRAJECTORY),
+                (TOPIC_RAW_ACTION, JOINT_TRAJECTORY),
+                (TOPIC_INSTRUCTION, STRING),
+                (TOPIC_STEP, STEP),
+                (TOPIC_SAFETY, SAFETY_EVENT),
+                (TOPIC_EPISODE, EPISODE_EVENT),
+                *((CAMERA_TOPIC.format(c), COMPRESSED_IMAGE) for c in cameras),
+            ]:
+                live.advertise(topic, typename, self._msgdef(typename))
         self._schemas: dict[str, int] = {}
         self._channels: dict[str, int] = {}
         self._last_flush = time.monotonic()

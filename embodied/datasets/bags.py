@@ -49,7 +49,6 @@ from embodied.recording import (
     TOPIC_EPISODE,
     TOPIC_INSTRUCTION,
     TOPIC_STATE,
-    typestore,
 )
 
 ALIGN_RULES = ("previous", "nearest")
@@ -146,11 +145,14 @@ def _read_mcap(path: Path, wanted: set[str] | None) -> Recording:
     from mcap.exceptions import McapError
     from mcap.records import Channel, Chunk, Message, Metadata, Schema
     from mcap.stream_reader import StreamReader, breakup_chunk
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
-    store = typestore()
+    # one empty type store per encoding, filled from the file's own schemas (as rosbags'
+    # AnyReader does): a ROS 1 Header is not a ROS 2 one, and another distro's types may differ
+    stores = {"cdr": get_typestore(Stores.EMPTY), "ros1": get_typestore(Stores.EMPTY)}
     schemas: dict[int, Schema] = {}
     channels: dict[int, Channel] = {}
-    registered: set[str] = set()
+    registered: set[tuple[str, str]] = set()
     topics: dict[str, str] = {}
     messages: dict[str, list[BagMessage]] = {}
     metadata: dict[str, dict[str, str]] = {}
@@ -165,20 +167,21 @@ def _read_mcap(path: Path, wanted: set[str] | None) -> Recording:
                 f"{str(path)!r}: channel {channel.topic!r} has no schema",
                 fix="record with a writer that stores schemas (MCAP ROS profiles do)",
             )
-        name = schema.name
-        if name not in registered and name not in store.types:
-            from rosbags.typesys import get_types_from_msg
-
-            store.register(get_types_from_msg(schema.data.decode(), name))
-            registered.add(name)
-        if channel.message_encoding == "cdr":
+        encoding = channel.message_encoding
+        if encoding not in stores:
+            raise DatasetError(
+                f"{str(path)!r}: channel {channel.topic!r} has encoding {encoding!r}",
+                fix="import cdr (ROS 2), ros1 or json channels",
+            )
+        store = stores[encoding]
+        name = schema.name if "/msg/" in schema.name else schema.name.replace("/", "/msg/", 1)
+        if (encoding, name) not in registered:
+            if name not in store.types:
+                store.register(get_types_from_msg(schema.data.decode(), name))
+            registered.add((encoding, name))
+        if encoding == "cdr":
             return name, store.deserialize_cdr(data, name)
-        if channel.message_encoding == "ros1":
-            return name, store.deserialize_ros1(data, name)
-        raise DatasetError(
-            f"{str(path)!r}: channel {channel.topic!r} has encoding {channel.message_encoding!r}",
-            fix="import cdr (ROS 2), ros1 or json channels",
-        )
+        return name, store.deserialize_ros1(data, name)
 
     def handle(record: Any) -> None:
         if isinstance(record, Schema):
