@@ -655,7 +655,9 @@ def import_bag(
             )
             if ends is not None:  # our recordings: the outcome from the episode's end event
                 k = int(np.searchsorted(ends[0], ticks[run[-1]], side="left"))
-                episode.attrs["success"] = bool(k < len(ends[1]) and ends[1][k] == "success")
+                outcome = ends[1][k] if k < len(ends[1]) else ""
+                if outcome in ("success", "failure"):  # a robot session's stays unrecorded
+                    episode.attrs["success"] = outcome == "success"
             shards.append(writer.add(episode))
             steps += len(run)
         run.clear()

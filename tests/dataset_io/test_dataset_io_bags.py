@@ -465,6 +465,11 @@ def test_deploy_records_safety_events_and_serves_the_live_view(tmp_path: Path) -
     np.testing.assert_array_equal(sent, episode.actions)
     assert not np.array_equal(raw, sent)  # the filter changed what the policy asked for
     assert np.abs(raw).max() > np.abs(sent).max()
+    # a robot session's outcome is unknown: imported without one, it trains as a demonstration
+    import_bag(tmp_path / "deploy.mcap", tmp_path / "data")
+    (imported,) = Dataset(tmp_path / "data")
+    assert "success" not in imported.attrs
+    np.testing.assert_array_equal(imported.actions, episode.actions)
 
 
 def test_ros1_mcap_decodes_with_mcap_ros1_support_and_imports(tmp_path: Path) -> None:
