@@ -111,6 +111,13 @@ def test_eval_recording_opens_with_mcap_and_rosbags_and_imports(tmp_path: Path) 
     recorded = np.array([m.points[0].positions for m in decoded["/embodied/action"]])
     np.testing.assert_array_equal(actions, recorded)
     assert ds[0].obs["image.front"].shape[1:] == (48, 48, 3)
+    # ... exports as a LeRobot v3 dataset through the existing export
+    lerobot_dir = tmp_path / "lerobot"
+    result = CliRunner().invoke(
+        app, ["datasets", "export", str(out), "--out", str(lerobot_dir), "--format", "lerobot"]
+    )
+    assert result.exit_code == 0, result.output
+    assert (lerobot_dir / "meta" / "info.json").exists()
     from policies.diffusion.training_pdp import train_pdp
     from tests.diffusion.conftest import tiny_config
 
@@ -536,3 +543,66 @@ def test_ros1_mcap_decodes_with_mcap_ros1_support_and_imports(tmp_path: Path) ->
     (ep,) = Dataset(tmp_path / "d")
     assert result.steps == 30 and ep.obs["state"][3].tolist() == [3.0, -3.0]
     assert ep.actions[5].tolist() == pytest.approx([0.5, 0.2])
+
+
+def test_tune_records_its_episodes_with_knob_measurement_and_setpoint(tmp_path: Path) -> None:
+    from embodied.apps.tune import TuneConfig, TuneSession
+    from embodied.apps.tune.task import build_task
+
+    cfg = TuneConfig(pace=False, out_dir=tmp_path / "tune", record=str(tmp_path / "t.mcap"))
+    session = TuneSession(build_task(cfg, camera=False), cfg)
+    ep = session.run_episode(seed=2)
+    session.close()
+    steps = [m.msg for m in read_recording(tmp_path / "t.mcap").messages["/embodied/step"]]
+    assert len(steps) == len(ep.actions) > 10
+    assert [s.knob_names for s in steps[:1]] == [["alpha"]]
+    np.testing.assert_allclose([s.knob_values[0] for s in steps], ep.knobs["alpha"][:, 0])
+    np.testing.assert_allclose([s.measurement for s in steps], ep.measurements)
+    assert all(s.setpoint == cfg.setpoint for s in steps)
+
+
+def test_rosbag2_sqlite_imports_through_a_mapping(tmp_path: Path) -> None:
+    from rosbags.rosbag2 import Writer
+    from rosbags.typesys import Stores, get_typestore
+
+    store = get_typestore(Stores.ROS2_HUMBLE)
+    t = store.types
+    bag = tmp_path / "arm2"
+    with Writer(bag, version=8) as writer:
+        js = writer.add_connection("/joint_states", "sensor_msgs/msg/JointState", typestore=store)
+        cmd = writer.add_connection("/cmd", "trajectory_msgs/msg/JointTrajectory", typestore=store)
+        for k in range(12):
+            ns = 10**18 + k * 50_000_000
+            header = t["std_msgs/msg/Header"](
+                stamp=t["builtin_interfaces/msg/Time"](sec=ns // 10**9, nanosec=ns % 10**9),
+                frame_id="",
+            )
+            state = t["sensor_msgs/msg/JointState"](
+                header=header, name=["a"], position=np.array([float(k)]), velocity=np.zeros(0),
+                effort=np.zeros(0),
+            )  # fmt: skip
+            point = t["trajectory_msgs/msg/JointTrajectoryPoint"](
+                positions=np.array([-float(k)]), velocities=np.zeros(0), accelerations=np.zeros(0),
+                effort=np.zeros(0),
+                time_from_start=t["builtin_interfaces/msg/Duration"](sec=0, nanosec=0),
+            )  # fmt: skip
+            command = t["trajectory_msgs/msg/JointTrajectory"](
+                header=header, joint_names=["a"], points=[point]
+            )
+            writer.write(js, ns, store.serialize_cdr(state, "sensor_msgs/msg/JointState"))
+            writer.write(
+                cmd, ns + 1000, store.serialize_cdr(command, "trajectory_msgs/msg/JointTrajectory")
+            )
+    assert (bag / "metadata.yaml").exists() and list(bag.glob("*.db3"))
+    mapping = BagMapping(
+        state=Stream("/joint_states", "position"),
+        action=Stream("/cmd", "points[0].positions", "nearest"),
+        clock="/cmd",
+        max_skew_s=0.01,
+        success=True,
+    )
+    import_bag(bag, tmp_path / "d", mapping)
+    (ep,) = Dataset(tmp_path / "d")
+    assert ep.obs["state"][:, 0].tolist() == [float(k) for k in range(12)]
+    assert ep.actions[:, 0].tolist() == [-float(k) for k in range(12)]
+    assert ep.attrs["success"] is True or ep.attrs["success"] == 1
