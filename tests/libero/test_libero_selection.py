@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
+
+from embodied.errors import ConfigError
 
 pytestmark = [pytest.mark.libero, pytest.mark.usefixtures("libero_assets")]
 
@@ -72,3 +75,8 @@ def test_selection_never_reads_the_official_init_states(
     # a second call reuses every evaluation (resumable) and picks the same snapshot
     again = select_snapshot(config)
     assert again["chosen"] == summary["chosen"] and again["curve"] == summary["curve"]
+    # min_step: only the later snapshots are evaluated (here: reused), the choice among them
+    late = select_snapshot(dataclasses.replace(config, min_step=2))
+    assert [r["step"] for r in late["curve"]] == [2, 3] and late["scenes"]["min_step"] == 2
+    with pytest.raises(ConfigError, match="no snapshot at or after step 9"):
+        select_snapshot(dataclasses.replace(config, min_step=9))

@@ -159,6 +159,9 @@ def select_pdp_cmd(
     env_arg: list[str] = typer.Option(
         [], "--env-arg", help="Env option key=value for every env family (repeatable)."
     ),
+    min_step: int = typer.Option(
+        0, "--min-step", help="Evaluate only snapshots from this training step on."
+    ),
 ) -> None:
     """Choose a DP checkpoint on development scenes (sampled placements, never LIBERO's fixed
     init states): evaluates every snapshot once, writes RUN/selection/curve.{json,png} (success
@@ -169,7 +172,7 @@ def select_pdp_cmd(
         "libero": {"cameras": tuple(c for c in cameras.split(",") if c), **common},
     }
     try:
-        cfg = SelectConfig(str(run), env, episodes, seed, workers, env_kwargs)
+        cfg = SelectConfig(str(run), env, episodes, seed, workers, env_kwargs, min_step=min_step)
     except ConfigError as exc:
         raise typer.BadParameter(str(exc)) from exc
     summary = select_snapshot(cfg)

@@ -44,6 +44,8 @@ class SelectConfig:
         workers: Evaluation worker processes.
         env_kwargs: Family name -> env options (cameras, render size), as ``embodied eval``.
         max_steps: Step limit per episode; None: the env's protocol (LIBERO-Object: 280).
+        min_step: Evaluate only snapshots from this training step on (the curve's earlier
+            points are left out; a budget for long runs with many snapshots).
     """
 
     run: str
@@ -53,8 +55,11 @@ class SelectConfig:
     workers: int = 1
     env_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     max_steps: int | None = None
+    min_step: int = 0
 
     def __post_init__(self) -> None:
+        if self.min_step < 0:
+            raise ConfigError(f"min_step={self.min_step} must be >= 0", fix="e.g. 40000")
         if self.episodes < 1:
             raise ConfigError(f"episodes={self.episodes} must be >= 1", fix="use e.g. 3")
         if self.seed < 0:
@@ -95,7 +100,13 @@ def select_snapshot(
     run = Path(config.run)
     sel = run / "selection"
     rows: list[dict[str, Any]] = []
-    for snap, meta in snapshots(run):
+    chosen_from = [(s, m) for s, m in snapshots(run) if int(m["step"]) >= config.min_step]
+    if not chosen_from:
+        raise ConfigError(
+            f"{run} has no snapshot at or after step {config.min_step}",
+            fix="lower --min-step, or let training run longer",
+        )
+    for snap, meta in chosen_from:
         out = sel / snap.name
         if (out / "results.json").exists():
             result = read_json_file(out / "results.json", what="evaluation", fix=f"delete {out}")
@@ -145,6 +156,7 @@ def select_snapshot(
             "kind": "sampled",
             "episodes_per_task": config.episodes,
             "placement_seeds": [config.seed, config.seed + config.episodes - 1],
+            "min_step": config.min_step,
         },
     }
     write_json(sel / "curve.json", summary)
