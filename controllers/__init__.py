@@ -49,8 +49,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         )
     try:
         data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"controller file {str(path)!r} is not valid YAML: {exc}") from exc
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:  # a damaged file is not UTF-8 either
+        raise ConfigError(
+            f"controller file {str(path)!r} is not valid YAML: {exc}",
+            fix="save the gains again (embodied tune: Save gains) or repair the file",
+        ) from exc
     if not isinstance(data, dict):
         raise ConfigError(
             f"controller file {str(path)!r} must hold a mapping with a 'type' key, got "

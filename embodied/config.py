@@ -77,7 +77,18 @@ def config_from_dict(
             fix=fix or f"use only the keys {sorted(fields)}",
         )
     hints = _type_hints(cls)  # type: ignore[arg-type]
-    kwargs = {k: _from_json(hints.get(k), v) for k, v in data.items() if k in fields}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in fields:
+            continue
+        hint = hints.get(key, _EMPTY)
+        try:  # each value of the type its field declares (a file can hold anything)
+            kwargs[key] = _convert(hint, _from_json(hint, value))
+        except (TypeError, ValueError, OverflowError):
+            raise error(
+                f"{what} key {key}={value!r} is not {_describe(hint)}",
+                fix=f"set {key} to {_describe(hint)}, or re-save the file",
+            ) from None
     return cls(**kwargs)
 
 

@@ -7,6 +7,8 @@ message is printed verbatim) so callers can catch either.
 
 from __future__ import annotations
 
+import os
+
 
 class EmbodiedError(Exception):
     """Base class of all errors raised by ``embodied``.
@@ -17,8 +19,18 @@ class EmbodiedError(Exception):
     """
 
     def __init__(self, message: str, fix: str | None = None) -> None:
+        self.message = message
         self.fix = fix
         super().__init__(f"{message} (fix: {fix})" if fix else message)
+
+    def in_file(self, path: str | os.PathLike[str], what: str = "") -> EmbodiedError:
+        """The same error, its message prefixed with the file it came from (and ``what``)."""
+        label = f"{what} {str(path)!r}" if what else repr(str(path))
+        if str(path) in self.message:
+            return self
+        err = type(self).__new__(type(self))
+        EmbodiedError.__init__(err, f"{label}: {self.message}", self.fix)
+        return err
 
 
 class ConfigError(EmbodiedError, ValueError):

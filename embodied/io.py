@@ -326,3 +326,12 @@ def _bare_message(exc: EmbodiedError) -> str:
     text = str(exc)
     suffix = f" (fix: {exc.fix})" if exc.fix else ""
     return text[: -len(suffix)] if suffix and text.endswith(suffix) else text
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for servers a test or benchmark starts)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -736,9 +736,15 @@ def load_robot_config(path: str | os.PathLike[str]) -> RobotConfig:
         )
     try:
         data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"robot config {str(p)!r} is not valid YAML: {exc}") from exc
-    return robot_config_from_dict(data)
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"robot config {str(p)!r} is not valid YAML: {exc}",
+            fix="fix the file (compare hardware/configs/sim_arm.yaml)",
+        ) from exc
+    try:
+        return robot_config_from_dict(data)
+    except ConfigError as exc:  # name the file: the key alone does not say which robot
+        raise exc.in_file(p, "robot config") from None
 
 
 def resolve_robot(spec: str) -> RobotConfig:

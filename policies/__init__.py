@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied.contracts import Env, Policy
-from embodied.errors import CheckpointError
+from embodied.errors import CheckpointError, EmbodiedError
 from embodied.io import read_folder_config
 from embodied.registry import Registry
 
@@ -71,7 +71,10 @@ def load(spec: str | os.PathLike[str], env: Env | None = None, **kwargs: Any) ->
                 fix=f'add "policy_type": one of {CHECKPOINT_LOADERS.names()} to it, or '
                 "pass a folder written by save_pretrained / `embodied train`",
             )
-        return CHECKPOINT_LOADERS.make(policy_type, path=path, env=env, **kwargs)
+        try:
+            return CHECKPOINT_LOADERS.make(policy_type, path=path, env=env, **kwargs)
+        except EmbodiedError as exc:  # name the checkpoint: one key alone does not say which
+            raise exc.in_file(path, "checkpoint") from None
     if str(spec) not in POLICIES and (path.exists() or os.sep in str(spec) or "/" in str(spec)):
         what = "is a file, not a checkpoint folder" if path.exists() else "does not exist"
         raise CheckpointError(

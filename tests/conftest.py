@@ -139,3 +139,21 @@ def artifacts_dir() -> Path:
     """Folder for test artifacts worth keeping (screenshots, plots, videos)."""
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+def cli_exit2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str
+) -> str:
+    """Run ``embodied ARGV`` as the console script does; assert exit 2 with one error line and
+    no traceback; return the message (whitespace collapsed)."""
+    import sys
+
+    from embodied.apps.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["embodied", *argv])
+    with pytest.raises(SystemExit) as info:
+        main()
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err
+    assert "Traceback" not in err
+    return " ".join(err.split())

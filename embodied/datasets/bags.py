@@ -142,7 +142,6 @@ def _read_rosbags(path: Path, wanted: set[str] | None) -> Recording:
 
 
 def _read_mcap(path: Path, wanted: set[str] | None) -> Recording:
-    from mcap.exceptions import McapError
     from mcap.records import Channel, Chunk, Message, Metadata, Schema
     from mcap.stream_reader import StreamReader, breakup_chunk
     from rosbags.typesys import Stores, get_types_from_msg, get_typestore
@@ -212,7 +211,8 @@ def _read_mcap(path: Path, wanted: set[str] | None) -> Recording:
                     handle(record)
         except DatasetError:
             raise
-        except (McapError, EOFError, ValueError, KeyError) as exc:
+        except Exception as exc:  # a damaged file breaks the parser anywhere
+            # (McapError, EOFError, struct.error, zstd/lz4 decompression, a bad schema text)
             from mcap.exceptions import InvalidMagic
 
             if isinstance(exc, InvalidMagic):
@@ -424,8 +424,14 @@ def recording_mapping(recording: Recording) -> BagMapping:
             f"{str(recording.path)!r} has no {METADATA_NAME!r} metadata: not an embodied recording",
             fix="pass --map MAPPING naming its state, action and camera topics",
         )
-    env = json.loads(meta["env"])
-    cams = sorted(env.get("observation", {}).get("cameras", {}))
+    try:
+        env = json.loads(meta["env"])
+        cams = sorted(env.get("observation", {}).get("cameras", {}))
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise DatasetError(
+            f"{str(recording.path)!r}: its {METADATA_NAME!r} metadata is damaged ({exc})",
+            fix="import it with --map MAPPING naming the /embodied/* topics",
+        ) from exc
     return BagMapping(
         state=Stream(TOPIC_STATE, "position", "nearest"),
         action=Stream(TOPIC_ACTION, "points[0].positions", "nearest"),

@@ -29,7 +29,7 @@ from typing import Any
 
 from embodied.config import check_options
 from embodied.contracts import Env, Policy
-from embodied.errors import ConfigError
+from embodied.errors import CheckpointError, ConfigError, EmbodiedError
 from policies import CHECKPOINT_LOADERS, POLICIES
 
 
@@ -41,7 +41,17 @@ def _load_checkpoint(path: str | os.PathLike[str], env: Env | None = None, **kwa
     options = check_options(
         PDPPolicy.from_pretrained, kwargs, f"PDP checkpoint {str(path)!r}", skip=("cls", "path")
     )
-    return PDPPolicy.from_pretrained(path, **options)
+    try:
+        return PDPPolicy.from_pretrained(path, **options)
+    except EmbodiedError:
+        raise
+    except (RuntimeError, ValueError, TypeError, OverflowError, KeyError) as exc:
+        # a config.json whose sizes build no model (a negative width, a None count)
+        raise CheckpointError(
+            f"PDP checkpoint {str(path)!r}: its config.json describes no model that can be "
+            f"built ({type(exc).__name__}: {exc})",
+            fix="re-save the checkpoint with `embodied train pdp`, or repair config.json",
+        ) from exc
 
 
 def _make_pdp(env: Env | None = None, path: str | None = None, **kwargs: Any) -> Policy:

@@ -288,6 +288,10 @@ The reference's horizon is the demonstrations' length: :func:`train_pdp` sets ``
 and ``n_action_steps`` from the data unless given."""
 
 
+BETA_SCHEDULES = ("linear", "scaled_linear", "squaredcos_cap_v2", "sigmoid")
+"""The diffusers beta schedules a PDP may name (``squaredcos_cap_v2``: cosine, the default)."""
+
+
 @dataclass
 class PDPConfig:
     """The z-conditioned diffusion policy.
@@ -416,6 +420,7 @@ class PDPConfig:
             ("optimizer", self.optimizer, OPTIMIZERS),
             ("lr_schedule", self.lr_schedule, LR_SCHEDULES),
             ("action_space", self.action_space, ACTION_SPACES),
+            ("beta_schedule", self.beta_schedule, BETA_SCHEDULES),
         ):
             _check(value in known, f"PDP {key}={value!r} is unknown", f"use one of {known}")
         _check(

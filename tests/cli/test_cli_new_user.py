@@ -12,18 +12,12 @@ import pytest
 from embodied.apps.cli import main
 from embodied.apps.evaluation import EvalConfig
 from embodied.errors import CheckpointError, ConfigError
+from tests.conftest import cli_exit2
 
 ROBOT = "hardware/configs/sim_arm.yaml"
 
 
-def _exit2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    monkeypatch.setattr(sys, "argv", ["embodied", *argv])
-    with pytest.raises(SystemExit) as info:
-        main()
-    err = capsys.readouterr().err
-    assert info.value.code == 2, err
-    assert "Traceback" not in err
-    return " ".join(err.split())
+_exit2 = cli_exit2
 
 
 @pytest.fixture(scope="module")

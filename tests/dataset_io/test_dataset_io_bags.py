@@ -26,22 +26,12 @@ from embodied.datasets import Dataset
 from embodied.datasets.bags import BagMapping, Stream, import_bag, load_mapping, read_recording
 from embodied.errors import ConfigError, DatasetError
 from embodied.recording import McapRecorder
-from tests.conftest import require
+from tests.conftest import cli_exit2, require
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _exit2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    """``embodied ARGV`` as the console script runs it: exit 2, one error line, no traceback."""
-    from embodied.apps.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["embodied", *argv])
-    with pytest.raises(SystemExit) as info:
-        main()
-    err = capsys.readouterr().err
-    assert info.value.code == 2, err
-    assert "Traceback" not in err
-    return " ".join(err.split())
+_exit2 = cli_exit2
 
 
 def _eval_record(tmp_path: Path, name: str = "run.mcap") -> tuple[Path, dict[str, Any]]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +16,7 @@ import pytest
 from tests.conftest import SHARED, require
 
 OPENPI_SRC = SHARED / "openpi" / "src"
+ROOT = Path(__file__).resolve().parents[2]
 LIBERO_INSTRUCTION = "pick up the ketchup and place it in the basket"
 
 
@@ -101,3 +105,25 @@ def openpi_server() -> Iterator[ModuleType]:
         yield websocket_policy_server
     finally:
         sys.path.remove(str(OPENPI_SRC))
+
+
+@contextlib.contextmanager
+def serve_subprocess(policy: Path, port: int) -> Iterator[subprocess.Popen[str]]:
+    """``embodied serve --policy POLICY --port PORT`` in its own process, up (its first line
+    read) while the block runs, terminated after it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "embodied", "serve", "--policy", str(policy), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        cwd=ROOT,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert f"on ws://127.0.0.1:{port}" in line, line + proc.stdout.read()
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from embodied.io import free_port
 from tests.conftest import SHARED, require
-from tests.serve.test_serve_server import ROOT, _free_port
+from tests.serve.conftest import ROOT, serve_subprocess
 
 CLIENT = SHARED / "openpi" / "examples" / "libero" / "main.py"
 
@@ -68,34 +69,14 @@ def test_openpi_libero_client_evaluates_a_served_policy(libero_pdp: Path, tmp_pa
     for module in ("tyro", "imageio", "tqdm", "openpi_client", "libero"):
         require(module)
     assert CLIENT.is_file(), f"{CLIENT} is missing (../shared/openpi, see its README)"
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
         "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"),
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "embodied",
-            "serve",
-            "--policy",
-            str(libero_pdp),
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
-    try:
-        assert server.stdout is not None
-        line = server.stdout.readline()
-        assert f"on ws://127.0.0.1:{port}" in line, line + server.stdout.read()
+    with serve_subprocess(libero_pdp, port):
         runner = tmp_path / "run_openpi_libero.py"
         runner.write_text(RUNNER)
         videos = tmp_path / "videos"
@@ -110,9 +91,6 @@ def test_openpi_libero_client_evaluates_a_served_policy(libero_pdp: Path, tmp_pa
             cwd=tmp_path,
             timeout=900,
         )
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     log = client.stdout + client.stderr
     assert client.returncode == 0, log[-3000:]
     assert "Caught exception" not in log, log[-3000:]

@@ -4,8 +4,6 @@ equal to the in-process policy, and robust to bad requests, lost clients and man
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import threading
@@ -26,10 +24,11 @@ from embodied.apps.cli import app
 from embodied.apps.serve import PolicyServer, ServeConfig, server_metadata
 from embodied.contracts import Policy
 from embodied.errors import CompatibilityError, ConfigError
+from embodied.io import free_port
 from embodied.loop import rollout
 from embodied.wire import packb, unpackb
 from policies.remote import RemotePolicy, RemotePolicyError
-from tests.serve.conftest import LIBERO_INSTRUCTION
+from tests.serve.conftest import LIBERO_INSTRUCTION, serve_subprocess
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,10 +72,7 @@ def echo_server() -> Iterator[PolicyServer]:
     server.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+_free_port = free_port
 
 
 # ---- against openpi's own code ----------------------------------------------------------------
@@ -93,28 +89,7 @@ def test_openpi_client_calls_embodied_serve(
     from openpi_client.websocket_client_policy import WebsocketClientPolicy
 
     port = _free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "embodied",
-            "serve",
-            "--policy",
-            str(libero_pdp),
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert f"on ws://127.0.0.1:{port}" in line, line + proc.stdout.read()
+    with serve_subprocess(libero_pdp, port):
         health = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10)
         assert (health.status, health.read()) == (200, b"OK\n")
         client = WebsocketClientPolicy("127.0.0.1", port)
@@ -122,9 +97,6 @@ def test_openpi_client_calls_embodied_serve(
         assert meta["action_dim"] == 7 and meta["n_action_steps"] == 4
         assert "observation/wrist_image" in meta["foreign_observation_keys"]
         answers = [client.infer(openpi_libero_observation(i)) for i in range(2)]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
     local = policies.load(libero_pdp)
     local.reset()
     for i, answer in enumerate(answers):

@@ -20,7 +20,6 @@ Figures (ms): ``rtt_ms_p50.*`` / ``rtt_ms_p99.*`` with ``*`` one of
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from embodied.apps.bench._serve_target import ConstantChunk
+from embodied.io import free_port
 from embodied.wire import packb, unpackb
 
 OPENPI_SRC = Path(__file__).resolve().parents[3].parent / "shared" / "openpi" / "src"
@@ -46,16 +46,10 @@ def observation() -> dict[str, Any]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start(kind: str) -> tuple[subprocess.Popen[bytes], Any]:
     from websockets.sync.client import connect
 
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ)
     if kind == "openpi":
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(OPENPI_SRC), env.get("PYTHONPATH")]))

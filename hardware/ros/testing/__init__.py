@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied.errors import ConfigError
+from embodied.io import free_port
 from hardware.configuration_robot import DEFAULT_CONFIG, RobotConfig, load_robot_config
 from hardware.ros.testing import rosbridge_server
 
@@ -36,13 +37,6 @@ APT_PACKAGES = (
     "ros-core python3-rospy python3-sensor-msgs python3-trajectory-msgs "
     "python3-geometry-msgs python3-std-msgs python3-std-srvs " + rosbridge_server.APT_PACKAGES
 )
-
-
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pattern_rgb8(width: int, height: int) -> Any:
@@ -149,14 +143,14 @@ class RosTestGraph:
         self.procs[name] = proc
         return proc
 
-    def _kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+    def _kill(self, name: str, sig: int = signal.SIGKILL, timeout_s: float = 5) -> None:
         proc = self.procs.pop(name, None)
         if proc is None or proc.poll() is not None:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
         try:
-            proc.wait(timeout=5)
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -237,17 +231,7 @@ class RosTestGraph:
 
     def stop_bag(self) -> None:
         """Stop ``rosbag record`` with SIGINT (it closes and indexes the bag)."""
-        proc = self.procs.pop("rosbag", None)
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+        self._kill("rosbag", signal.SIGINT, timeout_s=30)
 
     def log_tail(self, name: str, chars: int = 2000) -> str:
         """The end of process ``name``'s log (``bridge``, ``sim_robot``, ``rosmaster``)."""
