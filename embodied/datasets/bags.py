@@ -21,7 +21,9 @@ The mapping (YAML or JSON) names what becomes what::
 ``align`` is ``previous`` (the newest message at or before the tick: what a controller
 running at the tick had seen) or ``nearest``; a tick where any stream has no message within
 ``max_skew_s`` is dropped and ends the episode. Episodes are split at ticks farther apart than
-``gap_s`` (``split: gap``) or at each message of a topic (``split: topic``). Our own
+``gap_s`` (``split: gap``) or at each message of a topic (``split: topic``). Service calls are
+not in bags (``rosbag``, ``ros2 bag`` and MCAP recorders record topics), so an episode boundary
+a service marks is imported through a topic that announces it (``split: topic``). Our own
 recordings (``--record FILE.mcap``) import with no mapping (:func:`recording_mapping`): one
 step per ``/embodied/action`` message, the state, cameras and instruction of the same step,
 episodes at ``/embodied/episode`` starts, and the env description from the file's metadata.
