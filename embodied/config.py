@@ -84,6 +84,8 @@ def config_from_dict(
         hint = hints.get(key, _EMPTY)
         try:  # each value of the type its field declares (a file can hold anything)
             kwargs[key] = _convert(hint, _from_json(hint, value))
+        except EmbodiedError:
+            raise  # a nested config's own error (unknown key, bad value) names it already
         except (TypeError, ValueError, OverflowError):
             raise error(
                 f"{what} key {key}={value!r} is not {_describe(hint)}",
