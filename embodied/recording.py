@@ -26,7 +26,7 @@ ROS messages are ROS 2 CDR with schemas from ``rosbags``' type store (Humble), s
 are in the file's ``embodied.env`` metadata record (the env's :meth:`describe`). Crash safety:
 the writer closes a chunk and flushes it to the operating system at least every
 ``flush_every_s`` seconds, so a killed process leaves a file that reads up to that chunk
-(:func:`embodied.datasets.bags.read_messages` reads such a file; the summary section is only
+(:func:`embodied.datasets.bags.read_recording` reads such a file; the summary section is only
 written by :meth:`McapRecorder.close`).
 """
 

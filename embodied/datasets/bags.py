@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -805,12 +805,3 @@ def _env_from(recording: Recording, mapping: BagMapping) -> dict[str, Any]:
         "action": unbounded(names(mapping.action, "a")).to_dict(),
         "gripper_convention": None,
     }
-
-
-def read_messages(
-    path: str | os.PathLike[str], topics: Iterable[str] | None = None
-) -> Iterator[BagMessage]:
-    """Every message of ``topics`` (all when None) in the bag at ``path``, in topic order."""
-    recording = read_recording(path, topics)
-    for msgs in recording.messages.values():
-        yield from msgs
