@@ -13,6 +13,8 @@ import contextlib
 import errno
 import json
 import os
+import re
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -87,6 +89,33 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+TEMP_NAME = re.compile(r"^\..+\.tmp$")
+"""Names :func:`atomic_path` (and the folder writers built like it) give their temporaries."""
+
+
+def remove_stale_temps(folder: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temporaries a killed writer left in ``folder``; return what was removed.
+
+    A process killed inside :func:`atomic_path` leaves its ``.NAME.XXXX.tmp`` file behind (the
+    published files are whole). Commands that resume a folder they own call this first, so a
+    kill costs no disk and no reader ever sees such a file. Only this folder is searched, not
+    its subfolders.
+    """
+    root = Path(folder)
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for entry in root.iterdir():
+        if not TEMP_NAME.match(entry.name):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
 
 
 def require_output_dir(path: str | os.PathLike[str], option: str = "--out") -> Path:

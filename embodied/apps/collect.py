@@ -2,16 +2,25 @@
 
 :func:`collect` is what ``embodied collect`` runs. The episodes go into a robomimic-style
 shard folder (:class:`embodied.datasets.DatasetWriter`); collecting into an existing folder
-resumes it after its largest seed, and only with the same env, observations and actions.
+continues it after its largest seed, and only with the same env, observations and actions.
+
+``--episodes N`` is what the collection ends with, so rerunning a command is safe: each
+episode records the collection it belongs to (a digest of the command's options other than
+``--episodes``) and a rerun keeps only what its collection still lacks. A collection killed
+part-way (or that gave up for lack of successes) is finished by running the same command
+again; the episode being recorded when it died is the only one lost. Other options (another
+route, speed, seed) start another collection in the same folder; a larger ``--episodes``
+tops the same one up.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +32,7 @@ import sim
 from embodied.datasets import DatasetWriter
 from embodied.datasets.hdf5 import _SHARD_RE, EpisodeData, episode_data
 from embodied.errors import ConfigError
+from embodied.io import remove_stale_temps
 from embodied.loop import Episode, rollout
 from embodied.specs import VectorSpec
 from sim.libero.recording import recorded_episode, write_demo_file
@@ -55,7 +65,8 @@ class CollectConfig:
 
     Args:
         env: Env id, e.g. mujoco:reach_around.
-        episodes: Episodes to keep.
+        episodes: Episodes this collection ends with in the folder (a rerun of the same
+            command keeps only what is missing).
         policy: Policy name or checkpoint folder.
         seed: Seed of the first episode (then +1 each).
         speed: Expert speed in m/s, or a LO:HI range drawn per episode.
@@ -202,18 +213,10 @@ def next_seed(out: Path, default: int) -> int:
     an episode.
     """
     seeds = [default - 1]
-    if out.is_dir():
-        for shard in out.iterdir():
-            if not _SHARD_RE.match(shard.name):
-                continue
-            try:
-                with h5py.File(shard, "r") as f:
-                    for demo in f["data"].values():
-                        seed = json.loads(demo.attrs.get("meta", "{}")).get("seed")
-                        if isinstance(seed, int):
-                            seeds.append(seed)
-            except (OSError, KeyError, ValueError):
-                continue  # a damaged shard is reported by Dataset, not here
+    for meta in _shard_metas(out):
+        seed = meta.get("seed")
+        if isinstance(seed, int):
+            seeds.append(seed)
     return max(seeds) + 1
 
 
@@ -258,6 +261,7 @@ def collect(
             were kept within ``config.attempts`` rollouts (those kept stay written).
     """
     out = Path(out)
+    remove_stale_temps(out)  # a shard half-written when a collection was killed
     if config.env.startswith("libero:"):
         tasks = collect_tasks(config)
         if len(tasks) > 1:
@@ -273,6 +277,8 @@ def collect(
         writer = DatasetWriter(out, env_args=env_args)
         first_seed = next_seed(out, config.seed)
         result = CollectResult(out, 0, 0, 0, last_shard=writer.next_index - 1)
+        collection = collection_id(config)
+        left = config.episodes - count_collection(out, collection)
 
         noise = None
         if config.action_noise > 0:
@@ -283,6 +289,7 @@ def collect(
         def keep(ep: Episode, seed: int) -> None:
             del seed  # rollout records it in ep.meta
             ep.meta["policy"] = config.policy
+            ep.meta["collection"] = collection
             ep.meta["policy_kwargs"] = pol_kwargs
             for attr in ("current_route", "current_speed"):
                 if hasattr(pol, attr):
@@ -295,11 +302,43 @@ def collect(
             writer.add(labelled(ep) if noise is not None else ep)
             result.last_shard = writer.next_index - 1
 
-        _roll_until_kept(config, env, pol, first_seed, keep, result, on_attempt, noise=noise)
+        if left > 0:
+            todo = replace(config, episodes=left)
+            _roll_until_kept(todo, env, pol, first_seed, keep, result, on_attempt, noise=noise)
+            _require_enough(todo, result, f"kept in {out}")
     finally:
         env.close()
-    _require_enough(config, result, f"kept in {out}")
     return result
+
+
+def collection_id(config: CollectConfig) -> str:
+    """The digest of ``config``'s options other than the episode count and the attempts: the
+    collection its episodes belong to (``meta["collection"]``)."""
+    key = asdict(config)
+    for name in ("episodes", "max_attempts", "attempts", "workers"):
+        key.pop(name)
+    text = json.dumps(key, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def count_collection(out: Path, collection: str) -> int:
+    """Episodes of ``collection`` already in the dataset folder ``out``."""
+    return sum(1 for meta in _shard_metas(out) if meta.get("collection") == collection)
+
+
+def _shard_metas(out: Path) -> Iterator[dict[str, Any]]:
+    """The ``meta`` of every episode in ``out``'s readable shards."""
+    if not out.is_dir():
+        return
+    for shard in sorted(out.iterdir()):
+        if not _SHARD_RE.match(shard.name):
+            continue
+        try:
+            with h5py.File(shard, "r") as f:
+                metas = [json.loads(demo.attrs.get("meta", "{}")) for demo in f["data"].values()]
+        except (OSError, KeyError, ValueError):
+            continue  # a damaged shard is reported by Dataset, not here
+        yield from (m for m in metas if isinstance(m, dict))
 
 
 class ExecutionNoise:

@@ -162,6 +162,8 @@ class PolicyServer:
         api_key: Required ``Authorization: Api-Key`` value, or None.
         max_message_bytes: Largest request answered; a request up to 4x bigger gets an
             error answer, a bigger one closes the connection (code 1009).
+        handshake_timeout_s: Longest time a client may take to open its WebSocket (s); a
+            slower one (slowloris) is closed.
     """
 
     def __init__(
@@ -172,6 +174,7 @@ class PolicyServer:
         port: int = 8000,
         api_key: str | None = None,
         max_message_bytes: int = 64 << 20,
+        handshake_timeout_s: float = 10.0,
     ) -> None:
         self.policy = policy
         self.metadata = dict(metadata if metadata is not None else server_metadata(policy))
@@ -179,6 +182,7 @@ class PolicyServer:
         self.port = int(port)
         self.api_key = api_key
         self.max_message_bytes = int(max_message_bytes)
+        self.handshake_timeout_s = float(handshake_timeout_s)
         self._infer_lock = threading.Lock()  # one model: one inference at a time
         self._server: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -315,6 +319,7 @@ class PolicyServer:
             self.port,
             compression=None,
             max_size=4 * self.max_message_bytes,
+            open_timeout=self.handshake_timeout_s,
             process_request=self._process_request,
         ) as server:
             self._server = server

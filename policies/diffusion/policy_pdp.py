@@ -203,8 +203,30 @@ class PDPPolicy(KnobMixin, Policy):
             return from_openpi(raw, self.config)
         return super().adapt_observation(raw)
 
+    def _state_vector(self, obs: Observation) -> np.ndarray:
+        """``obs['state']`` as a finite float32 vector; what a served request sends is only
+        known here (a missing key, text or NaN must be refused, not crash the policy)."""
+        fix = (
+            f"send 'state' as {self.config.state_dim} finite numbers "
+            f"({list(self.config.state_names)})"
+        )
+        if "state" not in obs:
+            raise CompatibilityError(
+                f"observation has no 'state' (keys: {sorted(obs)[:8]})", fix=fix
+            )
+        raw = obs["state"]
+        try:
+            state = np.asarray(raw, dtype=np.float32).reshape(-1)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise CompatibilityError(
+                f"observation 'state' ({type(raw).__name__}) is not a numeric vector", fix=fix
+            ) from exc
+        if not np.isfinite(state).all():
+            raise CompatibilityError("observation 'state' holds NaN or infinity", fix=fix)
+        return state
+
     def _push(self, obs: Observation) -> None:
-        state = np.asarray(obs["state"], dtype=np.float32).reshape(-1)
+        state = self._state_vector(obs)
         if state.shape[0] != self.config.state_dim:
             raise CompatibilityError(
                 f"observation 'state' has {state.shape[0]} dims, PDP expects "
@@ -223,7 +245,14 @@ class PDPPolicy(KnobMixin, Policy):
                     fix="run the env with that camera at the training image size "
                     "(e.g. --env-arg image_size=...)",
                 )
-            frame = np.asarray(img, dtype=np.uint8)
+            try:
+                frame = np.asarray(img, dtype=np.uint8)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise CompatibilityError(
+                    f"observation {image_key(cam)!r} ({np.asarray(img).dtype}) is not an "
+                    "image of bytes",
+                    fix="send uint8 RGB frames",
+                ) from exc
             for _ in range(self.config.n_obs_steps - 1 if fresh else 0):
                 frames.append(frame)
             frames.append(frame)

@@ -40,8 +40,10 @@ from embodied.io import (
     build_from_file,
     load_safetensors_file,
     read_json_file,
+    remove_stale_temps,
     write_json,
 )
+from embodied.train_state import optimizer_tensors, restore_optimizer
 from policies.diffusion.configuration_pdp import (
     SNAPSHOT_JSON,
     SNAPSHOTS,
@@ -175,27 +177,6 @@ def manifold_batches(
             yield perm[start : start + bs]
 
 
-def _optim_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    sd = opt.state_dict()
-    tensors = {
-        f"optim.{pid}.{k}": (v if torch.is_tensor(v) else torch.tensor(v)).contiguous()
-        for pid, st in sd["state"].items()
-        for k, v in st.items()
-    }
-    return tensors, {"param_groups": sd["param_groups"]}
-
-
-def _restore_optim(
-    opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any]
-) -> None:
-    state: dict[int, dict[str, torch.Tensor]] = {}
-    for key, v in tensors.items():
-        if key.startswith("optim."):
-            _, pid, name = key.split(".", 2)
-            state.setdefault(int(pid), {})[name] = v
-    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-
-
 def _match_state_layouts(opt: torch.optim.Optimizer) -> None:
     """Give each optimizer moment its parameter's memory layout.
 
@@ -258,7 +239,7 @@ def _save_state(
     tensors.update(
         {f"ema.{k}": v.detach().clone().contiguous() for k, v in ema.state_dict().items()}
     )
-    opt_t, opt_meta = _optim_tensors(opt)
+    opt_t, opt_meta = optimizer_tensors(opt)
     tensors.update(opt_t)
     tensors["rng.generator"] = gen.get_state()
     tensors[LATENTS_KEY] = (
@@ -470,6 +451,13 @@ def _train_pdp(
         )
 
     state_meta: dict[str, Any] | None = None
+    if not resume and (out / STATE_JSON).exists():  # never train over a run's checkpoints
+        raise ConfigError(
+            f"{str(out)!r} holds a training run ({out / STATE_JSON})",
+            fix="add --resume to continue it, or pass a new --out to start another run",
+        )
+    for folder in (out, out / SNAPSHOTS):  # what a killed run left half-written
+        remove_stale_temps(folder)
     if resume:
         if not (out / STATE_JSON).exists():
             raise CheckpointError(
@@ -594,7 +582,7 @@ def _train_pdp(
                     {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}
                 )
                 ema.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("ema.")})
-                _restore_optim(opt, tensors, resumed["optimizer"])
+                restore_optimizer(opt, tensors, resumed["optimizer"])
                 gen.set_state(tensors["rng.generator"])
 
             build_from_file(

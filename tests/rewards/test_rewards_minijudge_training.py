@@ -117,6 +117,53 @@ def test_train_then_recalibrate_from_init(tmp_path: Path) -> None:
     assert json.loads((target / "config.json").read_text())["threshold"] == by_tnr["threshold"]
 
 
+class _Killed(Exception):
+    """Stands for the process dying right after a training state was written."""
+
+
+def test_resume_continues_bitwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed after the state at step 4, rerun with --resume: the same weights as a run never
+    stopped. steps=10 is also the regression case of OneCycleLR's division by zero (10 % warm-up
+    is exactly one step)."""
+    import embodied.apps.training.training_minijudge as tm
+
+    cache = str(tmp_path / "cache")
+    options = {"steps": 10, "checkpoint_every": 4, "cache": cache}
+    main(tmp_path / "whole", **options)
+    save = tm._save_train_state
+
+    def save_then_die(*args: Any) -> None:
+        save(*args)
+        if args[2] == 4:
+            raise _Killed
+
+    monkeypatch.setattr(tm, "_save_train_state", save_then_die)
+    with pytest.raises(_Killed):
+        main(tmp_path / "cut", **options)
+    monkeypatch.setattr(tm, "_save_train_state", save)
+    state = json.loads((tmp_path / "cut" / "train_state.json").read_text())
+    assert state["step"] == 4 and not (tmp_path / "cut" / "model.safetensors").exists()
+    # a plain rerun would train over the run: refused with the fix
+    with pytest.raises(ConfigError, match="add --resume"):
+        main(tmp_path / "cut", **options)
+    # other options than the run's: refused, naming them
+    with pytest.raises(ConfigError, match=r"lr 0.002 -> 0.001"):
+        train_minijudge(
+            MiniJudgeTrainConfig(out=str(tmp_path / "cut"), **{**SMALL, **options, "lr": 1e-3}),
+            resume=True,
+        )
+    train_minijudge(
+        MiniJudgeTrainConfig(out=str(tmp_path / "cut"), **{**SMALL, **options}),
+        resume=True,
+    )
+    whole = load_file(str(tmp_path / "whole" / "model.safetensors"))
+    cut = load_file(str(tmp_path / "cut" / "model.safetensors"))
+    assert whole.keys() == cut.keys()
+    assert all(np.array_equal(whole[k].numpy(), cut[k].numpy()) for k in whole)
+    with pytest.raises(CheckpointError, match="nothing to resume"):
+        train_minijudge(MiniJudgeTrainConfig(out=str(tmp_path / "new"), **SMALL), resume=True)
+
+
 def test_overlapping_splits_and_unreadable_history_are_refused(tmp_path: Path) -> None:
     # 5001 arm_reach training episodes would run into the calibration seeds (5000...)
     with pytest.raises(ConfigError, match=r"train and calibration episodes share reset seeds"):

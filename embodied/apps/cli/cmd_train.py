@@ -237,11 +237,18 @@ def train_vla_cmd(
 
 @train_app.command("minijudge")
 @config_options(MiniJudgeTrainConfig, *(f.name for f in dataclasses.fields(MiniJudgeTrainConfig)))
-def train_minijudge_cmd(*, config: dict[str, Any]) -> None:
+def train_minijudge_cmd(
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue from OUT/train_state.json (the same options)."
+    ),
+    *,
+    config: dict[str, Any],
+) -> None:
     """Train and calibrate the small judge (minijudge) on rendered MuJoCo episodes.
 
     With --init DIR --steps 0 it recalibrates DIR's weights unchanged. OUT/calibration.json
     records this command line, the resolved options and the reset seeds of every split.
+    A run killed part-way continues with the same command plus --resume.
     """
     try:
         judge_config = MiniJudgeTrainConfig(**config)
@@ -249,7 +256,7 @@ def train_minijudge_cmd(*, config: dict[str, Any]) -> None:
         raise typer.BadParameter(str(exc)) from exc
     from embodied.apps.training.training_minijudge import train_minijudge
 
-    calibration = train_minijudge(judge_config)
+    calibration = train_minijudge(judge_config, resume=resume)
     summary = {"out": judge_config.out, "threshold": calibration["threshold"]}
     print(json.dumps({**summary, "oracle_agreement": calibration["oracle_agreement"]}))
 

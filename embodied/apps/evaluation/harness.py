@@ -21,6 +21,7 @@ from embodied.apps.evaluation.configuration_evaluation import (
     PolicyLoader,
 )
 from embodied.apps.evaluation.grid import build_grid
+from embodied.apps.evaluation.journal import EpisodeJournal, fingerprint
 from embodied.apps.evaluation.report import (
     EvalResult,
     library_versions,
@@ -29,6 +30,7 @@ from embodied.apps.evaluation.report import (
 )
 from embodied.apps.evaluation.stats import GroupStats, TaskStats, group_stats, task_stats
 from embodied.apps.evaluation.worker import EpisodeRecord, EpisodeRunner
+from embodied.io import remove_stale_temps
 
 
 def preflight(runner: EpisodeRunner, specs: Sequence[EpisodeSpec]) -> dict[str, dict[str, Any]]:
@@ -100,7 +102,10 @@ def evaluate(
 
     Returns:
         The :class:`EvalResult`; when ``config.out`` is set, ``results.json``,
-        ``results.md`` and ``videos/*.mp4`` are written there (atomically).
+        ``results.md`` and ``videos/*.mp4`` are written there (atomically), and each
+        finished episode is journaled as it ends (:mod:`~embodied.apps.evaluation.journal`):
+        rerunning the same evaluation into the same folder after a kill runs only the
+        episodes the journal lacks.
 
     Raises:
         UnknownNameError: unknown env, suite, task or backend (listing what exists).
@@ -118,6 +123,17 @@ def evaluate(
     )
     t0 = time.perf_counter()
     specs = build_grid(config)
+    describe = getattr(factory, "describe", None)
+    policy_record = describe() if callable(describe) else {"factory": repr(factory)}
+    journal: EpisodeJournal | None = None
+    done: dict[int, EpisodeRecord] = {}
+    if config.out is not None:
+        out = Path(config.out)
+        for folder in (out, out / "videos"):
+            remove_stale_temps(folder)
+        journal = EpisodeJournal(out, fingerprint(config.describe(), policy_record))
+        done = journal.records(specs)
+    todo = [s for s in specs if s.index not in done]
     backend = BACKENDS.make(
         config.backend if config.workers > 0 else "inline",
         workers=config.workers,
@@ -139,20 +155,22 @@ def evaluate(
     finally:
         if not isinstance(backend, InlineBackend):
             runner.close()  # workers get the runner without envs (and build their own)
-    guarded = limit_errors(on_event, config.max_episode_errors)
+    guarded = limit_errors(_journaled(on_event, journal), config.max_episode_errors)
     try:
-        results = backend.run(specs, runner, on_event=guarded)
+        results = backend.run(todo, runner, on_event=guarded) if todo else {}
     finally:
         runner.close_recording()  # config.record: workers=0, this process wrote it
+        if journal is not None:
+            journal.close()
+    results.update(done)
     records = [results[s.index] for s in specs]
     for r in records:
         if r.env_description is not None:
             envs.setdefault(r.spec.env_id, r.env_description)
     tasks, groups = summarize(records)
-    describe = getattr(factory, "describe", None)
     result = EvalResult(
         config=config.describe(),
-        policy=describe() if callable(describe) else {"factory": repr(factory)},
+        policy=policy_record,
         envs=dict(sorted(envs.items())),
         versions=library_versions(),
         episodes=records,
@@ -164,3 +182,19 @@ def evaluate(
     if config.out is not None:
         write_results(result, Path(config.out))
     return result
+
+
+def _journaled(
+    on_event: EventCallback | None, journal: EpisodeJournal | None
+) -> EventCallback | None:
+    """``on_event`` that first journals each finished episode (done or failed)."""
+    if journal is None:
+        return on_event
+
+    def wrapped(kind: str, data: dict[str, Any]) -> None:
+        if kind in ("done", "failed"):
+            journal.append(data["record"])
+        if on_event is not None:
+            on_event(kind, data)
+
+    return wrapped

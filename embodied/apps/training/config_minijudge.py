@@ -74,6 +74,9 @@ class MiniJudgeTrainConfig:
             the false-positive budget on the arrival frames at the goal's edge.
         threads: torch CPU threads for training.
         cache: Folder to cache recorded episodes in (npz).
+        checkpoint_every: Optimizer steps between resumable training states in ``out``
+            (``train_state.json``; ``embodied train minijudge --resume`` continues from the
+            last one, and its next steps equal an uninterrupted run's).
     """
 
     out: str
@@ -100,6 +103,7 @@ class MiniJudgeTrainConfig:
     threshold_tnr: float | None = None
     threads: int = 1
     cache: str | None = None
+    checkpoint_every: int = 250
 
     def __post_init__(self) -> None:
         for key in ("out", "init", "cache"):  # folders given as paths are stored as str
@@ -107,7 +111,7 @@ class MiniJudgeTrainConfig:
                 object.__setattr__(self, key, os.fspath(getattr(self, key)))
         if not self.out:
             raise ConfigError("out '' must name a checkpoint folder", fix="e.g. out='runs/judge'")
-        at_least = dict.fromkeys(["n_val", "batch", "stride", "threads"], 1)
+        at_least = dict.fromkeys(["n_val", "batch", "stride", "threads", "checkpoint_every"], 1)
         at_least |= dict.fromkeys(["n_arm", "n_ball", "n_wrong_val", "steps", "seed"], 0)
         at_least |= {source[0]: 0 for source in EXTRA_SOURCES}
         for key, least in at_least.items():

@@ -55,7 +55,13 @@ from embodied.apps.training.data_minijudge import (
     record_episodes,
 )
 from embodied.errors import CheckpointError, ConfigError
-from embodied.io import atomic_path, write_json
+from embodied.io import (
+    atomic_path,
+    load_safetensors_file,
+    read_json_file,
+    remove_stale_temps,
+    write_json,
+)
 from embodied.rewards.calibration import (
     best_threshold,
     calibration_table,
@@ -67,6 +73,7 @@ from embodied.rewards.clips import context_indices
 from embodied.rewards.demo2reward.demonstrations import LabelledDemonstration
 from embodied.rewards.minijudge.configuration_minijudge import MiniJudgeConfig
 from embodied.rewards.minijudge.modeling_minijudge import MiniJudge, resize_frames
+from embodied.train_state import optimizer_tensors, restore_optimizer
 
 COMMAND = "embodied train minijudge"
 """The command that runs :func:`train_minijudge`, as recorded in ``calibration.json``."""
@@ -550,14 +557,28 @@ def _per_env(ev: dict[str, Any], threshold: float) -> dict[str, dict[str, float]
     }
 
 
-def train_minijudge(config: MiniJudgeTrainConfig) -> dict[str, Any]:
+def train_minijudge(config: MiniJudgeTrainConfig, resume: bool = False) -> dict[str, Any]:
     """Record data, train, calibrate and save to ``config.out``; returns ``calibration.json``.
 
+    Args:
+        config: The run.
+        resume: Continue from the last training state in ``config.out`` (written every
+            ``config.checkpoint_every`` steps by a run of the same config); the steps after it
+            equal an uninterrupted run's (the data is recorded again, or read from ``cache``,
+            with the same seeds).
+
     Raises:
-        ConfigError: the training, calibration and report splits would share reset seeds.
+        ConfigError: the training, calibration and report splits would share reset seeds;
+            ``config.out`` holds another run's training state (without ``resume``: any).
         CheckpointError: ``config.init`` does not load, or its training history does not
-            tell which seeds it was trained on.
+            tell which seeds it was trained on; ``resume`` without a training state, or a
+            damaged one.
     """
+    out = Path(config.out)
+    for folder in (out, Path(config.cache) if config.cache else None):
+        if folder is not None:
+            remove_stale_temps(folder)  # what a killed run left half-written
+    state = _train_state_to_resume(out, config, resume)
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
@@ -624,7 +645,7 @@ def train_minijudge(config: MiniJudgeTrainConfig) -> dict[str, Any]:
     )
 
     if config.steps > 0:
-        _train(judge, train, calib_episodes, config, rng, t0)
+        _train(judge, train, calib_episodes, config, rng, t0, state)
     judge.model.eval()
     judge.clear_cache()
 
@@ -722,9 +743,11 @@ def _train(
     config: MiniJudgeTrainConfig,
     rng: np.random.Generator,
     t0: float,
+    state: dict[str, Any] | None = None,
 ) -> None:
     """Optimise the image tower, text head, scale and bias on ``train`` (progress on the
-    calibration split, which only ever chooses the threshold)."""
+    calibration split, which only ever chooses the threshold); from ``state`` (a training
+    state read by :func:`_train_state_to_resume`) when given."""
     pairs = PairSet(
         train,
         judge.config.image_size,
@@ -738,9 +761,13 @@ def _train(
     model = judge.model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(
-        opt, max_lr=config.lr, total_steps=config.steps, pct_start=0.1
+        opt, max_lr=config.lr, total_steps=config.steps, pct_start=_warmup_fraction(config.steps)
     )
-    for step in range(config.steps):
+    start = 0
+    if state is not None:
+        start = _restore_train_state(state, model, opt, sched, rng)
+        print(f"resumed at step {start} of {config.steps}", flush=True)
+    for step in range(start, config.steps):
         idx = pairs.batch(config.batch, rng)
         x, uv = _augment(pairs.clips(pairs.episode[idx], pairs.step[idx]), rng, pairs.keypoint(idx))
         y = torch.from_numpy(pairs.label[idx].astype(np.float32))
@@ -770,6 +797,138 @@ def _train(
                 f"({time.perf_counter() - t0:.0f} s)",
                 flush=True,
             )
+        done = step + 1
+        if done % config.checkpoint_every == 0 or done == config.steps:
+            _save_train_state(Path(config.out), config, done, model, opt, sched, rng)
+
+
+TRAIN_STATE_JSON = "train_state.json"
+"""The resumable training state's JSON (step, config, optimizer groups, scheduler, numpy RNG);
+its tensors (weights, Adam moments, torch RNG) are in the safetensors file it names."""
+TRAIN_STATE_FIX = (
+    "the run's resumable state is damaged: train again without --resume into a new --out"
+)
+RESUME_FREE = ("threads", "cache", "checkpoint_every")
+"""Options a resumed run may change. Only ``threads`` changes the numbers (the summation order
+of a parallel reduction), in their last bits: with the first run's threads the resumed steps
+equal an uninterrupted run's bit for bit."""
+
+
+def _warmup_fraction(steps: int) -> float:
+    """OneCycleLR's warm-up share: 10 %, but two steps where 10 % is exactly one, for which
+    OneCycleLR divides by zero (``steps=10``)."""
+    return 2.0 / steps if steps * 0.1 == 1.0 else 0.1
+
+
+def _resume_key(config: MiniJudgeTrainConfig) -> dict[str, Any]:
+    return {k: v for k, v in dataclasses.asdict(config).items() if k not in RESUME_FREE}
+
+
+def _train_state_to_resume(
+    out: Path, config: MiniJudgeTrainConfig, resume: bool
+) -> dict[str, Any] | None:
+    """The training state ``resume`` continues from (None: a new run), checked against
+    ``config``; a new run into a folder holding a training state is refused."""
+    path = out / TRAIN_STATE_JSON
+    if config.steps == 0:  # recalibration (``--init DIR --steps 0``) trains nothing
+        return None
+    if not resume:
+        if path.exists():
+            raise ConfigError(
+                f"{str(out)!r} holds a judge training run ({path})",
+                fix="add --resume to continue it, or pass a new --out to start another run",
+            )
+        return None
+    if not path.exists():
+        raise CheckpointError(
+            f"nothing to resume: {path} does not exist", fix="drop --resume to start a new run"
+        )
+    meta = read_json_file(path, what="judge train state", fix=TRAIN_STATE_FIX)
+    expected = {"step": int, "tensors": str, "optimizer": dict, "scheduler": dict}
+    expected |= {"numpy_rng": dict, "config": dict}
+    bad = [k for k, t in expected.items() if not isinstance(meta.get(k), t)]
+    if bad:
+        raise CheckpointError(
+            f"judge train state {str(path)!r} lacks or mistypes {bad}", fix=TRAIN_STATE_FIX
+        )
+    saved = {k: v for k, v in meta["config"].items() if k not in RESUME_FREE}
+    now = json.loads(json.dumps(_resume_key(config)))
+    differ = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+    if differ:
+        raise ConfigError(
+            f"--resume with options other than the run's in {str(out)!r}: "
+            + ", ".join(f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in differ),
+            fix="rerun with the options of the first run (only --threads, --cache and "
+            "--checkpoint-every may change), or pass a new --out",
+        )
+    if not 0 <= meta["step"] <= config.steps:
+        raise CheckpointError(
+            f"judge train state {str(path)!r} is at step {meta['step']} of {config.steps}",
+            fix=TRAIN_STATE_FIX,
+        )
+    tensors_path = out / Path(meta["tensors"]).name  # a bare name: never read outside the run
+    meta["tensor_values"] = load_safetensors_file(
+        tensors_path, what="judge train-state tensors", fix=TRAIN_STATE_FIX
+    )
+    return meta
+
+
+def _save_train_state(
+    out: Path,
+    config: MiniJudgeTrainConfig,
+    step: int,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LRScheduler,
+    rng: np.random.Generator,
+) -> None:
+    """Write one resumable state; the JSON pointer goes last, then older tensors go."""
+    from safetensors.torch import save_file
+
+    tensors = {f"model.{k}": v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    opt_tensors, opt_meta = optimizer_tensors(opt)
+    tensors |= opt_tensors
+    tensors["rng.torch"] = torch.get_rng_state()
+    name = f"train_state_{step:07d}.safetensors"
+    with atomic_path(out / name) as tmp:
+        save_file(tensors, str(tmp))
+    write_json(
+        out / TRAIN_STATE_JSON,
+        {
+            "step": step,
+            "tensors": name,
+            "optimizer": opt_meta,
+            "scheduler": sched.state_dict(),
+            "numpy_rng": rng.bit_generator.state,
+            "config": _resume_key(config),
+        },
+    )
+    for old in out.glob("train_state_*.safetensors"):
+        if old.name != name:
+            old.unlink(missing_ok=True)
+
+
+def _restore_train_state(
+    state: dict[str, Any],
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LRScheduler,
+    rng: np.random.Generator,
+) -> int:
+    """Load ``state`` into the model, optimizer, scheduler and RNGs; return its step."""
+    tensors = state["tensor_values"]
+    try:
+        model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+        restore_optimizer(opt, tensors, state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        torch.set_rng_state(tensors["rng.torch"])
+        rng.bit_generator.state = state["numpy_rng"]
+    except (KeyError, RuntimeError, ValueError, TypeError) as exc:
+        raise CheckpointError(
+            f"judge train state in {state['tensors']!r} does not fit this run ({exc})",
+            fix=TRAIN_STATE_FIX,
+        ) from exc
+    return int(state["step"])
 
 
 DEVELOPMENT_SEED0 = 70000

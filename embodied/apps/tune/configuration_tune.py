@@ -54,6 +54,10 @@ class ServerConfig:
             naming ``127.0.0.1``, ``localhost``, ``[::1]``, the bound ``host`` or one of these
             (any port): a page on another site whose name an attacker re-points at this
             machine (DNS rebinding) names its own site there and is refused.
+        head_timeout_s: Longest time a client may take to send a request's head (s); a
+            slower one (slowloris) gets 408 and is closed.
+        max_connections: Connections served at once; more are answered 503 (each open
+            connection holds a socket and buffers).
     """
 
     host: str = "127.0.0.1"
@@ -62,6 +66,8 @@ class ServerConfig:
     telemetry_hz: float = 20.0
     frame_hz: float = 5.0
     allowed_hosts: tuple[str, ...] = ()
+    head_timeout_s: float = 10.0
+    max_connections: int = 100
 
     def __post_init__(self) -> None:
         require(
@@ -73,6 +79,16 @@ class ServerConfig:
             "the page needs at least 10 updates per second",
         )
         require(0.5 <= self.frame_hz <= 30.0, f"frame_hz {self.frame_hz} outside [0.5, 30]")
+        require(
+            0.1 <= self.head_timeout_s <= 300.0,
+            f"head_timeout_s {self.head_timeout_s} outside [0.1, 300]",
+            "e.g. 10 (seconds)",
+        )
+        require(
+            1 <= self.max_connections <= 10_000,
+            f"max_connections {self.max_connections} outside [1, 10000]",
+            "e.g. 100",
+        )
         if self.token is not None and len(self.token) < 8:
             raise ConfigError(
                 f"token of {len(self.token)} characters is too short",

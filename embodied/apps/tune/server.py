@@ -215,7 +215,13 @@ def create_app(session: TuneSession, config: ServerConfig) -> Any:
         sender = asyncio.create_task(_pump(session, config, send))
         try:
             while True:
-                text = await ws.receive_text()
+                message = await ws.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                text = message.get("text")
+                if text is None:  # a binary frame: the page only ever sends JSON text
+                    await send({"type": "error", "message": "commands are JSON text frames"})
+                    continue
                 await send(_handle(session, text))
         except WebSocketDisconnect:
             pass
@@ -298,6 +304,56 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
+def head_deadline_protocol(timeout_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's h11 HTTP protocol with a deadline on every request head.
+
+    uvicorn waits for a connection's first request head forever, and for a later one as long
+    as bytes keep coming (its keep-alive timer stops at the first byte): a client that sends a
+    header line every few seconds (slowloris) holds a socket and its buffer indefinitely. Here
+    a head that is not complete ``timeout_s`` after the connection opened (or after the last
+    response) is answered 408 and the connection closed.
+    """
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeadDeadlineH11Protocol(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm_head_deadline()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm_head_deadline()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            super().connection_lost(exc)
+
+        def _arm_head_deadline(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._head_timer = self.loop.call_later(timeout_s, self._head_deadline)
+
+        def _head_deadline(self) -> None:
+            self._head_timer = None
+            transport = self.transport
+            if transport.is_closing() or transport.get_protocol() is not self:
+                return  # closed, or upgraded to a WebSocket that now owns the transport
+            if self.conn.their_state is not h11.IDLE:
+                return  # the head arrived: a request is being served
+            body = f"request head not received within {timeout_s:g} s\n".encode()
+            transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            transport.close()
+
+    return HeadDeadlineH11Protocol
+
+
 class TuneServer:
     """Runs the app with uvicorn, in this thread (:meth:`run`) or a background one (:meth:`start`).
 
@@ -320,7 +376,11 @@ class TuneServer:
                 host=config.host,
                 port=config.port,
                 log_level="warning",
+                http=head_deadline_protocol(config.head_timeout_s),
                 ws=ws,
+                # a command is at most MAX_COMMAND_BYTES: a larger frame closes with 1009
+                ws_max_size=4 * MAX_COMMAND_BYTES,
+                limit_concurrency=config.max_connections,
                 lifespan="off",
             )
         )
