@@ -51,6 +51,10 @@ from hardware.ros.client import RosbridgeLink, in_reactor_thread
 
 log = logging.getLogger("hardware.ros")
 
+STAMP_RESET_S = 5.0
+"""A state older than the last one by more than this is a robot clock that restarted (sim
+time, a rebooted controller), read as new; by less, a stale copy, dropped."""
+
 
 @dataclasses.dataclass
 class _Newest:
@@ -91,6 +95,9 @@ class RosRobot(Robot):
         self._image: np.ndarray | None = None
         self._state_lock = threading.Lock()
         self.bad_states = 0
+        self.out_of_order_states = 0
+        """States dropped for being older than the one already read (duplicated or reordered
+        above TCP)."""
         self.bad_images = 0
         """Camera messages that could not be decoded (ignored; the first three are logged)."""
         self.image_error = ""
@@ -135,6 +142,12 @@ class RosRobot(Robot):
             return
         state = RobotState(pos, vel, stamp, time.monotonic())
         with self._state_lock:
+            last = self._state
+            if last is not None and 0 < last.stamp_s - stamp <= STAMP_RESET_S:
+                # an older state after a newer one (a frame duplicated or reordered above
+                # TCP): the robot is where the newer one says
+                self.out_of_order_states += 1
+                return
             self._state = state
         with self._cmd_lock:
             newest = self._newest

@@ -12,7 +12,7 @@ again) and no temporary file is left.
 Profiles as in ``tests/core/test_core_fuzz_loaders.py``: ``EMBODIED_FUZZ_PROFILE=ci`` (default,
 at least 20 kills per command) or ``slow`` (200):
 ``EMBODIED_FUZZ_PROFILE=slow python -m pytest tests/faults/test_faults_kill.py``. The counts
-land in ``$EMBODIED_ARTIFACTS/reliability_kill.json`` (the README's reliability table).
+land in ``test-artifacts/reliability_kill.json`` (the README's reliability table).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 
 from embodied.io import TEMP_NAME
-from tests.conftest import require
+from tests.conftest import ARTIFACTS, require
 
 hypothesis = require("hypothesis")
 st = require("hypothesis.strategies")
@@ -139,7 +139,7 @@ def zygote() -> Iterator[Zygote]:
 @pytest.fixture(scope="module", autouse=True)
 def _report() -> Iterator[None]:
     yield
-    artifacts = Path(os.environ.get("EMBODIED_ARTIFACTS", ROOT / ".artifacts"))
+    artifacts = ARTIFACTS
     artifacts.mkdir(parents=True, exist_ok=True)
     path = artifacts / "reliability_kill.json"
     old = json.loads(path.read_text()) if path.exists() else {}

@@ -8,7 +8,7 @@ well-behaved client is still served, and the process's memory stayed bounded.
 
 Profiles as in ``tests/core/test_core_fuzz_loaders.py`` (``EMBODIED_FUZZ_PROFILE=ci``: 20
 cases per kind, derandomized; ``slow``: 200). Counts land in
-``$EMBODIED_ARTIFACTS/reliability_servers.json``.
+``test-artifacts/reliability_servers.json``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import require
+from tests.conftest import ARTIFACTS, require
 
 hypothesis = require("hypothesis")
 st = require("hypothesis.strategies")
@@ -65,7 +65,7 @@ def _count(name: str, key: str) -> None:
 @pytest.fixture(scope="module", autouse=True)
 def _report() -> Iterator[None]:
     yield
-    artifacts = Path(os.environ.get("EMBODIED_ARTIFACTS", ROOT / ".artifacts"))
+    artifacts = ARTIFACTS
     artifacts.mkdir(parents=True, exist_ok=True)
     (artifacts / "reliability_servers.json").write_text(
         json.dumps({**TALLY, "profile": PROFILE}, indent=2) + "\n"

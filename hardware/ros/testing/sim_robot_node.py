@@ -9,6 +9,9 @@ no ``embodied`` imports. Behaviour:
   name) or ``std_msgs/Float64MultiArray`` (joint order) on the command topic, and moves each
   joint towards its target at up to its velocity limit, within its position limits;
 * stale commands (older than ``command_timeout_ms``): holds position, velocity zero;
+* a JointTrajectory whose ``header.stamp`` is older than ``command_timeout_ms`` when it
+  arrives (held up in the network) is dropped unexecuted and logged ``expired``, as
+  ros_control's trajectory controller drops trajectories that lie in the past;
 * ``std_msgs/Bool`` e-stop topic (true latches a stop) or ``std_srvs/Trigger`` e-stop service,
   ``std_srvs/Trigger`` enable service (clears it); with ``ros.estop_state`` in the config it
   publishes whether its e-stop is latched (``std_msgs/Bool``, latched topic, at 10 Hz and at
@@ -236,6 +239,14 @@ class SimRobotNode:
             self.publish()
 
     def on_trajectory(self, msg: JointTrajectory) -> None:
+        stamp = msg.header.stamp
+        if not stamp.is_zero():  # zero: "now", as ROS drivers read it
+            age_s = (rospy.Time.now() - stamp).to_sec()
+            if age_s > self.timeout_s:  # delivered late (a stalled network): its time is gone
+                positions = list(msg.points[0].positions) if msg.points else []
+                with self.lock:
+                    self.record("expired", age_ms=round(age_s * 1e3, 1), positions=positions)
+                return
         if not msg.points:
             self.apply([], "trajectory")
             return
