@@ -23,6 +23,7 @@ Profiles: ``EMBODIED_FUZZ_PROFILE=ci`` (8 schedules, derandomized) or ``slow`` (
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -190,7 +191,7 @@ def test_faults_between_driver_and_rosbridge(
     states = [e for e in log if e["kind"] == "state"]
     cmd_t = [e["t"] for e in graph.commands() if e["kind"] == "command"]  # earlier cases too
     moving_late = []
-    for a, b in zip(states, states[1:], strict=False):  # a move from a to b needs a command
+    for a, b in itertools.pairwise(states):  # a move from a to b needs a command
         last_cmd = max((t for t in cmd_t if t <= b["t"]), default=-1e18)  # fresh at b's step
         if a["t"] - last_cmd > timeout_s + 0.05 and not np.allclose(
             a["position"], b["position"], atol=1e-12
@@ -198,7 +199,7 @@ def test_faults_between_driver_and_rosbridge(
             moving_late.append(round(a["t"] - last_cmd, 3))
     assert not moving_late, f"moved {moving_late} s after its last fresh command"
     # the driver's reading never goes back in time
-    assert all(b >= a for a, b in zip(stamps, stamps[1:], strict=False)), "state went back"
+    assert all(b >= a for a, b in itertools.pairwise(stamps)), "state went back"
     TALLY["survived"] += 1
 
 
@@ -214,6 +215,6 @@ def test_reordered_state_is_not_read_as_current(rig: dict[str, Any]) -> None:
     proxy.set_mode("reorder")
     time.sleep(0.5)
     proxy.set_mode("pass")
-    back = [round(a - b, 4) for a, b in zip(stamps, stamps[1:], strict=False) if b < a]
+    back = [round(a - b, 4) for a, b in itertools.pairwise(stamps) if b < a]
     assert not back, f"the reading went back in time by {back} s"
     assert robot.out_of_order_states > before  # the reordered states were dropped
