@@ -17,7 +17,7 @@ from embodied.apps.training.training_minijudge import MiniJudgeTrainConfig, pars
 FLAGS = "--out --n-arm --n-ball --n-val --n-wrong-val --steps --batch --lr --stride --seed "
 FLAGS += "--extra-arm-experts --wrong-arm --swap-arm --extra-ball-experts --init --image-size --head --film-layer "
 FLAGS += "--cell-weight --arrival-weight --arrival-negative-weight --threshold-tnr "
-FLAGS += "--threads --cache"
+FLAGS += "--threads --cache --checkpoint-every"
 
 
 def _flat(text: str) -> str:

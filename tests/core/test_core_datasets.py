@@ -204,11 +204,11 @@ def test_collect_cli_after_deleting_a_middle_shard_changes_no_existing_shard(
     (out / "episode_000002.hdf5").unlink()
     before = _digests(out)
     assert len(before) == 4
-    collect(6)
+    collect(6)  # the same collection, now of 6: it tops itself up with 2 new shards
     after = _digests(out)
     assert {k: after[k] for k in before} == before
-    assert sorted(after) == sorted(before) + [f"episode_{i:06d}.hdf5" for i in range(5, 11)]
-    assert len(Dataset(out)) == 10
+    assert sorted(after) == sorted(before) + [f"episode_{i:06d}.hdf5" for i in range(5, 7)]
+    assert len(Dataset(out)) == 6
 
 
 def test_dataset_errors_are_reported_once(tmp_path: Path) -> None:
