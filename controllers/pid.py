@@ -231,6 +231,10 @@ class PIDController:
             raise ConfigError(f"unknown PID parameter(s) {unknown}", fix=f"use {sorted(fields)}")
         if "tau_d" in changes and "derivative_cutoff_hz" not in changes:
             changes["derivative_cutoff_hz"] = None
+        # to_dict writes an infinite limit as None (YAML/JSON); take it back as from_dict does
+        for name, unlimited in (("output_min", -math.inf), ("output_max", math.inf)):
+            if name in changes and changes[name] is None:
+                changes[name] = unlimited
         new = dataclasses.replace(self.config, **changes)  # validates in __post_init__
         with self._lock:
             before = self._terms_without_integral()

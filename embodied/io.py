@@ -320,6 +320,17 @@ def check_safetensors_file(
         raise _unreadable_safetensors(p, exc, what, fix, error) from exc
 
 
+_MALFORMED = (
+    TypeError,
+    ValueError,
+    AttributeError,
+    RuntimeError,  # torch's load_state_dict / Generator.set_state on mismatched contents
+    OverflowError,  # int() of JSON's Infinity
+    IndexError,  # a list shorter than another part of the file says
+)
+"""What constructors raise on malformed file contents (:func:`build_from_file`)."""
+
+
 def build_from_file(
     path: str | os.PathLike[str],
     build: Callable[[], T],
@@ -345,8 +356,7 @@ def build_from_file(
         raise error(f"{what} {str(path)!r}: {_bare_message(exc)}", fix=exc.fix or fix) from exc
     except KeyError as exc:
         raise error(f"{what} {str(path)!r} lacks the key {exc}", fix=fix) from exc
-    except (TypeError, ValueError, AttributeError, RuntimeError) as exc:
-        # RuntimeError: torch's load_state_dict / Generator.set_state on mismatched contents.
+    except _MALFORMED as exc:
         raise error(f"{what} {str(path)!r} has a malformed value: {exc}", fix=fix) from exc
 
 

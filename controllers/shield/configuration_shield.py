@@ -14,6 +14,10 @@ from embodied.errors import ConfigError
 
 AMBIGUITY = ("l1", "interval")
 AUTOMATON = ("auto", "builtin", "ltlf2dfa")
+MAX_HORIZON = 100_000
+"""Longest bounded horizon: the most backups the unbounded iteration runs
+(:func:`~controllers.shield.robust.robust_safety`'s ``max_iterations``). Every step is a backup
+of all product states, so a larger value (e.g. a damaged config.json's) would compute for hours."""
 
 
 @dataclass
@@ -72,9 +76,9 @@ class ShieldConfig:
                     f"shield horizon must be a positive int or None, got {self.horizon!r}",
                     fix="e.g. horizon=10 (control steps)",
                 )
-            if self.horizon < 1:
+            if not 1 <= self.horizon <= MAX_HORIZON:
                 raise ConfigError(
-                    f"shield horizon must be >= 1 step, got {self.horizon!r}",
+                    f"shield horizon must be 1..{MAX_HORIZON} steps, got {self.horizon!r}",
                     fix="e.g. horizon=10, or None for an unbounded horizon",
                 )
             self.horizon = int(self.horizon)

@@ -35,7 +35,7 @@ from controllers.shield.abstraction import Measure
 from embodied.concepts import make_concept
 from embodied.contracts import ActionFilter
 from embodied.datasets import DatasetWriter, EpisodeData
-from embodied.errors import ActionError, ConfigError, SafetyFault
+from embodied.errors import ActionError, ConfigError, EmbodiedError, SafetyFault
 from embodied.io import write_json
 from embodied.loop import Episode, Steering, StepRecord, rollout
 from embodied.recording import LiveView, McapRecorder, SafetyTap, check_record_path
@@ -270,11 +270,26 @@ def steering_from_file(path: str | os.PathLike[str]) -> Steering:
             f"controller file {str(path)!r} lacks meta {missing}",
             fix="add 'meta: {concept: ee_speed, setpoint: 0.1, knob: alpha}'",
         )
+    setpoint = meta["setpoint"]
+    if isinstance(setpoint, bool) or not isinstance(setpoint, int | float):
+        raise ConfigError(
+            f"controller file {str(path)!r}: meta setpoint {setpoint!r} is not a number",
+            fix="set 'setpoint' to the concept's target in its units, e.g. 0.1",
+        )
+    if not math.isfinite(setpoint):  # the controller would chase it with every output
+        raise ConfigError(
+            f"controller file {str(path)!r}: meta setpoint {setpoint!r} is not finite",
+            fix="set 'setpoint' to the concept's target in its units, e.g. 0.1",
+        )
+    try:
+        concept = make_concept(str(meta["concept"]))
+    except EmbodiedError as exc:  # an unknown concept name: say which file names it
+        raise exc.in_file(path, "controller file") from exc
     return Steering(
-        concept=make_concept(str(meta["concept"])),
+        concept=concept,
         controller=controllers.load(path),
         knob=str(meta.get("knob", "alpha")),
-        setpoint=float(meta["setpoint"]),
+        setpoint=float(setpoint),
     )
 
 

@@ -11,6 +11,7 @@ shards or any single robomimic file, e.g. LIBERO's ``*_demo.hdf5``.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,6 +35,11 @@ _RECOLLECT = (
     "delete this shard, then run the same `embodied collect --out` with --episodes 1: it adds "
     "one episode in its place (with the next unused seed; shard numbers may skip)"
 )
+H5_ERRORS: tuple[type[Exception], ...] = (OSError, RuntimeError, KeyError, ValueError, TypeError)
+"""What h5py raises reading a damaged file: HDF5's errors surface as ``OSError`` (unreadable
+file), ``RuntimeError`` (a broken B-tree, heap or link table), ``KeyError`` (an object header
+it cannot open), ``ValueError`` (a datatype it cannot represent) and ``TypeError`` (a name that
+is not UTF-8, a group where a dataset belongs). Readers turn these into :class:`DatasetError`."""
 
 
 @dataclass
@@ -136,6 +142,83 @@ def write_episode_file(
             _write_group(data.create_group(f"demo_{i}"), ep, compress_images)
 
 
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+_GCOL = b"GCOL\x01\x00\x00\x00"
+"""A global heap collection's signature, version 1 and zero reserved bytes (HDF5 spec III.E)."""
+_GCOL_MAX_OBJECTS = 65535
+"""Objects a collection can hold: their index is 16 bits (0 is its free space)."""
+
+
+def check_global_heaps(path: str | os.PathLike[str]) -> None:
+    """Refuse an HDF5 file whose global heap libhdf5 would decode forever.
+
+    Variable-length strings (our JSON attributes, LIBERO's ``problem_info``) live in global
+    heap collections. libhdf5 (2.0.0 too) decodes a collection object by object and never
+    leaves its loop when it meets a free-space object of length 0, which one flipped bit in
+    the collection's size or in an object header makes: opening such a file would hang, not
+    fail. So every collection is walked here first, as libhdf5 walks it, and must be what
+    libhdf5 writes: objects inside the collection, the free space (index 0) last and
+    reaching exactly to its end. Files libhdf5 refuses anyway (no superblock) pass.
+
+    Args:
+        path: The HDF5 file.
+
+    Raises:
+        DatasetError: a damaged collection, naming the file and its offset.
+    """
+    file = Path(path)
+    with open(file, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            return
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            if hasattr(mmap, "MADV_SEQUENTIAL"):  # one pass front to back (about 1 s per GB)
+                mm.madvise(mmap.MADV_SEQUENTIAL)
+            # the superblock sits at 0, 512, 1024, ... (after a user block); HDF5 needs it
+            base = 0
+            while base < size and mm[base : base + 8] != _HDF5_SIGNATURE:
+                base = 512 if base == 0 else base * 2
+            if base >= size or size < base + 16:
+                return
+            # size of lengths: byte 14 of a version 0/1 superblock, byte 10 of a 2/3 one
+            length = mm[base + 14] if mm[base + 8] in (0, 1) else mm[base + 10]
+            if length not in (2, 4, 8, 16):
+                return  # libhdf5 refuses this superblock itself
+            pos = mm.find(_GCOL)
+            while pos >= 0:
+                problem = _gcol_problem(mm, pos, length)
+                if problem:
+                    raise DatasetError(
+                        f"{str(file)!r} is damaged: its global heap at byte {pos} {problem}",
+                        fix=f"restore the file from its source; a shard of `embodied collect`: "
+                        f"{_RECOLLECT}",
+                    )
+                pos = mm.find(_GCOL, pos + 1)
+
+
+def _gcol_problem(mm: mmap.mmap, pos: int, length: int) -> str:
+    """What is wrong with the global heap collection at ``pos`` ('' when nothing)."""
+
+    def number(at: int, width: int) -> int:
+        return int.from_bytes(mm[at : at + width], "little")
+
+    header = obj_header = 8 + length  # signature, version, reserved, size / index, refs, size
+    end = pos + number(pos + 8, length)
+    if end > len(mm):
+        return f"claims {end - pos} bytes, past the end of the file"
+    p = pos + header
+    for _ in range(_GCOL_MAX_OBJECTS + 1):
+        if p + obj_header > end:
+            return ""  # a tail too short for an object is free space
+        index, size = number(p, 2), number(p + 8, length)
+        if index == 0:  # the free space: last, up to the end exactly
+            return "" if p + size == end else f"has free space of {size} bytes at byte {p}"
+        p += obj_header + (size + 7) // 8 * 8
+        if p > end:
+            return f"holds an object (index {index}) past its end"
+    return f"holds more than {_GCOL_MAX_OBJECTS} objects"
+
+
 class DatasetWriter:
     """Appends episodes to a dataset folder, one atomically written shard each.
 
@@ -217,10 +300,11 @@ def _shard_env_args(shards: Sequence[Path]) -> dict[str, Any]:
     """``env_args`` recorded in the newest readable shard (a folder without ``meta.json``)."""
     for shard in reversed(shards):
         try:
+            check_global_heaps(shard)
             with h5py.File(shard, "r") as h:
-                raw = h["data"].attrs.get("env_args")
+                raw = read_attr(h["data"], "env_args")
                 value = json.loads(raw) if isinstance(raw, str | bytes) else None
-        except (OSError, KeyError, ValueError):
+        except H5_ERRORS:  # DatasetError is an OSError; json's errors are ValueErrors
             continue  # a damaged shard is reported by Dataset, not by the writer
         if isinstance(value, dict):
             return value
@@ -267,14 +351,20 @@ class Dataset(Sequence[EpisodeData]):
 
     def _groups(self, file: Path) -> list[str]:
         try:
+            check_global_heaps(file)  # before libhdf5 reads an attribute (it could hang)
             with h5py.File(file, "r") as h:
                 if "data" not in h:
                     raise DatasetError(
                         f"{str(file)!r} has no 'data' group (keys: {list(h.keys())})",
                         fix="use a robomimic-layout file: data/demo_N/{obs,actions,rewards,dones}",
                     )
-                if not self.env_args and "env_args" in h["data"].attrs:
-                    raw = h["data"].attrs["env_args"]
+                if not isinstance(h["data"], h5py.Group):
+                    raise DatasetError(
+                        f"{str(file)!r}: 'data' is a dataset, not a group of episodes",
+                        fix=f"the file is damaged or not robomimic-layout: {_RECOLLECT}",
+                    )
+                if not self.env_args:
+                    raw = read_attr(h["data"], "env_args")
                     if isinstance(raw, str | bytes):
                         self.env_args = parse_json_text(
                             raw,
@@ -283,10 +373,11 @@ class Dataset(Sequence[EpisodeData]):
                             error=DatasetError,
                             fix=_RECOLLECT,
                         )
-                names = [n for n in h["data"] if _GROUP_RE.match(n)]
+                # a damaged link table can yield names that are not text (bytes): not ours
+                names = [n for n in h["data"] if isinstance(n, str) and _GROUP_RE.match(n)]
         except DatasetError:
             raise  # already names the file (DatasetError is an OSError: do not wrap it again)
-        except OSError as exc:
+        except H5_ERRORS as exc:
             raise DatasetError(
                 f"cannot read dataset file {str(file)!r}: {exc}",
                 fix=f"the file is damaged or not HDF5: {_RECOLLECT}",
@@ -307,13 +398,25 @@ class Dataset(Sequence[EpisodeData]):
                 missing = [k for k in ("obs", "actions") if k not in g]
                 if missing:
                     raise DatasetError(f"{source} lacks {missing}", fix="re-collect this episode")
-                actions = g["actions"][()]
+                if not isinstance(g, h5py.Group) or not isinstance(g["obs"], h5py.Group):
+                    raise DatasetError(
+                        f"{source}: the episode or its 'obs' is a dataset, not a group",
+                        fix="re-collect this episode",
+                    )
+                actions = _array(g, "actions", source)
+                if actions.ndim == 0:
+                    # one row per step: a scalar has no steps (and no shape[0] to read)
+                    raise DatasetError(
+                        f"{source}: 'actions' is a scalar, not one row per step",
+                        fix="re-collect this episode",
+                    )
                 n = actions.shape[0]
                 obs = {}
                 for key in g["obs"]:
                     name = self.obs_key_map.get(key, key)
                     if self.obs_keys is None or name in self.obs_keys:
-                        shape = g["obs"][key].shape
+                        node = g["obs"][key]
+                        shape = node.shape if isinstance(node, h5py.Dataset) else None
                         steps = shape[0] if shape else None
                         if steps != n:
                             # A wrong length silently misaligns observations with actions.
@@ -322,27 +425,26 @@ class Dataset(Sequence[EpisodeData]):
                                 f"'actions' has {n}; each observation needs one entry per action",
                                 fix=f"re-collect this episode, or cut/pad obs/{key} to {n} rows",
                             )
-                        obs[name] = g["obs"][key][()]
-                rewards = g["rewards"][()] if "rewards" in g else np.zeros(n)
-                dones = g["dones"][()] if "dones" in g else np.eye(1, n, n - 1).ravel()
+                        obs[name] = read_array(node)
+                rewards = _array(g, "rewards", source) if "rewards" in g else np.zeros(n)
+                dones = _array(g, "dones", source) if "dones" in g else np.eye(1, n, n - 1).ravel()
                 extras: dict[str, np.ndarray] = {}
                 g.visititems(
                     lambda name, node: (
-                        extras.__setitem__(name, node[()])
+                        extras.__setitem__(name, read_array(node))
                         if isinstance(node, h5py.Dataset)
                         and not name.startswith("obs/")
                         and name not in ("actions", "rewards", "dones")
                         else None
                     )
                 )
-                attrs = {
-                    k: (v.item() if isinstance(v, np.generic) else v) for k, v in g.attrs.items()
-                }
+                attrs = {k: read_attr(g, k) for k in g.attrs}
         except DatasetError:
             raise
-        except OSError as exc:
+        except H5_ERRORS as exc:
             raise DatasetError(
-                f"cannot read {source}: {exc}", fix="re-collect this episode"
+                f"cannot read {source}: the file is damaged ({type(exc).__name__}: {exc})",
+                fix=f"re-collect this episode: {_RECOLLECT}",
             ) from exc
         if isinstance(attrs.get("meta"), str | bytes):
             attrs["meta"] = parse_json_text(
@@ -357,6 +459,58 @@ class Dataset(Sequence[EpisodeData]):
     def __iter__(self) -> Iterator[EpisodeData]:
         for i in range(len(self)):
             yield self[i]
+
+
+def _array(group: h5py.Group, key: str, source: str) -> np.ndarray:
+    """The dataset ``group[key]`` read whole.
+
+    Raises:
+        DatasetError: ``key`` is a group (a damaged or foreign file), naming ``source``.
+    """
+    node = group[key]
+    if not isinstance(node, h5py.Dataset):
+        raise DatasetError(
+            f"{source}: {key!r} is a group, not an array", fix="re-collect this episode"
+        )
+    return read_array(node)
+
+
+def _check_type(tid: h5py.h5t.TypeID, what: str) -> None:
+    """Refuse a variable-length sequence type before libhdf5 converts a value of it.
+
+    libhdf5 crashes the process (SIGSEGV in ``H5VL_blob_put``) converting a variable-length
+    type whose kind field is damaged (one flipped bit in a string attribute's datatype
+    message makes it); such a type shows as a variable-length *sequence*, which neither we
+    nor LIBERO write (variable-length strings are a class of their own).
+
+    Raises:
+        TypeError: a sequence type (one of :data:`H5_ERRORS`: readers name the file).
+    """
+    if tid.get_class() == h5py.h5t.VLEN:
+        raise TypeError(f"{what} has a variable-length sequence type")
+
+
+def read_attr(obj: h5py.HLObject, name: str) -> Any:
+    """Attribute ``name`` of ``obj`` (None when absent), numpy scalars as Python values.
+
+    Raises:
+        TypeError, and the other :data:`H5_ERRORS`: a damaged attribute.
+    """
+    if name not in obj.attrs:
+        return None
+    _check_type(obj.attrs.get_id(name).get_type(), f"attribute {name!r}")
+    value = obj.attrs[name]
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def read_array(node: h5py.Dataset) -> np.ndarray:
+    """All of the dataset ``node``.
+
+    Raises:
+        TypeError, and the other :data:`H5_ERRORS`: a damaged dataset.
+    """
+    _check_type(node.id.get_type(), f"dataset {node.name!r}")
+    return np.asarray(node[()])
 
 
 def export_robomimic(src: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:

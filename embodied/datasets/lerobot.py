@@ -33,6 +33,9 @@ import math
 import os
 import shutil
 import tempfile
+import tokenize
+import zipfile
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -1019,6 +1022,51 @@ def _column_values(column: pa.ChunkedArray | pa.Array, shape: Sequence[int]) -> 
     return values.reshape(n, *shape)
 
 
+_PARQUET_ERRORS = (OSError, pa.ArrowException, ValueError)
+"""What pyarrow raises reading a damaged parquet file: ``OSError`` and ``ArrowException``s,
+and ``UnicodeDecodeError`` (a ``ValueError``) for a column name that is not UTF-8."""
+_INFO_FIX = "restore meta/info.json from the dataset's source (e.g. re-download it)"
+
+
+def _info_features(info: Mapping[str, Any], path: Path) -> dict[str, dict[str, Any]]:
+    """``info["features"]``, checked: feature name -> object with a ``dtype`` string and an
+    optional ``shape`` list of sizes (what the reader indexes and reshapes by).
+
+    Raises:
+        DatasetError: another structure, naming ``path`` (``meta/info.json``).
+    """
+    features = info.get("features", {})
+    if not isinstance(features, dict):
+        raise DatasetError(
+            f"{str(path)!r}: 'features' is a {type(features).__name__}, not an object",
+            fix=_INFO_FIX,
+        )
+    for key, ft in features.items():
+        if not isinstance(ft, dict) or not isinstance(ft.get("dtype"), str):
+            raise DatasetError(
+                f"{str(path)!r}: feature {key!r} is {ft!r}, not an object with a 'dtype' string",
+                fix=_INFO_FIX,
+            )
+        shape = ft.get("shape", [1])
+        sizes = isinstance(shape, list) and all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+        )
+        if not sizes:
+            raise DatasetError(
+                f"{str(path)!r}: feature {key!r} has shape {shape!r}, not a list of sizes",
+                fix=_INFO_FIX,
+            )
+    return dict(features)
+
+
+_EPISODE_INTS = ("episode_index", "length", "data/chunk_index", "data/file_index")
+"""Columns of ``meta/episodes`` that locate an episode's rows."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _obs_name(key: str, dtype: str) -> str | None:
     """Our observation key of lerobot feature ``key`` (None: not an observation)."""
     if not key.startswith("observation."):
@@ -1081,14 +1129,23 @@ class LeRobotDataset(Sequence[EpisodeData]):
                 f"only LeRobotDataset v3.x is read",
                 fix=fix,
             )
-        self.features: dict[str, dict[str, Any]] = dict(self.info.get("features", {}))
+        self.features: dict[str, dict[str, Any]] = _info_features(self.info, info_path)
         try:
             self.fps = int(self.info["fps"])
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # inf: OverflowError
             raise DatasetError(
-                f"{str(info_path)!r} has no integer 'fps' ({exc})",
-                fix="restore meta/info.json from the dataset's source",
+                f"{str(info_path)!r} has no integer 'fps' ({exc})", fix=_INFO_FIX
             ) from exc
+        if self.fps <= 0:  # timestamps are frame / fps
+            raise DatasetError(
+                f"{str(info_path)!r}: 'fps' {self.fps} is not positive", fix=_INFO_FIX
+            )
+        for key in ("data_path", "video_path"):
+            if not isinstance(self.info.get(key) or "", str):
+                raise DatasetError(
+                    f"{str(info_path)!r}: {key!r} is {self.info[key]!r}, not a path template",
+                    fix=_INFO_FIX,
+                )
         self.tasks = self._read_tasks()
         self._episodes = self._read_episodes()
         self._embodied = self._read_embodied()
@@ -1103,8 +1160,12 @@ class LeRobotDataset(Sequence[EpisodeData]):
                 fix="the dataset is incomplete; download or export it again",
             )
         try:
-            return pq.read_table(str(path), **kwargs)
-        except (OSError, pa.ArrowException) as exc:
+            table = pq.read_table(str(path), **kwargs)
+            # parquet keeps no UTF-8 check of its strings: a damaged byte would surface as a
+            # UnicodeDecodeError wherever a value is converted; full validation finds it here
+            table.validate(full=True)
+            return table
+        except _PARQUET_ERRORS as exc:
             raise DatasetError(
                 f"cannot read {what} {str(path)!r}: {exc}",
                 fix="the file is damaged; download or export the dataset again",
@@ -1113,7 +1174,7 @@ class LeRobotDataset(Sequence[EpisodeData]):
     def _read_schema(self, path: Path, what: str) -> pa.Schema:
         try:
             return pq.read_schema(str(path))
-        except (OSError, pa.ArrowException) as exc:
+        except _PARQUET_ERRORS as exc:
             raise DatasetError(
                 f"cannot read {what} {str(path)!r}: {exc}",
                 fix="the file is damaged; download or export the dataset again",
@@ -1149,7 +1210,12 @@ class LeRobotDataset(Sequence[EpisodeData]):
             )
         indices = table.column("task_index").to_pylist()
         texts = table.column(text_column).to_pylist()
-        return {int(i): str(t) for i, t in zip(indices, texts, strict=True)}
+        if not all(_is_int(i) for i in indices):
+            raise DatasetError(
+                f"task table {str(path)!r}: task_index holds {indices!r}, not integers",
+                fix="restore meta/tasks.parquet from the dataset's source",
+            )
+        return {i: str(t) for i, t in zip(indices, texts, strict=True)}
 
     def _read_episodes(self) -> list[dict[str, Any]]:
         folder = self.path / EPISODES_DIR
@@ -1164,7 +1230,17 @@ class LeRobotDataset(Sequence[EpisodeData]):
         for file in files:
             schema = self._read_schema(file, "episode table")
             columns = [n for n in schema.names if not n.startswith("stats/")]
-            rows.extend(self._read_parquet(file, "episode table", columns=columns).to_pylist())
+            table = self._read_parquet(file, "episode table", columns=columns).to_pylist()
+            for row in table:
+                # the columns every episode is located by: integers, or the file is damaged
+                bad = [k for k in _EPISODE_INTS if not _is_int(row.get(k))]
+                if bad:
+                    raise DatasetError(
+                        f"episode table {str(file)!r}: a row's {', '.join(bad)} is "
+                        f"{[row.get(k) for k in bad]!r}, not an integer (None: no such column)",
+                        fix="restore meta/episodes/ from the dataset's source",
+                    )
+            rows.extend(table)
         rows.sort(key=lambda r: int(r["episode_index"]))
         for i, row in enumerate(rows):
             if int(row["episode_index"]) != i:
@@ -1236,6 +1312,19 @@ class LeRobotDataset(Sequence[EpisodeData]):
         if not -len(self) <= i < len(self):
             raise IndexError(f"episode {i} out of range for {len(self)} episodes")
         i %= len(self)
+        try:
+            return self._episode(i)
+        except (KeyError, TypeError, ValueError, IndexError, ArithmeticError) as exc:
+            # Columns of the wrong type, nulls, sizes other than info.json's shapes: the data
+            # file disagrees with the metadata (pa.ArrowInvalid is a ValueError).
+            raise DatasetError(
+                f"LeRobotDataset {str(self.path)!r}: episode {i} does not match "
+                f"{INFO_PATH} and {EPISODES_DIR} ({type(exc).__name__}: {exc})",
+                fix="the dataset is damaged or inconsistent; download or export it again",
+            ) from exc
+
+    def _episode(self, i: int) -> EpisodeData:
+        """Episode ``i`` (in range); its data, video and extras files as they are."""
         row = self._episodes[i]
         data_rel = str(self.info.get("data_path", DATA_PATH)).format(
             chunk_index=int(row["data/chunk_index"]), file_index=int(row["data/file_index"])
@@ -1354,8 +1443,13 @@ class LeRobotDataset(Sequence[EpisodeData]):
         path = self.path / EXTRAS_PATH.format(episode_index=i)
         if not path.is_file():
             return {}
-        with np.load(path, allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
+        try:
+            return _read_npz(path)
+        except _NPZ_ERRORS as exc:
+            raise DatasetError(
+                f"cannot read episode extras {str(path)!r}: {exc}",
+                fix="the file is damaged; export the dataset again",
+            ) from exc
 
     def _decode_images(self, column: pa.ChunkedArray, source: str, key: str) -> np.ndarray:
         """Frames of an ``image`` feature (PNG/JPEG bytes in the parquet file)."""
@@ -1395,9 +1489,16 @@ class LeRobotDataset(Sequence[EpisodeData]):
                 fix="the dataset is incomplete; download or export it again",
             )
         queries = start + timestamps
+        if not np.isfinite(queries).all():  # a null or NaN from_timestamp or timestamp
+            raise DatasetError(
+                f"LeRobotDataset {str(self.path)!r}: episode {i}'s frame times for {key} "
+                f"({EPISODES_DIR} from_timestamp + the data's timestamp) are not all finite",
+                fix="the dataset is damaged; download or export it again",
+            )
         try:
             loaded_ts, frames = _decode_range(path, float(queries.min()), float(queries.max()))
-        except (av.error.FFmpegError, StopIteration, IndexError) as exc:
+        except (av.error.FFmpegError, StopIteration, IndexError, UnicodeDecodeError) as exc:
+            # UnicodeDecodeError: PyAV decoding damaged metadata text (e.g. the MP4's brand)
             raise DatasetError(
                 f"cannot decode video {str(path)!r}: {exc}",
                 fix="the file is damaged or its codec unsupported by PyAV; re-download it",
@@ -1424,6 +1525,52 @@ class LeRobotDataset(Sequence[EpisodeData]):
                 "data's timestamp column; re-export or re-download the dataset",
             )
         return np.stack([frames[j] for j in pick])
+
+
+_NPZ_ERRORS = (
+    OSError,
+    EOFError,
+    ValueError,
+    RuntimeError,  # zipfile: an encrypted or (NotImplementedError) unknown-method member
+    zipfile.BadZipFile,
+    zlib.error,
+    tokenize.TokenError,  # numpy's header parser on an unterminated header
+)
+"""What reading a damaged ``.npz`` file raises."""
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an ``np.savez`` file (no pickled objects), as ``np.load`` reads them.
+
+    Each array's header must declare exactly the bytes that follow it: ``np.load`` allocates
+    what a header declares before reading, so a damaged shape would ask for terabytes.
+
+    Raises:
+        ValueError: a header that does not match its data, or holds objects; and the rest
+            of :data:`_NPZ_ERRORS` for a damaged archive.
+    """
+    fmt = np.lib.format
+    arrays: dict[str, np.ndarray] = {}
+    with zipfile.ZipFile(path) as archive:
+        for member in archive.infolist():
+            with archive.open(member) as fh:
+                major, _ = fmt.read_magic(fh)
+                read_header = fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0
+                shape, fortran, dtype = read_header(fh)
+                data = fh.read()  # what is stored: bounded by the archive, not by the header
+            if dtype.hasobject:
+                raise ValueError(f"{member.filename} holds Python objects (pickles)")
+            count = math.prod(shape)
+            if count * dtype.itemsize != len(data):
+                raise ValueError(
+                    f"{member.filename} declares shape {shape} of {dtype} but holds "
+                    f"{len(data)} bytes"
+                )
+            flat = np.frombuffer(data, dtype=dtype, count=count).copy()
+            arrays[member.filename.removesuffix(".npy")] = flat.reshape(
+                shape, order="F" if fortran else "C"
+            )
+    return arrays
 
 
 def _decode_range(path: Path, first: float, last: float) -> tuple[np.ndarray, list[np.ndarray]]:

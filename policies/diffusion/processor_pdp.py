@@ -159,6 +159,7 @@ def load_demonstrations(
     """
     keys = ["state", *(image_key(c) for c in cameras)]
     ds = open_dataset(path, obs_keys=keys) if isinstance(path, str | os.PathLike) else path
+    where = str(getattr(ds, "path", path))
     states, actions, labels, instructions = [], [], [], []
     images: dict[str, list[np.ndarray]] = {c: [] for c in cameras}
     for ep in ds:
@@ -169,26 +170,102 @@ def load_demonstrations(
                 fix="collect with state observations (and `--camera` for the cameras the policy "
                 "sees), or train on the cameras the dataset has",
             )
-        if successful_only and ep.attrs.get("success") is not None and not ep.attrs["success"]:
+        if successful_only and not _success(ep):
             continue
-        states.append(np.asarray(ep.obs["state"], dtype=np.float64))
-        actions.append(np.asarray(ep.actions, dtype=np.float64))
+        s, a = _episode_arrays(ep)
+        states.append(s)
+        actions.append(a)
         for c in cameras:
-            images[c].append(np.asarray(ep.obs[image_key(c)], dtype=np.uint8))
+            images[c].append(_frames(ep, c, len(s)))
         meta = ep.attrs.get("meta") if isinstance(ep.attrs.get("meta"), dict) else {}
-        label = ep.attrs.get(label_key, meta.get(label_key, ""))  # type: ignore[union-attr]
-        labels.append(str(label.decode() if isinstance(label, bytes) else label))
-        text = ep.attrs.get("instruction", "")
-        instructions.append(str(text.decode() if isinstance(text, bytes) else text))
+        labels.append(_text(ep.attrs.get(label_key, meta.get(label_key, ""))))  # type: ignore[union-attr]
+        instructions.append(_text(ep.attrs.get("instruction", "")))
     if not states:
         raise DatasetError(
-            f"dataset {str(getattr(ds, 'path', path))!r} has no successful demonstrations",
+            f"dataset {where!r} has no successful demonstrations",
             fix="collect successful expert demonstrations",
         )
     if not any(labels) and label_fn is not None:
         labels = [str(label_fn(s)) for s in states]
     env_args = dict(getattr(ds, "env_args", {}) or {})
-    return Demonstrations(states, actions, labels, env_args, images, instructions)
+    try:
+        return Demonstrations(states, actions, labels, env_args, images, instructions)
+    except DatasetError as exc:  # e.g. episodes of two envs: say which dataset
+        raise exc.in_file(where, "dataset") from exc
+
+
+_REFRESH = "re-collect the episode (`embodied collect`), or delete it from the dataset"
+
+
+def _success(ep: EpisodeData) -> bool:
+    """The episode's ``success`` attribute as a flag (no attribute: a success).
+
+    Raises:
+        DatasetError: the attribute holds several values (a damaged or foreign file).
+    """
+    value = ep.attrs.get("success")
+    if value is None:
+        return True
+    flag = np.asarray(value)
+    if flag.size != 1 or flag.dtype == object:  # bool() of those raises or means nothing
+        raise DatasetError(
+            f"{ep.source}: attribute 'success' is {value!r}, not one flag", fix=_REFRESH
+        )
+    return bool(flag.item())
+
+
+def _text(value: Any) -> str:
+    """An attribute as text; a damaged byte string decodes with replacement characters."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _episode_arrays(ep: EpisodeData) -> tuple[np.ndarray, np.ndarray]:
+    """The episode's (T, state_dim) states and (T, action_dim) actions as float64.
+
+    Checked here, per episode, so that a bad one is named by its file (``ep.source``): a
+    NaN or infinite value would turn every normalisation statistic and the loss into NaN.
+
+    Raises:
+        DatasetError: non-numeric or non-finite values, or shapes that do not pair up.
+    """
+    out = []
+    for what, value in (("observation 'state'", ep.obs["state"]), ("actions", ep.actions)):
+        try:
+            with np.errstate(invalid="ignore"):  # a value float64 cannot hold is reported below
+                arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise DatasetError(f"{ep.source}: {what} is not numeric ({exc})", fix=_REFRESH) from exc
+        if arr.ndim != 2:
+            raise DatasetError(
+                f"{ep.source}: {what} has shape {arr.shape}, not (steps, dims)", fix=_REFRESH
+            )
+        if not np.isfinite(arr).all():
+            raise DatasetError(f"{ep.source}: {what} holds NaN or infinite values", fix=_REFRESH)
+        out.append(arr)
+    s, a = out
+    if s.shape[0] != a.shape[0] or s.shape[0] < 2:
+        raise DatasetError(
+            f"{ep.source}: {s.shape[0]} states for {a.shape[0]} actions",
+            fix="every demonstration needs >= 2 steps with one state per action",
+        )
+    return s, a
+
+
+def _frames(ep: EpisodeData, camera: str, steps: int) -> np.ndarray:
+    """The episode's (T, H, W, 3) uint8 frames of ``camera``.
+
+    Raises:
+        DatasetError: frames of another dtype or shape (casting would make garbage pixels).
+    """
+    frames = np.asarray(ep.obs[image_key(camera)])
+    ok = frames.dtype == np.uint8 and frames.ndim == 4
+    if not ok or frames.shape[0] != steps or frames.shape[3] != 3:
+        raise DatasetError(
+            f"{ep.source}: camera {camera!r} frames are {frames.dtype} {frames.shape}, not "
+            f"{steps} RGB uint8 frames (steps, height, width, 3)",
+            fix=_REFRESH,
+        )
+    return frames
 
 
 def obs_window(states: np.ndarray, t: int, n_obs_steps: int) -> np.ndarray:

@@ -136,9 +136,13 @@ class OpenVLAPolicy(KnobMixin, Policy):
         self.hook: SteeringHook | None = None
         self._knobs = {}
         if intervention is not None:
+            file: str | os.PathLike[str] | None = None
             if not isinstance(intervention, (SteeringDirection, NeuronCluster)):
-                intervention = load_intervention(intervention)
-            self.hook = SteeringHook(model, intervention).attach()
+                file, intervention = intervention, load_intervention(intervention)
+            try:
+                self.hook = SteeringHook(model, intervention).attach()
+            except ConfigError as exc:  # another model's layer or size: name the file
+                raise (exc if file is None else exc.in_file(file, "steering file")) from exc
             self._knobs = {
                 "alpha": Knob.scalar(
                     "alpha",

@@ -25,6 +25,7 @@ import h5py
 import numpy as np
 
 from embodied.datasets import Dataset, EpisodeData
+from embodied.datasets.hdf5 import H5_ERRORS, read_attr
 from embodied.errors import DatasetError
 from embodied.io import parse_json_text
 from sim.libero.tasks import language_from_task_name
@@ -42,6 +43,10 @@ LIBERO_OBS_KEY_MAP: Mapping[str, str] = {
 
 STATE_PARTS = ("ee_pos", "ee_ori", "gripper_states")
 """Demonstration obs keys concatenated (in this order) into the 8-dim ``state`` vector."""
+_DAMAGED_FIX = (
+    "the file is damaged: restore it from its source (LIBERO's files: download the suite "
+    "again; files of `embodied collect --format libero`: collect them again)"
+)
 
 
 class LiberoDemonstrations(Dataset):
@@ -77,13 +82,18 @@ class LiberoDemonstrations(Dataset):
         file = self.path if self.path.is_file() else None
         if file is None:
             return ""
-        with h5py.File(file, "r") as h:
-            raw = h["data"].attrs.get("problem_info")
-            bddl = h["data"].attrs.get("bddl_file_name")
+        try:
+            with h5py.File(file, "r") as h:
+                raw = read_attr(h["data"], "problem_info")
+                bddl = read_attr(h["data"], "bddl_file_name")
+        except H5_ERRORS as exc:
+            raise DatasetError(
+                f"cannot read LIBERO demonstration file {str(file)!r}: {exc}", fix=_DAMAGED_FIX
+            ) from exc
         language = ""
         if raw is not None:
             info = parse_json_text(
-                raw if isinstance(raw, str) else bytes(raw),
+                _attr_text(raw, file, "problem_info"),
                 f"{file}::data.attrs['problem_info']",
                 what="LIBERO problem info",
                 fix="re-export the demonstration file with LIBERO's scripts (the attribute is "
@@ -95,7 +105,7 @@ class LiberoDemonstrations(Dataset):
             # LIBERO's benchmark (and OpenVLA, and the env here) instruct with the language in
             # the task's file name; problem_info holds the BDDL's own, lower-cased wording,
             # which differs ("pick the ..." vs "pick up the ...").
-            name = os.path.basename(bddl if isinstance(bddl, str) else bytes(bddl).decode())
+            name = os.path.basename(_attr_text(bddl, file, "bddl_file_name"))
             if name.endswith(".bddl"):
                 language = language_from_task_name(name.removesuffix(".bddl"))
         return language
@@ -111,13 +121,29 @@ class LiberoDemonstrations(Dataset):
                     fix="load with obs_keys excluding 'state', or use LIBERO's official "
                     "demonstration files",
                 )
-            obs["state"] = np.concatenate(
-                [np.asarray(obs[k], dtype=np.float32).reshape(len(ep), -1) for k in STATE_PARTS],
-                axis=1,
-            )
+            try:
+                with np.errstate(over="ignore"):  # beyond float32: inf, refused by the trainer
+                    obs["state"] = np.concatenate(
+                        [
+                            np.asarray(obs[k], dtype=np.float32).reshape(len(ep), -1)
+                            for k in STATE_PARTS
+                        ],
+                        axis=1,
+                    )
+            except (TypeError, ValueError) as exc:  # text, or no steps to reshape into
+                raise DatasetError(
+                    f"{ep.source}: {list(STATE_PARTS)} do not make a numeric state per step "
+                    f"({exc})",
+                    fix=_DAMAGED_FIX,
+                ) from exc
         if self.requested is not None:
             obs = {k: v for k, v in obs.items() if k in self.requested}
-        actions = np.asarray(ep.actions, dtype=np.float64)
+        try:
+            actions = np.asarray(ep.actions, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise DatasetError(
+                f"{ep.source}: actions are not numeric ({exc})", fix=_DAMAGED_FIX
+            ) from exc
         attrs = dict(ep.attrs)
         attrs.setdefault("instruction", self.instruction)
         return replace(ep, obs=obs, actions=actions, attrs=attrs)
@@ -136,11 +162,43 @@ def demonstration_files(path: str | os.PathLike[str]) -> list[Path]:
     return [p] if _is_libero_file(p) else []
 
 
+def _attr_text(value: object, file: Path, name: str) -> str:
+    """A text attribute of ``data`` as ``str``.
+
+    Raises:
+        DatasetError: the attribute holds no text or bytes that are not UTF-8 (a number
+            would otherwise become ``bytes(n)``: n zero bytes, an absurd allocation).
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError as exc:
+            raise DatasetError(
+                f"{str(file)!r}: attribute data.attrs[{name!r}] is not UTF-8 text ({exc})",
+                fix=_DAMAGED_FIX,
+            ) from exc
+    raise DatasetError(
+        f"{str(file)!r}: attribute data.attrs[{name!r}] is a {type(value).__name__}, not text",
+        fix=_DAMAGED_FIX,
+    )
+
+
 def _is_libero_file(path: Path) -> bool:
+    """True for a readable HDF5 file in LIBERO's layout.
+
+    Raises:
+        DatasetError: an HDF5 file that libhdf5 cannot open or list (a damaged file is
+            named here, not skipped: in a suite folder that would drop a task silently).
+    """
     if not path.is_file() or not h5py.is_hdf5(path):
         return False
-    with h5py.File(path, "r") as h:
-        return "data" in h and "problem_info" in h["data"].attrs
+    try:
+        with h5py.File(path, "r") as h:
+            return "data" in h and "problem_info" in h["data"].attrs
+    except H5_ERRORS as exc:
+        raise DatasetError(f"cannot read HDF5 file {str(path)!r}: {exc}", fix=_DAMAGED_FIX) from exc
 
 
 def is_libero_demonstration_file(path: str | os.PathLike[str]) -> bool:

@@ -254,11 +254,11 @@ def load_instruction(path: str | os.PathLike[str]) -> str:
             f"no instruction file at {str(p)!r}",
             fix="run `embodied reward optimize --out DIR` first",
         )
-    template = read_json_file(
-        p,
-        what="Demo2Reward instruction",
-        fix="re-run `embodied reward optimize --out DIR` (the file is damaged)",
-        error=ConfigError,
-    ).get("instruction", "")
-    format_instruction(template, "check")
+    fix = "re-run `embodied reward optimize --out DIR` (the file is damaged)"
+    data = read_json_file(p, what="Demo2Reward instruction", fix=fix, error=ConfigError)
+    template = data.get("instruction", "")
+    try:
+        format_instruction(template, "check")
+    except ConfigError as exc:  # no template, or one without {task}: say which file
+        raise ConfigError(f"Demo2Reward instruction {str(p)!r}: {exc.message}", fix=fix) from exc
     return str(template)
