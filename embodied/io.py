@@ -320,6 +320,53 @@ def check_safetensors_file(
         raise _unreadable_safetensors(p, exc, what, fix, error) from exc
 
 
+DECLARED_SLACK = 4
+"""How many times the bytes its weights store a config may declare (float32 built from
+bfloat16 weights is 2x, plus buffers) before :func:`check_declared_size` refuses it."""
+DECLARED_FLOOR = 64 * 2**20
+"""Bytes a config may always declare (small models with large buffers)."""
+
+
+def check_declared_size(
+    declared: int,
+    stored: int,
+    path: str | os.PathLike[str],
+    *,
+    what: str,
+    fix: str = DAMAGED_FIX,
+    error: type[EmbodiedError] = CheckpointError,
+) -> None:
+    """Refuse a config that declares a model far larger than its weights.
+
+    A damaged or edited ``config.json`` (a width of 2^40, a position table of 10^12 rows)
+    would otherwise make the loader allocate it: out of memory, or the OOM killer, instead of
+    an error. Build the model on the ``meta`` device (no memory) and pass its size here.
+
+    Args:
+        declared: Bytes of the parameters and buffers the config builds.
+        stored: Bytes of the tensors in the weights files.
+        path: The config file, for the message.
+        what: What the model is.
+        fix: How to repair the file.
+        error: The error class to raise.
+
+    Raises:
+        EmbodiedError: ``declared`` above ``DECLARED_SLACK * stored + DECLARED_FLOOR``.
+    """
+    if declared > DECLARED_SLACK * stored + DECLARED_FLOOR:
+        raise error(
+            f"{str(path)!r} declares a {what} of {declared / 2**30:.3g} GiB, but its weights "
+            f"hold {stored / 2**30:.3g} GiB",
+            fix=fix,
+        )
+
+
+def module_bytes(module: Any) -> int:
+    """Bytes of a torch module's parameters and buffers (also on the ``meta`` device)."""
+    tensors = [*module.parameters(), *module.buffers()]
+    return sum(int(t.numel()) * t.element_size() for t in tensors)
+
+
 _MALFORMED = (
     TypeError,
     ValueError,

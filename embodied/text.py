@@ -33,17 +33,25 @@ def text_model_path(text_model: str) -> Path:
     Raises:
         CheckpointError: neither a folder nor an installed package.
     """
+    if not isinstance(text_model, str) or not text_model.strip():
+        raise CheckpointError(f"text encoder {text_model!r} names nothing", fix=INSTALL_FIX)
     path = Path(text_model)
     if path.is_dir():
         return path
     try:
         module = importlib.import_module(text_model)
-    except ImportError as exc:
+    except (ImportError, ValueError, TypeError) as exc:  # ValueError: "x..y", an empty segment
         raise CheckpointError(
             f"text encoder {text_model!r} is neither a folder nor an installed package",
             fix=INSTALL_FIX,
         ) from exc
-    return Path(module.get_model_path())
+    get_path = getattr(module, "get_model_path", None)
+    if not callable(get_path):
+        raise CheckpointError(
+            f"package {text_model!r} carries no text encoder (it has no get_model_path())",
+            fix=INSTALL_FIX,
+        )
+    return Path(get_path())
 
 
 class TextEncoder:
@@ -63,11 +71,16 @@ class TextEncoder:
         from transformers.utils import logging as hf_logging
 
         folder = text_model_path(text_model)
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
         shown = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # a local 90 MB load: no bar in logs and CLI output
         try:
+            self.tokenizer = AutoTokenizer.from_pretrained(folder)
             self.model = AutoModel.from_pretrained(folder).to(device).eval()
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # not a sentence encoder
+            raise CheckpointError(
+                f"text encoder {text_model!r} ({str(folder)!r}) does not load: {exc}",
+                fix=INSTALL_FIX,
+            ) from exc
         finally:
             if shown:
                 hf_logging.enable_progress_bar()

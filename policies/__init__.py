@@ -71,6 +71,12 @@ def load(spec: str | os.PathLike[str], env: Env | None = None, **kwargs: Any) ->
                 fix=f'add "policy_type": one of {CHECKPOINT_LOADERS.names()} to it, or '
                 "pass a folder written by save_pretrained / `embodied train`",
             )
+        if policy_type not in CHECKPOINT_LOADERS:
+            raise CheckpointError(
+                f"{str(cfg)!r} names policy_type {policy_type!r}, which no loader reads; known: "
+                f"{', '.join(CHECKPOINT_LOADERS.names())}",
+                fix="restore config.json, or pass a folder written by `embodied train`",
+            )
         try:
             return CHECKPOINT_LOADERS.make(policy_type, path=path, env=env, **kwargs)
         except EmbodiedError as exc:  # name the checkpoint: one key alone does not say which

@@ -13,6 +13,7 @@ import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -72,6 +73,36 @@ def require(module: str) -> ModuleType:
             f"{reason}. {REQUIRE_EXTRAS_VAR}=1: a missing dependency is a failure", pytrace=False
         )
     pytest.skip(reason)
+
+
+FUZZ_PROFILE = os.environ.get("EMBODIED_FUZZ_PROFILE", "ci")
+"""``ci`` (default: few cases, derandomized, so CI sees the same cases every run) or ``slow``
+(ten times as many, random): the size of the fault-fuzzing tests."""
+
+
+def fuzz_settings(ci: int = 20, slow: int = 200) -> Any:
+    """hypothesis settings of a fault-fuzzing test under :data:`FUZZ_PROFILE`.
+
+    No deadline (a case may start processes), no example database (nothing written into the
+    work tree) and every health check off (the cases are slow and use function fixtures).
+
+    Args:
+        ci: Cases per test under the ``ci`` profile.
+        slow: Cases per test under the ``slow`` profile.
+    """
+    hypothesis = require("hypothesis")
+    if FUZZ_PROFILE not in ("ci", "slow"):
+        raise pytest.UsageError(
+            f"EMBODIED_FUZZ_PROFILE={FUZZ_PROFILE!r} is not a profile; use 'ci' or 'slow'"
+        )
+    return hypothesis.settings(
+        max_examples=ci if FUZZ_PROFILE == "ci" else slow,
+        derandomize=FUZZ_PROFILE == "ci",
+        deadline=None,
+        database=None,
+        print_blob=True,
+        suppress_health_check=list(hypothesis.HealthCheck),
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

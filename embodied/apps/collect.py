@@ -30,8 +30,15 @@ import numpy as np
 import policies
 import sim
 from embodied.datasets import DatasetWriter
-from embodied.datasets.hdf5 import _SHARD_RE, EpisodeData, episode_data
-from embodied.errors import ConfigError
+from embodied.datasets.hdf5 import (
+    _SHARD_RE,
+    H5_ERRORS,
+    EpisodeData,
+    check_global_heaps,
+    episode_data,
+    read_attr,
+)
+from embodied.errors import ConfigError, DatasetError
 from embodied.io import remove_stale_temps
 from embodied.loop import Episode, rollout
 from embodied.specs import VectorSpec
@@ -326,6 +333,9 @@ def count_collection(out: Path, collection: str) -> int:
     return sum(1 for meta in _shard_metas(out) if meta.get("collection") == collection)
 
 
+_SHARD_ERRORS: tuple[type[Exception], ...] = (DatasetError, *H5_ERRORS)
+
+
 def _shard_metas(out: Path) -> Iterator[dict[str, Any]]:
     """The ``meta`` of every episode in ``out``'s readable shards."""
     if not out.is_dir():
@@ -334,9 +344,13 @@ def _shard_metas(out: Path) -> Iterator[dict[str, Any]]:
         if not _SHARD_RE.match(shard.name):
             continue
         try:
+            check_global_heaps(shard)  # before libhdf5 reads an attribute (it could hang)
             with h5py.File(shard, "r") as f:
-                metas = [json.loads(demo.attrs.get("meta", "{}")) for demo in f["data"].values()]
-        except (OSError, KeyError, ValueError):
+                data = f["data"]
+                if not isinstance(data, h5py.Group):
+                    continue
+                metas = [json.loads(read_attr(demo, "meta") or "{}") for demo in data.values()]
+        except _SHARD_ERRORS:
             continue  # a damaged shard is reported by Dataset, not here
         yield from (m for m in metas if isinstance(m, dict))
 

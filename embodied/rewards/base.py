@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from embodied.errors import CheckpointError, ConfigError
-from embodied.io import check_safetensors_file, read_json_file
+from embodied.io import check_declared_size, check_safetensors_file, module_bytes, read_json_file
 from embodied.rewards.clips import resample_clip, validate_frames, validate_instruction
 
 Clip = Sequence[np.ndarray] | np.ndarray
@@ -84,22 +84,46 @@ class BaseJudge(abc.ABC):
         load: Callable[[], tuple[Any, Any]],
         what: str,
         fix: str,
+        auto_class: Any = None,
+        trust_remote_code: bool = False,
     ) -> tuple[Any, Any]:
         """``(model, processor)``: the preloaded pair, or ``load()`` of ``config.model``.
+
+        A local folder's ``config.json`` is first built as ``auto_class`` (a transformers
+        ``Auto*`` class) on the ``meta`` device and refused if it declares far more than its
+        weights hold, so a damaged config cannot make ``load()`` allocate terabytes.
 
         Raises:
             CheckpointError: loading failed (``what`` names the model kind, ``fix`` the remedy).
             ConfigError: a preloaded model came without its processor.
         """
         if model is None:
+            from huggingface_hub.errors import StrictDataclassError
             from safetensors import SafetensorError
 
+            errors: tuple[type[Exception], ...] = (OSError, ValueError, KeyError, TypeError)
+            errors += (AttributeError, IndexError, OverflowError, RuntimeError)
+            errors += (SafetensorError, StrictDataclassError)
+            folder = Path(self.config.model)
+            if auto_class is not None and folder.is_dir():
+                try:
+                    _check_config_size(folder, auto_class, what, fix, trust_remote_code)
+                except errors as exc:  # the config does not build a model
+                    _name_damaged_file(self.config.model, what)
+                    raise CheckpointError(
+                        f"{str(folder / 'config.json')!r} does not describe a {what}: "
+                        f"{type(exc).__name__}: {exc}",
+                        fix=fix,
+                    ) from exc
             try:
                 model, processor = load()
-            except (OSError, ValueError, KeyError, SafetensorError) as exc:
+            except errors as exc:
                 _name_damaged_file(self.config.model, what)
+                where = "its config.json and weights" if folder.is_dir() else "it"
                 raise CheckpointError(
-                    f"cannot load {what} {self.config.model!r}: {exc}", fix=fix
+                    f"cannot load {what} {self.config.model!r} from {where}: "
+                    f"{type(exc).__name__}: {exc}",
+                    fix=fix,
                 ) from exc
         if processor is None:
             raise ConfigError("a preloaded model needs its processor", fix="pass processor=...")
@@ -179,6 +203,23 @@ class BaseJudge(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """JSON-serialisable summary (backend, frames per clip, threshold)."""
         return {"backend": self.name, "n_frames": self.n_frames, "threshold": self.threshold}
+
+
+def _check_config_size(
+    folder: Path, auto_class: Any, what: str, fix: str, trust_remote_code: bool
+) -> None:
+    """Build ``folder``'s config as ``auto_class`` on the meta device; refuse it when it
+    declares far more bytes than the folder's safetensors hold."""
+    import torch
+    from transformers import AutoConfig
+
+    stored = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    if not stored:
+        return  # no safetensors: transformers names what is missing
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    with torch.device("meta"):
+        skeleton = auto_class.from_config(config, trust_remote_code=trust_remote_code)
+    check_declared_size(module_bytes(skeleton), stored, folder / "config.json", what=what, fix=fix)
 
 
 def _name_damaged_file(model: str, what: str) -> None:

@@ -214,6 +214,11 @@ def _read_train_state(out: Path) -> dict[str, Any]:
 def _read_train_tensors(out: Path, meta: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The tensors file named by ``train_state.json``; it must hold the demonstration latents."""
     path = out / Path(meta["tensors"]).name  # a bare file name: never read outside the run
+    if not path.is_file():
+        raise CheckpointError(
+            f"{str(out / STATE_JSON)!r} points to tensors {path.name!r}, which do not exist",
+            fix=STATE_FIX,
+        )
     tensors = load_safetensors_file(path, what="PDP train-state tensors", fix=STATE_FIX)
     if OLD_LATENTS_KEY in tensors and LATENTS_KEY not in tensors:  # the one place old runs map
         tensors[LATENTS_KEY] = tensors.pop(OLD_LATENTS_KEY)

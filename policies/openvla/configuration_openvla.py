@@ -12,6 +12,7 @@ size. :meth:`OpenVLAConfig.from_released` converts the ``config.json`` of the re
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,8 +86,26 @@ def _norm_stats_action_dim(norm_stats: dict[str, Any]) -> dict[str, int]:
                 f"norm_stats[{key!r}] lacks action q01/q99: {sorted(action or {})}",
                 fix="store {'action': {'q01': [...], 'q99': [...], 'mask': [...]}} per dataset",
             )
+        for name in ("q01", "q99"):
+            values = action[name]
+            finite = isinstance(values, list | tuple) and all(
+                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                for v in values
+            )
+            if not finite or not values:
+                raise ConfigError(
+                    f"norm_stats[{key!r}].action.{name} is {str(values)[:80]}, not a list of "
+                    "finite numbers",
+                    fix="restore the checkpoint's action statistics",
+                )
+        mask = action.get("mask", [True] * len(action["q01"]))
+        if not isinstance(mask, list | tuple) or not all(isinstance(m, bool | int) for m in mask):
+            raise ConfigError(
+                f"norm_stats[{key!r}].action.mask is {str(mask)[:80]}, not a list of booleans",
+                fix="restore the checkpoint's action statistics",
+            )
         n = len(action["q01"])
-        if len(action["q99"]) != n or ("mask" in action and len(action["mask"]) != n):
+        if len(action["q99"]) != n or len(mask) != n:
             raise ConfigError(f"norm_stats[{key!r}] q01/q99/mask lengths differ")
         dims[key] = n
     return dims

@@ -21,7 +21,14 @@ from typing import Any
 import torch
 
 from embodied.errors import CheckpointError
-from embodied.io import build_from_file, load_safetensors_file, read_json_file, write_json
+from embodied.io import (
+    build_from_file,
+    check_declared_size,
+    load_safetensors_file,
+    module_bytes,
+    read_json_file,
+    write_json,
+)
 from policies.openvla.configuration_openvla import OpenVLAConfig
 from policies.openvla.convert_openvla import load_released_state, native_to_released
 from policies.openvla.modeling_openvla import OpenVLAModel
@@ -181,6 +188,26 @@ def read_tokenizer(path: Path) -> Any:
         raise
 
 
+def _check_model_fits(
+    cfg_file: Path, config: OpenVLAConfig, state: dict[str, torch.Tensor]
+) -> None:
+    """Build ``config`` on the meta device (no memory) and refuse it when transformers rejects
+    a field or it declares far more than the weights hold (a damaged config.json would
+    otherwise allocate it)."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    try:
+        with torch.device("meta"):
+            declared = module_bytes(OpenVLAModel(config))
+    except (StrictDataclassError, TypeError, ValueError, RuntimeError, OverflowError) as exc:
+        raise CheckpointError(
+            f"OpenVLA config {str(cfg_file)!r} does not build a model: {type(exc).__name__}: {exc}",
+            fix=RESAVE_FIX,
+        ) from exc
+    stored = sum(int(t.numel()) * t.element_size() for t in state.values())
+    check_declared_size(declared, stored, cfg_file, what="OpenVLA model", fix=RESAVE_FIX)
+
+
 def load_pretrained(
     spec: str | os.PathLike[str],
     device: str | torch.device = "auto",
@@ -212,6 +239,7 @@ def load_pretrained(
         config = dataclasses.replace(config, **overrides)  # re-validated by __post_init__
     dev, dt = resolve_device_dtype(device, dtype)
     state = read_weights(path)
+    _check_model_fits(path / "config.json", config, state)
     prev = torch.get_default_dtype()
     try:
         torch.set_default_dtype(dt if dt.is_floating_point else torch.float32)

@@ -26,32 +26,19 @@ import shutil
 import struct
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from embodied.errors import EmbodiedError
-from tests.conftest import require
+from tests.conftest import ARTIFACTS, FUZZ_PROFILE, fuzz_settings, require
 
 hypothesis = require("hypothesis")
 st = require("hypothesis.strategies")
 
-HEALTH = [hypothesis.HealthCheck.function_scoped_fixture, hypothesis.HealthCheck.too_slow]
-PROFILES = {
-    # derandomized: CI sees the same cases every run; no example database in the work tree
-    "ci": {"max_examples": 20, "derandomize": True},
-    "slow": {"max_examples": 200},
-}
-PROFILE = os.environ.get("EMBODIED_FUZZ_PROFILE", "ci")
-SETTINGS = hypothesis.settings(
-    **PROFILES[PROFILE],
-    deadline=None,
-    database=None,
-    print_blob=True,
-    suppress_health_check=HEALTH,
-)
+SETTINGS = fuzz_settings(ci=20, slow=200)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -142,12 +129,32 @@ def _get(tree: Any, path: tuple[Any, ...]) -> Any:
     return tree
 
 
+TALLY: dict[str, dict[str, int]] = {}
+"""Per fuzz test: loads of a generated file, accepted and refused (an EmbodiedError naming the
+file); anything else fails the test. Written to ``test-artifacts/reliability_loaders.json``."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report() -> Iterator[None]:
+    yield
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "reliability_loaders.json").write_text(
+        json.dumps({**TALLY, "profile": FUZZ_PROFILE}, indent=2) + "\n"
+    )
+
+
 def check(load: Callable[[], Any], names: str) -> None:
     """``load()`` succeeds or raises an EmbodiedError naming ``names`` (the file)."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[-1].split("[")[0].split(" ")[0]
+    row = TALLY.setdefault(test, {"loads": 0, "accepted": 0, "refused": 0})
+    row["loads"] += 1
     try:
         load()
     except EmbodiedError as exc:
         assert names in str(exc), f"the error does not name {names!r}: {exc}"
+        row["refused"] += 1
+    else:
+        row["accepted"] += 1
 
 
 # ---- robot config (YAML) -----------------------------------------------------------------------
@@ -258,6 +265,59 @@ def test_pdp_config_json_rejects_corruptions(
     def run(data: bytes) -> None:
         (folder / "config.json").write_bytes(data)
         check(lambda: _load_policy(folder), str(folder))
+
+    run()
+
+
+CHECKPOINT_JSON = [
+    ("rl", "config.json"),
+    ("minijudge", "config.json"),
+    ("contrastive", "config.json"),
+    ("generative", "config.json"),
+    ("openvla", "config.json"),
+    ("pdp_latents", "train_state.json"),
+    ("dataset_writer", "meta.json"),
+]
+"""(loader of tests/core/test_core_loaders.py, JSON file it reads): the JSON of every other
+checkpoint kind (RL controller, the three judge kinds, OpenVLA, PDP train state, dataset)."""
+
+
+@pytest.fixture(scope="module")
+def checkpoint_folders(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``folder(kind)``: a pristine tiny checkpoint of ``kind``, built on first use."""
+    from tests.core.test_core_loaders import BUILDERS
+
+    built: dict[str, Path] = {}
+
+    def folder(kind: str) -> Path:
+        if kind not in built:
+            built[kind] = BUILDERS[kind](tmp_path_factory.mktemp(kind) / kind)
+        return built[kind]
+
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["truncate", "flip", "edit"])
+@pytest.mark.parametrize(("loader", "name"), CHECKPOINT_JSON)
+def test_checkpoint_json_of_every_kind_rejects_corruptions(
+    loader: str,
+    name: str,
+    kind: str,
+    checkpoint_folders: Callable[[str], Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    from tests.core.test_core_loaders import LOADERS
+
+    source, load, _ = LOADERS[loader]
+    folder = tmp_path_factory.mktemp(f"{loader}_json") / source
+    shutil.copytree(checkpoint_folders(source), folder)
+    raw = (folder / name).read_bytes()
+
+    @SETTINGS
+    @hypothesis.given(_json_strategy(kind, raw))
+    def run(data: bytes) -> None:
+        (folder / name).write_bytes(data)
+        check(lambda: load(folder), name)
 
     run()
 
@@ -539,6 +599,8 @@ def _train_demonstrations(path: Path) -> None:
 def test_dataset_shard_rejects_corruptions(
     kind: str, shard_folder: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
+    from embodied.apps.collect import _shard_metas
+
     raw = (shard_folder / "episode_000000.hdf5").read_bytes()
     folder = tmp_path_factory.mktemp("shard_fuzz") / "demos"
     shutil.copytree(shard_folder, folder)
@@ -551,6 +613,9 @@ def test_dataset_shard_rejects_corruptions(
         check(lambda: _read_dataset(folder), shard.name)
         # the trainer may name the folder ("no successful demonstrations in ...")
         check(lambda: _train_demonstrations(folder), str(folder))
+        # a rerun of `embodied collect` counts the episodes already there: a damaged shard
+        # counts none (Dataset reports it); raising or hanging here would stop the rerun
+        list(_shard_metas(folder))
 
     run()
 
@@ -1040,6 +1105,7 @@ def minijudge_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, An
 def test_judge_calibration_json_rejects_corruptions(
     kind: str, minijudge_folder: tuple[Path, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
+    from embodied.apps.training.training_minijudge import checkpoint_seeds
     from embodied.rewards.minijudge.modeling_minijudge import MiniJudge
 
     shipped, text = minijudge_folder
@@ -1055,6 +1121,8 @@ def test_judge_calibration_json_rejects_corruptions(
             lambda: MiniJudge.from_pretrained(folder, device="cpu", text_encoder=text),
             "calibration.json",
         )
+        # `embodied train minijudge` reads the seeds a checkpoint records (select, --init)
+        check(lambda: checkpoint_seeds(folder), "calibration.json")
 
     run()
 

@@ -35,25 +35,18 @@ import numpy as np
 import pytest
 
 from embodied.io import TEMP_NAME
-from tests.conftest import ARTIFACTS, require
+from tests.conftest import ARTIFACTS, FUZZ_PROFILE, fuzz_settings, require
 
 hypothesis = require("hypothesis")
 st = require("hypothesis.strategies")
 
 ROOT = Path(__file__).resolve().parents[2]
-PROFILE = os.environ.get("EMBODIED_FUZZ_PROFILE", "ci")
-KILLS = {"ci": 20, "slow": 200}[PROFILE]
+KILLS = {"ci": 20, "slow": 200}.get(FUZZ_PROFILE, 20)
 """Kills per command at least."""
 KILLS_PER_CASE = 3
 """Kills in a row before the final rerun (the rerun of a killed run is killed again)."""
-SETTINGS = hypothesis.settings(
-    max_examples=KILLS,  # a case draws 1-3 kills, some land after the end: the tally checks
-    derandomize=PROFILE == "ci",
-    deadline=None,
-    database=None,
-    print_blob=True,
-    suppress_health_check=list(hypothesis.HealthCheck),
-)
+# a case draws 1-3 kills, some land after the end: the tally checks the kills
+SETTINGS = fuzz_settings(ci=KILLS, slow=KILLS)
 PRELOAD = [
     "torch",
     "mujoco",
@@ -143,7 +136,7 @@ def _report() -> Iterator[None]:
     artifacts.mkdir(parents=True, exist_ok=True)
     path = artifacts / "reliability_kill.json"
     old = json.loads(path.read_text()) if path.exists() else {}
-    path.write_text(json.dumps({**old, **TALLY, "profile": PROFILE}, indent=2) + "\n")
+    path.write_text(json.dumps({**old, **TALLY, "profile": FUZZ_PROFILE}, indent=2) + "\n")
 
 
 # ---- scenarios -----------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import socket
 import time
@@ -27,21 +26,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import ARTIFACTS, require
+from tests.conftest import ARTIFACTS, FUZZ_PROFILE, fuzz_settings, require
 
 hypothesis = require("hypothesis")
 st = require("hypothesis.strategies")
 
 ROOT = Path(__file__).resolve().parents[2]
-PROFILE = os.environ.get("EMBODIED_FUZZ_PROFILE", "ci")
-SETTINGS = hypothesis.settings(
-    max_examples={"ci": 20, "slow": 200}[PROFILE],
-    derandomize=PROFILE == "ci",
-    deadline=None,
-    database=None,
-    print_blob=True,
-    suppress_health_check=list(hypothesis.HealthCheck),
-)
+SETTINGS = fuzz_settings(ci=20, slow=200)
 TOKEN = "tok-0123456789"
 HEAD_TIMEOUT_S = 1.0
 MEMORY_BOUND_MB = 64
@@ -68,7 +59,7 @@ def _report() -> Iterator[None]:
     artifacts = ARTIFACTS
     artifacts.mkdir(parents=True, exist_ok=True)
     (artifacts / "reliability_servers.json").write_text(
-        json.dumps({**TALLY, "profile": PROFILE}, indent=2) + "\n"
+        json.dumps({**TALLY, "profile": FUZZ_PROFILE}, indent=2) + "\n"
     )
 
 

@@ -394,3 +394,38 @@ def test_development_sets_share_no_episode() -> None:
     assert seeds["mujoco:reach_around"] == [[70000, 70000 + DEVELOPMENT_N_VAL - 1], [71000, 71095]]
     with pytest.raises(ConfigError, match="development split and development experts"):
         development_seeds(n_val=1001)  # the split would run into the experts' seeds
+
+
+@pytest.mark.parametrize("damage", ["truncate_meta", "truncate_frames", "meta_not_a_list"])
+def test_a_damaged_episode_cache_is_recorded_again(damage: str, tmp_path: Path) -> None:
+    from embodied.rewards.demo2reward.demonstrations import LabelledDemonstration
+
+    calls: list[int] = []
+
+    def make() -> list[LabelledDemonstration]:
+        calls.append(1)
+        frames = np.zeros((3, 8, 8, 3), np.uint8)
+        return [LabelledDemonstration(frames, np.array([False, True, True]), "reach", "e:x")]
+
+    first = _cached(str(tmp_path), "split", make)
+    frames_path, meta_path = tmp_path / "split.npz", tmp_path / "split.json"
+    if damage == "truncate_meta":
+        meta_path.write_bytes(meta_path.read_bytes()[:10])
+    elif damage == "truncate_frames":
+        frames_path.write_bytes(frames_path.read_bytes()[:40])
+    else:
+        meta_path.write_text('{"task": "reach"}')
+    again = _cached(str(tmp_path), "split", make)
+    assert len(calls) == 2  # recorded again instead of a traceback
+    assert again[0].task == first[0].task and np.array_equal(again[0].frames, first[0].frames)
+    # and the rewritten cache reads back without recording
+    _cached(str(tmp_path), "split", make)
+    assert len(calls) == 2
+
+
+def test_checkpoint_seeds_names_a_calibration_without_seeds(tmp_path: Path) -> None:
+    from embodied.apps.training.training_minijudge import checkpoint_seeds
+
+    (tmp_path / "calibration.json").write_text('{"train": {}, "splits": {"calibration": 3}}')
+    with pytest.raises(CheckpointError, match="calibration.json.*does not record its seeds"):
+        checkpoint_seeds(tmp_path)

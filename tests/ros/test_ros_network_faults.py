@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -40,22 +39,14 @@ from hardware.robot import LinkStatus
 from hardware.ros.robot import RosRobot
 from hardware.ros.testing import RosTestGraph, ros_available
 from hardware.ros.testing.fault_proxy import FaultProxy
-from tests.conftest import ARTIFACTS, require
+from tests.conftest import ARTIFACTS, FUZZ_PROFILE, fuzz_settings, require
 
 hypothesis = require("hypothesis")
 st = require("hypothesis.strategies")
 
 pytestmark = pytest.mark.ros
 
-PROFILE = os.environ.get("EMBODIED_FUZZ_PROFILE", "ci")
-SETTINGS = hypothesis.settings(
-    max_examples={"ci": 8, "slow": 100}[PROFILE],
-    derandomize=PROFILE == "ci",
-    deadline=None,
-    database=None,
-    print_blob=True,
-    suppress_health_check=list(hypothesis.HealthCheck),
-)
+SETTINGS = fuzz_settings(ci=8, slow=100)
 SEGMENT = st.tuples(
     st.sampled_from(["latency", "stall", "fragment", "reset", "duplicate", "reorder"]),
     st.floats(0.05, 1.2),  # how long the fault lasts (s)
@@ -87,7 +78,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         graph.stop()
         ARTIFACTS.mkdir(exist_ok=True)
         (ARTIFACTS / "reliability_network.json").write_text(
-            json.dumps({**TALLY, "profile": PROFILE}, indent=2) + "\n"
+            json.dumps({**TALLY, "profile": FUZZ_PROFILE}, indent=2) + "\n"
         )
 
 

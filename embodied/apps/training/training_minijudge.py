@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import shlex
 import time
@@ -32,6 +33,7 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
+from zipfile import BadZipFile
 
 import numpy as np
 import torch
@@ -74,6 +76,8 @@ from embodied.rewards.demo2reward.demonstrations import LabelledDemonstration
 from embodied.rewards.minijudge.configuration_minijudge import MiniJudgeConfig
 from embodied.rewards.minijudge.modeling_minijudge import MiniJudge, resize_frames
 from embodied.train_state import optimizer_tensors, restore_optimizer
+
+log = logging.getLogger(__name__)
 
 COMMAND = "embodied train minijudge"
 """The command that runs :func:`train_minijudge`, as recorded in ``calibration.json``."""
@@ -260,22 +264,19 @@ def _cached(folder: str | None, name: str, make: Any) -> list[LabelledDemonstrat
         return list(make())
     frames_path, meta_path = Path(folder) / f"{name}.npz", Path(folder) / f"{name}.json"
     if frames_path.exists() and meta_path.exists():
-        meta = json.loads(meta_path.read_text())
-        with np.load(frames_path) as z:
-            return [
-                LabelledDemonstration(
-                    z[f"frames_{i}"],
-                    z[f"labels_{i}"],
-                    m["task"],
-                    m["env_id"],
-                    m["infos"],
-                    {
-                        **m["meta"],
-                        "cubes": {k: np.asarray(v) for k, v in m["meta"].get("cubes", {}).items()},
-                    },
-                )
-                for i, m in enumerate(meta)
-            ]
+        try:
+            return _load_cached(frames_path, meta_path)
+        except (
+            OSError,
+            ValueError,
+            KeyError,
+            TypeError,
+            AttributeError,
+            EOFError,
+            BadZipFile,
+        ) as exc:
+            # a cache is rebuilt from its seeds, so a damaged one costs time, not data
+            log.warning("episode cache %s is damaged (%s); recording it again", frames_path, exc)
     episodes = list(make())
     Path(folder).mkdir(parents=True, exist_ok=True)
     arrays = {f"frames_{i}": d.frames for i, d in enumerate(episodes)}
@@ -287,6 +288,31 @@ def _cached(folder: str | None, name: str, make: Any) -> list[LabelledDemonstrat
         [{"task": d.task, "env_id": d.env_id, "infos": d.infos, "meta": d.meta} for d in episodes],
     )
     return episodes
+
+
+def _load_cached(frames_path: Path, meta_path: Path) -> list[LabelledDemonstration]:
+    """Episodes saved by :func:`_cached` (raises on a damaged or inconsistent cache)."""
+    meta = json.loads(meta_path.read_text())
+    if not isinstance(meta, list):
+        raise ValueError(f"{meta_path} holds {type(meta).__name__}, not a list of episodes")
+    with np.load(frames_path) as z:
+        out = []
+        for i, m in enumerate(meta):
+            frames, labels = np.asarray(z[f"frames_{i}"]), np.asarray(z[f"labels_{i}"])
+            if frames.ndim != 4 or labels.shape != (len(frames),):
+                raise ValueError(f"episode {i}: frames {frames.shape}, labels {labels.shape}")
+            cubes = {k: np.asarray(v) for k, v in m["meta"].get("cubes", {}).items()}
+            out.append(
+                LabelledDemonstration(
+                    frames,
+                    labels,
+                    str(m["task"]),
+                    str(m["env_id"]),
+                    m["infos"],
+                    {**m["meta"], "cubes": cubes},
+                )
+            )
+    return out
 
 
 def _augment(
@@ -596,7 +622,14 @@ def train_minijudge(config: MiniJudgeTrainConfig, resume: bool = False) -> dict[
 
         calib = Path(config.init) / "calibration.json"
         if calib.exists():
-            init_train = json.loads(calib.read_text()).get("train", {})
+            init_train = read_json_file(
+                calib, what="minijudge calibration", fix="start from a checkpoint this module wrote"
+            ).get("train", {})
+            if not isinstance(init_train, dict):
+                raise CheckpointError(
+                    f"{calib}: 'train' is {type(init_train).__name__}, not the training history",
+                    fix="start from a checkpoint this module wrote",
+                )
         state = load_file(str(Path(config.init) / "model.safetensors"))
         missing, unexpected = judge.model.load_state_dict(state, strict=False)
         if unexpected or any(not k.startswith("film.") for k in missing):
@@ -962,12 +995,24 @@ def development_seeds(
 def checkpoint_seeds(checkpoint: Path) -> dict[str, SeedRanges]:
     """Reset seeds a checkpoint's ``calibration.json`` says it was trained, calibrated and
     reported on (training: every stage of its history)."""
-    calib = json.loads((Path(checkpoint) / "calibration.json").read_text())
-    return {
-        "train": history_train_seeds(calib["train"]),
-        "calibration": calib["splits"]["calibration"]["seeds"],
-        "report": calib["splits"]["report"]["seeds"],
-    }
+    path = Path(checkpoint) / "calibration.json"
+    retrain = "recalibrate or retrain the checkpoint with `embodied train minijudge`"
+    calib = read_json_file(path, what="minijudge calibration", fix=retrain)
+    try:
+        seeds = {
+            "train": history_train_seeds(calib["train"]),
+            "calibration": merge_seeds(calib["splits"]["calibration"]["seeds"]),
+            "report": merge_seeds(calib["splits"]["report"]["seeds"]),
+        }
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        if isinstance(exc, CheckpointError):
+            raise
+        raise CheckpointError(
+            f"{path} does not record its seeds (train history, splits.calibration.seeds, "
+            f"splits.report.seeds as env -> [[first, last], ...]): {type(exc).__name__}: {exc}",
+            fix=retrain,
+        ) from exc
+    return seeds
 
 
 def select_minijudge(

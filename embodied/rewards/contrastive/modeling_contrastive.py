@@ -45,6 +45,7 @@ class ContrastiveJudge(BaseJudge):
             ),
             "dual encoder",
             "pass a local CLIP/SigLIP folder (config.json, weights, processor files)",
+            auto_class=AutoModel,
         )
         if not (hasattr(model, "get_image_features") and hasattr(model, "get_text_features")):
             raise CheckpointError(

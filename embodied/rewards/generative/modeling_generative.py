@@ -67,6 +67,8 @@ class GenerativeJudge(BaseJudge):
             "image-text-to-text model",
             "pass a local folder with config.json + weights + processor files, or a hub id "
             "already in the local cache (no downloads at run time)",
+            auto_class=AutoModelForImageTextToText,
+            trust_remote_code=remote,
         )
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         self.processor = processor

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from embodied.config import config_to_dict
+from embodied.config import config_from_dict, config_to_dict
 from embodied.errors import CheckpointError, ConfigError
 from embodied.io import build_from_file, read_json_file, write_json
 from embodied.rewards.clips import check_clip_settings
@@ -151,6 +151,13 @@ class MiniJudgeConfig:
         unknown = sorted(set(raw) - known)
         if unknown:
             raise CheckpointError(f"{path} has unknown fields {unknown}", fix="re-save it")
-        saved = build_from_file(path, lambda: cls(**raw), what="minijudge config", fix=resave)
+        saved = build_from_file(
+            path,
+            lambda: config_from_dict(cls, raw, what="minijudge config", error=CheckpointError),
+            what="minijudge config",
+            fix=resave,
+        )
+        if not saved.text_model.strip():
+            raise CheckpointError(f"{path} has an empty text_model", fix=resave)
         # Overrides are applied outside the check: a bad override is the caller's, not the file's.
-        return cls(**{**raw, **overrides}) if overrides else saved
+        return replace(saved, **overrides) if overrides else saved

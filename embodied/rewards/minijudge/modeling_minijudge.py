@@ -20,7 +20,14 @@ from torch import nn
 from torch.nn import functional as F
 
 from embodied.errors import CheckpointError
-from embodied.io import atomic_path, load_safetensors_file, read_json_file, write_json
+from embodied.io import (
+    atomic_path,
+    check_declared_size,
+    load_safetensors_file,
+    module_bytes,
+    read_json_file,
+    write_json,
+)
 from embodied.rewards.base import BaseJudge, resolve_device
 from embodied.rewards.minijudge.configuration_minijudge import MiniJudgeConfig
 from embodied.text import TextEncoder
@@ -209,6 +216,11 @@ class MiniJudge(BaseJudge):
                 f"minijudge checkpoint {str(folder)!r} has no model.safetensors",
                 fix="retrain with `embodied train minijudge --out DIR`",
             )
+        with torch.device("meta"):  # its size first: a damaged config could declare terabytes
+            declared = module_bytes(MiniJudgeModel(config))
+        check_declared_size(
+            declared, weights.stat().st_size, folder / "config.json", what="minijudge", fix=retrain
+        )
         model = MiniJudgeModel(config)
         state = load_safetensors_file(weights, what="minijudge weights", fix=retrain)
         try:
@@ -217,7 +229,10 @@ class MiniJudge(BaseJudge):
             raise CheckpointError(
                 f"{weights} does not fit its config.json: {exc}", fix=retrain
             ) from exc
-        judge = cls(config, model, **kw)
+        try:
+            judge = cls(config, model, **kw)
+        except CheckpointError as exc:  # the text encoder config.json names
+            raise exc.in_file(folder / "config.json", "minijudge config (text_model)") from None
         calib = folder / "calibration.json"
         if calib.exists():
             judge.calibration = read_json_file(calib, what="minijudge calibration", fix=retrain)
