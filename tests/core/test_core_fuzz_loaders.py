@@ -322,6 +322,65 @@ def test_checkpoint_json_of_every_kind_rejects_corruptions(
     run()
 
 
+def _set_everywhere(tree: Any, key: str, value: Any) -> int:
+    """Set every ``key`` in the JSON tree ``tree`` (in place) to ``value``; how many were set."""
+    n = 0
+    if isinstance(tree, dict):
+        for k in list(tree):
+            if k == key:
+                tree[k] = value
+                n += 1
+            else:
+                n += _set_everywhere(tree[k], key, value)
+    elif isinstance(tree, list):
+        n = sum(_set_everywhere(v, key, value) for v in tree)
+    return n
+
+
+# shrunk cases the checkpoint JSON fuzzing found, kept as regression tests
+REGRESSIONS = [
+    pytest.param("minijudge", "config.json", "text_model", "", "text_model", id="judge-empty-text"),
+    pytest.param("minijudge", "config.json", "text_model", "x", "text_model", id="judge-no-pkg"),
+    pytest.param("minijudge", "config.json", "image_hidden", True, "image_hidden", id="judge-bool"),
+    pytest.param("minijudge", "config.json", "channels", [2**16] * 4, "declares", id="judge-huge"),
+    pytest.param("contrastive", "config.json", "hidden_size", 2**40, "config.json", id="clip-huge"),
+    pytest.param(
+        "contrastive", "config.json", "max_position_embeddings", 2**40, "config.json",
+        id="clip-huge-table",
+    ),
+    pytest.param("openvla", "config.json", "q01", ["x"] * 7, "q01", id="vla-stats"),
+    pytest.param(
+        "openvla", "config.json", "num_attention_heads", True, "config.json", id="vla-bool"
+    ),
+    pytest.param("openvla", "config.json", "policy_type", "x", "policy_type", id="vla-type"),
+    pytest.param("pdp_latents", "train_state.json", "tensors", "u.safetensors", "u.safetensors",
+                 id="pdp-pointer"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("loader", "name", "key", "value", "says"), REGRESSIONS)
+def test_checkpoint_json_regressions(
+    loader: str,
+    name: str,
+    key: str,
+    value: Any,
+    says: str,
+    checkpoint_folders: Callable[[str], Path],
+    tmp_path: Path,
+) -> None:
+    from tests.core.test_core_loaders import LOADERS
+
+    source, load, _ = LOADERS[loader]
+    folder = tmp_path / source
+    shutil.copytree(checkpoint_folders(source), folder)
+    tree = json.loads((folder / name).read_text())
+    assert _set_everywhere(tree, key, value), f"{name} of {loader} has no {key!r}"
+    (folder / name).write_text(json.dumps(tree))
+    with pytest.raises(EmbodiedError) as info:
+        load(folder)
+    assert name in str(info.value) and says in str(info.value), str(info.value)
+
+
 def _safetensors_with_header(header: dict[str, Any], body: bytes) -> bytes:
     text = json.dumps(header).encode()
     return struct.pack("<Q", len(text)) + text + body

@@ -22,6 +22,7 @@ from torch.nn import functional as F
 from embodied.errors import CheckpointError
 from embodied.io import (
     atomic_path,
+    build_from_file,
     check_declared_size,
     load_safetensors_file,
     module_bytes,
@@ -216,8 +217,13 @@ class MiniJudge(BaseJudge):
                 f"minijudge checkpoint {str(folder)!r} has no model.safetensors",
                 fix="retrain with `embodied train minijudge --out DIR`",
             )
-        with torch.device("meta"):  # its size first: a damaged config could declare terabytes
-            declared = module_bytes(MiniJudgeModel(config))
+        def skeleton_bytes() -> int:
+            with torch.device("meta"):  # no memory: a damaged config could declare terabytes
+                return module_bytes(MiniJudgeModel(config))
+
+        declared = build_from_file(
+            folder / "config.json", skeleton_bytes, what="minijudge config", fix=retrain
+        )
         check_declared_size(
             declared, weights.stat().st_size, folder / "config.json", what="minijudge", fix=retrain
         )
