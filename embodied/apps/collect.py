@@ -558,12 +558,6 @@ def collect_libero(
             "camera=False: a LIBERO demonstration file always holds camera images",
             fix="drop --no-camera (pick cameras with --cameras agentview,eye_in_hand)",
         )
-    if config.action_noise > 0:
-        raise ConfigError(
-            f"action_noise={config.action_noise}: not available for LIBERO collections (a "
-            "LIBERO file's actions are replayed to re-render it, so they must be the executed ones)",
-            fix="drop --action-noise",
-        )
     cameras = tuple(config.cameras) or LIBERO_CAMERAS
     size = config.image_size or LIBERO_IMAGE_SIZE
     env = sim.make(config.env, cameras=(), record_states=True)
@@ -578,10 +572,23 @@ def collect_libero(
     result = CollectResult(out, 0, 0, 0, last_shard=-1)
     try:
         pol = policies.load(config.policy, env=env, **config.make_policy_kwargs())
+        noise = None
+        if config.action_noise > 0:
+            noise = ExecutionNoise(
+                env.action_spec, config.action_noise, config.noise_time_constant, env.dt
+            )
 
         def keep(ep: Episode, seed: int) -> None:
+            # the executed actions replay the episode when its cameras are rendered; under
+            # noise the expert's clean actions are the labels (DART)
             rec = recorded_episode(env, ep.actions, ep.success)
             rec.meta = {"seed": seed, "policy": config.policy}
+            if noise is not None:
+                rec.labels = np.asarray(ep.raw_actions, dtype=np.float64)
+                rec.meta["action_noise"] = {
+                    "std": config.action_noise,
+                    "time_constant_s": config.noise_time_constant,
+                }
             kept.append(rec)
 
         sampled = config.init_states == "sampled"
@@ -593,6 +600,7 @@ def collect_libero(
             keep,
             result,
             on_attempt,
+            noise=noise,
             reset_options=(lambda seed: {"placement_seed": seed}) if sampled else None,
             record_images=False,
         )

@@ -63,6 +63,9 @@ class RecordedEpisode:
         placement_seed: numpy seed of the placement LIBERO sampled itself, for an episode
             reset with ``options={"placement_seed": s}`` (``None``: a fixed init state).
         success: Whether LIBERO's ``check_success`` held at the end.
+        labels: (T, 7) actions to learn when they differ from the executed ``actions`` (DART's
+            clean expert actions under injected noise), or None. The file then holds them as
+            ``actions`` and the executed ones as ``executed_actions`` (what a replay needs).
     """
 
     states: np.ndarray
@@ -72,6 +75,7 @@ class RecordedEpisode:
     success: bool = False
     placement_seed: int | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    labels: np.ndarray | None = None
 
 
 def recorded_episode(env: Any, actions: np.ndarray, success: bool) -> RecordedEpisode:
@@ -279,7 +283,12 @@ def write_demo_file(
                         obs_grp.create_dataset(key, data=value, compression="gzip")
                     else:
                         obs_grp.create_dataset(key, data=value)
-                demo.create_dataset("actions", data=np.asarray(ep.actions, dtype=np.float64))
+                executed = np.asarray(ep.actions, dtype=np.float64)
+                if ep.labels is not None:  # DART: learn the clean action, replay the executed
+                    demo.create_dataset("actions", data=np.asarray(ep.labels, dtype=np.float64))
+                    demo.create_dataset("executed_actions", data=executed)
+                else:
+                    demo.create_dataset("actions", data=executed)
                 demo.create_dataset("states", data=np.asarray(ep.states, dtype=np.float64))
                 demo.create_dataset("robot_states", data=obs["robot_states"])
                 flags = np.zeros(n, dtype=np.uint8)
@@ -292,6 +301,8 @@ def write_demo_file(
                 demo.attrs["embodied_init_state_index"] = ep.init_state
                 if ep.placement_seed is not None:
                     demo.attrs["embodied_placement_seed"] = ep.placement_seed
+                if "action_noise" in ep.meta:
+                    demo.attrs["embodied_action_noise"] = json.dumps(ep.meta["action_noise"])
                 total += n
                 if on_episode is not None:
                     on_episode(i)

@@ -311,3 +311,31 @@ def test_render_size_env_option_renders_at_that_size() -> None:
     for bad in ("84", 8):
         with pytest.raises(ConfigError, match="render_size"):
             sim.make(TASK, cameras=(), render_size=bad)
+
+
+def test_collect_with_action_noise_replays_the_executed_and_labels_the_clean_actions(
+    tmp_path: Path,
+) -> None:
+    """DART on LIBERO: the file's cameras come from replaying the noisy executed actions
+    (checked against every recorded state), and ``actions`` are the expert's clean ones."""
+    from typer.testing import CliRunner
+
+    from embodied.apps.cli import app
+
+    out = tmp_path / "demos"
+    args = ["collect", "--env", "libero:libero_object:0", "--episodes", "1", "--seed", "4"]
+    args += ["--action-noise", "0.3", "--noise-time-constant", "0", "--cameras", "agentview"]
+    res = CliRunner().invoke(app, [*args, "--image-size", "32", "--out", str(out)])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    path = out / "pick_up_the_alphabet_soup_and_place_it_in_the_basket_demo.hdf5"
+    with h5py.File(path, "r") as f:
+        demo = f["data/demo_0"]
+        labels, executed = demo["actions"][()], demo["executed_actions"][()]
+        noise = json.loads(demo.attrs["embodied_action_noise"])
+    assert noise == {"std": 0.3, "time_constant_s": 0.0}
+    assert labels.shape == executed.shape
+    # the noise moved what ran (bounded by the action range), not what is learned
+    assert np.abs(labels - executed).max() > 0.05
+    assert np.all(np.abs(executed) <= 1.0 + 1e-9)
+    ds = load_demonstrations(path)
+    np.testing.assert_array_equal(ds[0].actions, labels)
