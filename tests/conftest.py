@@ -28,6 +28,7 @@ pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 ARTIFACTS = ROOT / "test-artifacts"
+DOCS = ROOT / "docs"
 REQUIRE_EXTRAS_VAR = "EMBODIED_REQUIRE_EXTRAS"
 EXTRA_OF = {
     "ray": "dist",
@@ -36,9 +37,22 @@ EXTRA_OF = {
     "playwright": "ui",
     "minatar": "rl",
     "foxglove": "ros",
+    "mkdocs": "dev",
+    "material": "dev",
+    "mkdocstrings": "dev",
+    "mkdocstrings_handlers": "dev",
     "openpi_client": "python -m embodied.bootstrap test installs it (pip --no-deps)",
 }
 """Which ``pip install -e .[extra]`` provides each optional top-level module."""
+
+
+def documentation_files() -> list[Path]:
+    """README.md, then every page of the documentation site (``docs/**/*.md``, sorted).
+
+    The files whose commands, images and links the README tests check
+    (``tests/core/test_core_readme.py``, ``tests/cli/test_cli_readme.py``).
+    """
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 
 
 def extras_required() -> bool:

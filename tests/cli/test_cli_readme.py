@@ -1,12 +1,13 @@
-"""Every ``embodied`` command line README shows is accepted by the CLI.
+"""Every ``embodied`` command line README and the documentation pages show is accepted by the CLI.
 
-README's code blocks and the first column of its command table are read, shell loop variables
+The code blocks and the first column of the command tables of README.md and every
+``docs/**/*.md`` page are read, shell loop variables
 (``$k``, ``$s``) and ``<placeholders>`` are filled, optional ``[...]`` parts are kept (both with
 and without them), and each command line is parsed by the real command: option names, required
 options and arguments, and value types are checked as when it runs, without running the work
 (collecting, training or evaluating takes minutes to hours; the commands' behaviour has its own
 tests). A README line with a renamed or missing option, or a missing required ``--out``, fails
-here.
+here. A test's id is the command line, whichever file shows it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from embodied.apps.cli import _load, command_modules
+from tests.conftest import documentation_files
 
 try:  # newer typer runs on its own copy of click
     from typer import _click as click
@@ -25,8 +27,8 @@ except ImportError:  # older typer runs on the click package
     import click  # type: ignore[no-redef]
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-FILL = {"$k": "0", "$s": "0", "<area>": "policy"}
-"""Shell loop variables and placeholders of README's commands -> a value they take."""
+FILL = {"$k": "0", "$s": "0", "$q": "0.99", "<area>": "policy"}
+"""Shell loop variables and placeholders of the documented commands -> a value they take."""
 
 
 def _fenced_commands(text: str) -> list[str]:
@@ -54,13 +56,15 @@ def _variants(command: str) -> list[str]:
     return sorted({bare, full})
 
 
-def readme_commands() -> list[str]:
-    text = README.read_text(encoding="utf-8")
+def readme_commands(files: list[Path] | None = None) -> list[str]:
+    """The command lines of ``files`` (default: README.md and every documentation page)."""
     lines = []
-    for command in _fenced_commands(text) + _table_commands(text):
-        for key, value in FILL.items():
-            command = command.replace(key, value)
-        lines += _variants(command)
+    for file in documentation_files() if files is None else files:
+        text = file.read_text(encoding="utf-8")
+        for command in _fenced_commands(text) + _table_commands(text):
+            for key, value in FILL.items():
+                command = command.replace(key, value)
+            lines += _variants(command)
     return list(dict.fromkeys(lines))
 
 
@@ -69,13 +73,16 @@ def test_readme_commands_are_found() -> None:
     assert len(commands) >= 30
     verbs = {c.split()[1] for c in commands}
     assert {"collect", "train", "eval", "deploy", "demo", "bench", "tune", "steer"} <= verbs
+    # the README's tour runs each of the main commands itself
+    tour = {c.split()[1] for c in readme_commands([README])}
+    assert {"collect", "train", "eval", "steer", "judge", "deploy", "tune", "serve"} <= tour
 
 
 @pytest.mark.parametrize("line", readme_commands())
 def test_readme_command_parses(line: str) -> None:
     argv = shlex.split(line)[1:]
     modules = command_modules()
-    assert argv[0] in modules, f"README runs `embodied {argv[0]}`, which does not exist"
+    assert argv[0] in modules, f"the documentation runs `embodied {argv[0]}`, which does not exist"
     command: click.Command = _load(argv[0], modules[argv[0]])
     args = argv[1:]
     name = argv[0]
@@ -87,4 +94,6 @@ def test_readme_command_parses(line: str) -> None:
     try:
         command.make_context(name, list(args))
     except click.ClickException as exc:  # usage errors: unknown option, missing --out, type
-        pytest.fail(f"README line does not parse: {line}\n{exc.format_message()}")
+        pytest.fail(
+            f"documented line does not parse (README.md or docs/): {line}\n{exc.format_message()}"
+        )

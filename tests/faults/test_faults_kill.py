@@ -12,7 +12,7 @@ again) and no temporary file is left.
 Profiles as in ``tests/core/test_core_fuzz_loaders.py``: ``EMBODIED_FUZZ_PROFILE=ci`` (default,
 at least 20 kills per command) or ``slow`` (200):
 ``EMBODIED_FUZZ_PROFILE=slow python -m pytest tests/faults/test_faults_kill.py``. The counts
-land in ``test-artifacts/reliability_kill.json`` (the README's reliability table).
+land in ``test-artifacts/reliability_kill.json`` (the reliability table of ``docs/reliability.md``).
 """
 
 from __future__ import annotations
