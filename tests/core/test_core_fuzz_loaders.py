@@ -357,6 +357,8 @@ REGRESSIONS = [
         "openvla", "config.json", "num_attention_heads", True, "config.json", id="vla-bool"
     ),
     pytest.param("openvla", "config.json", "policy_type", "x", "policy_type", id="vla-type"),
+    pytest.param("rl", "config.json", "obs_names", None, "observations", id="rl-obs-null"),
+    pytest.param("rl", "config.json", "meta", True, "'meta'", id="rl-meta-bool"),
     pytest.param("pdp_latents", "train_state.json", "tensors", "u.safetensors", "u.safetensors",
                  id="pdp-pointer"),
 ]  # fmt: skip
