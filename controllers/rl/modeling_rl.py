@@ -210,7 +210,7 @@ class RLController:
                 f"RL controller config {str(cfg_file)!r} lacks the 'config' object",
                 fix=RESAVE_FIX,
             )
-        if list(data.get("obs_names", [])) != list(OBS_NAMES):
+        if data.get("obs_names") != list(OBS_NAMES):  # also a damaged (non-list) value
             raise CheckpointError(
                 f"{cfg_file} was trained on observations {data.get('obs_names')}, this version "
                 f"builds {list(OBS_NAMES)}",
@@ -239,4 +239,10 @@ class RLController:
                 fix="config.json and model.safetensors come from different controllers; "
                 + RESAVE_FIX,
             )
-        return cls(config, actor, meta=data.get("meta", {}))
+        meta = data.get("meta", {})
+        if not isinstance(meta, dict):
+            raise CheckpointError(
+                f"RL controller config {str(cfg_file)!r}: 'meta' is {meta!r}, not an object",
+                fix=RESAVE_FIX,
+            )
+        return cls(config, actor, meta=meta)

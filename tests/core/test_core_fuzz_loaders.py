@@ -341,6 +341,10 @@ def _set_everywhere(tree: Any, key: str, value: Any) -> int:
 REGRESSIONS = [
     pytest.param("minijudge", "config.json", "text_model", "", "text_model", id="judge-empty-text"),
     pytest.param("minijudge", "config.json", "text_model", "x", "text_model", id="judge-no-pkg"),
+    # a module a file names is never imported (only known text-encoder packages are)
+    pytest.param(
+        "minijudge", "config.json", "text_model", "json", "text-encoder package", id="judge-module"
+    ),
     pytest.param("minijudge", "config.json", "image_hidden", True, "image_hidden", id="judge-bool"),
     pytest.param("minijudge", "config.json", "channels", [2**16] * 4, "declares", id="judge-huge"),
     pytest.param("contrastive", "config.json", "hidden_size", 2**40, "config.json", id="clip-huge"),
@@ -353,6 +357,8 @@ REGRESSIONS = [
         "openvla", "config.json", "num_attention_heads", True, "config.json", id="vla-bool"
     ),
     pytest.param("openvla", "config.json", "policy_type", "x", "policy_type", id="vla-type"),
+    pytest.param("rl", "config.json", "obs_names", None, "observations", id="rl-obs-null"),
+    pytest.param("rl", "config.json", "meta", True, "'meta'", id="rl-meta-bool"),
     pytest.param("pdp_latents", "train_state.json", "tensors", "u.safetensors", "u.safetensors",
                  id="pdp-pointer"),
 ]  # fmt: skip
