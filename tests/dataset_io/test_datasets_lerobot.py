@@ -37,6 +37,7 @@ from embodied.datasets import (
     open_dataset,
 )
 from embodied.datasets.lerobot import reader as lerobot_reader
+from embodied.datasets.lerobot import video as lerobot_video
 from embodied.errors import ConfigError, DatasetError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -352,7 +353,7 @@ def test_encoder_calls_keep_the_threads_scheduling_policy() -> None:
 
     def work() -> None:
         before = os.sched_getscheduler(0)
-        with lerobot_reader._scheduling_kept():
+        with lerobot_video._scheduling_kept():
             os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))  # what SVT-AV1 does
             seen.append(os.sched_getscheduler(0))
         seen.append(os.sched_getscheduler(0))
