@@ -323,39 +323,8 @@ class LeRobotDataset(Sequence[EpisodeData]):
     def _episode(self, i: int) -> EpisodeData:
         """Episode ``i`` (in range); its data, video and extras files as they are."""
         row = self._episodes[i]
-        data_rel = str(self.info.get("data_path", DATA_PATH)).format(
-            chunk_index=int(row["data/chunk_index"]), file_index=int(row["data/file_index"])
-        )
-        data_path = self.path / data_rel
-        source = f"{data_path}::episode_index={i}"
-        columns = []
-        for key, ft in self.features.items():
-            if ft.get("dtype") == "video":
-                continue
-            name = _obs_name(key, str(ft.get("dtype")))
-            if name is None or self._wanted(name):
-                columns.append(key)
-        columns.extend(k for k in DEFAULT_FEATURES if k not in columns)
-        schema = self._read_schema(data_path, "data file") if data_path.is_file() else None
-        if schema is not None:
-            missing = [c for c in ("episode_index", "frame_index") if c not in schema.names]
-            if missing:
-                raise DatasetError(
-                    f"{data_path}: columns {missing} are missing", fix="export the dataset again"
-                )
-            columns = [c for c in columns if c in schema.names]
-        table = self._read_parquet(
-            data_path, "data file", columns=columns, filters=[("episode_index", "=", i)]
-        )
-        order = np.argsort(table.column("frame_index").to_numpy(), kind="stable")
-        table = table.take(pa.array(order))
+        table, source = self._episode_table(i, row)
         n = table.num_rows
-        if n != int(row["length"]):
-            raise DatasetError(
-                f"{source}: {n} frames in the data file but the episode table says "
-                f"{int(row['length'])}",
-                fix="the dataset is inconsistent; download or export it again",
-            )
 
         def values(key: str) -> np.ndarray:
             return _column_values(table.column(key), self.features[key].get("shape", [1]))
@@ -407,6 +376,57 @@ class LeRobotDataset(Sequence[EpisodeData]):
         attrs = self._attrs(row, table, i)
         extras.update(self._extras(i))
         return EpisodeData(obs, actions, rewards, dones, attrs, extras, source)
+
+    def _episode_table(self, i: int, row: Mapping[str, Any]) -> tuple[pa.Table, str]:
+        """Episode ``i``'s rows of its data file, in frame order, and their source name.
+
+        Only the columns of the features asked for (and lerobot's default ones) are read;
+        videos are decoded separately.
+
+        Args:
+            i: The episode's index (in range).
+            row: Its row of ``meta/episodes``.
+
+        Returns:
+            The table and ``<data file>::episode_index=<i>``.
+
+        Raises:
+            DatasetError: the data file is missing, damaged, lacks the index columns, or
+                holds another number of frames than the episodes table says.
+        """
+        data_rel = str(self.info.get("data_path", DATA_PATH)).format(
+            chunk_index=int(row["data/chunk_index"]), file_index=int(row["data/file_index"])
+        )
+        data_path = self.path / data_rel
+        source = f"{data_path}::episode_index={i}"
+        columns = []
+        for key, ft in self.features.items():
+            if ft.get("dtype") == "video":
+                continue
+            name = _obs_name(key, str(ft.get("dtype")))
+            if name is None or self._wanted(name):
+                columns.append(key)
+        columns.extend(k for k in DEFAULT_FEATURES if k not in columns)
+        schema = self._read_schema(data_path, "data file") if data_path.is_file() else None
+        if schema is not None:
+            missing = [c for c in ("episode_index", "frame_index") if c not in schema.names]
+            if missing:
+                raise DatasetError(
+                    f"{data_path}: columns {missing} are missing", fix="export the dataset again"
+                )
+            columns = [c for c in columns if c in schema.names]
+        table = self._read_parquet(
+            data_path, "data file", columns=columns, filters=[("episode_index", "=", i)]
+        )
+        order = np.argsort(table.column("frame_index").to_numpy(), kind="stable")
+        table = table.take(pa.array(order))
+        if table.num_rows != int(row["length"]):
+            raise DatasetError(
+                f"{source}: {table.num_rows} frames in the data file but the episode table "
+                f"says {int(row['length'])}",
+                fix="the dataset is inconsistent; download or export it again",
+            )
+        return table, source
 
     def __iter__(self) -> Iterator[EpisodeData]:
         for i in range(len(self)):

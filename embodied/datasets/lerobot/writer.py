@@ -310,44 +310,33 @@ def _write_dataset(
     float_dtype: str | None,
     env_args: Mapping[str, Any],
 ) -> None:
+    """Write ``episodes`` as a LeRobotDataset into the empty folder ``root``.
+
+    The steps: describe the features (from ``first``), open the video and data writers, write
+    the episodes one at a time, then the metadata (:func:`_write_meta`). Arguments as
+    :func:`export_lerobot`'s, checked there; ``encoder`` is ``codec``'s PyAV encoder and
+    ``check_rate`` whether each episode's recorded rate must equal ``fps``.
+
+    Raises:
+        DatasetError: an episode that does not match the first one, has no steps or was
+            recorded at another rate; odd frame sizes for ``pix_fmt``.
+    """
     features = _features(first, env_args, obs_keys, float_dtype)
     videos = [f for f in features if f.video]
-    columns = [f for f in features if not f.video]
-    for f in videos:
-        height, width = f.shape[:2]
-        if pix_fmt in ("yuv420p", "yuvj420p", "nv12") and (height % 2 or width % 2):
-            raise DatasetError(
-                f"{first.source}: camera {f.ours!r} frames are {height}x{width}; pix_fmt "
-                f"{pix_fmt!r} needs an even height and width",
-                fix="pass pix_fmt='yuv444p' (h264/hevc), or crop/pad the frames to even sizes",
-            )
-    options = {"g": str(gop)}
-    if crf is not None:
-        options["crf"] = str(crf)
-    if encoder == "libsvtav1":
-        options["preset"] = "12"  # lerobot's default preset for libsvtav1
-    writers = {
-        f.key: _VideoWriter(
-            root,
-            f.key,
-            fps,
-            encoder,
-            pix_fmt,
-            options,
-            chunks_size,
-            video_files_size_in_mb * 1024**2,
-        )
-        for f in videos
-    }
-    all_columns = [
-        *columns,
-        *(_Feature(k, k, v["dtype"], (1,)) for k, v in DEFAULT_FEATURES.items()),
-    ]
-    hf_meta = {"info": {"features": {f.key: f.hf_feature() for f in all_columns}}}
-    schema = pa.schema([pa.field(f.key, f.arrow_type()) for f in all_columns]).with_metadata(
-        {b"huggingface": json.dumps(hf_meta).encode()}
+    writers = _video_writers(
+        root,
+        videos,
+        first,
+        fps=fps,
+        encoder=encoder,
+        pix_fmt=pix_fmt,
+        crf=crf,
+        gop=gop,
+        chunks_size=chunks_size,
+        max_bytes=video_files_size_in_mb * 1024**2,
     )
-    data = _DataWriter(root, schema, chunks_size, data_files_size_in_mb * 1024**2)
+    columns = [f for f in features if not f.video]
+    data = _DataWriter(root, _schema(columns), chunks_size, data_files_size_in_mb * 1024**2)
     totals = _Totals()
     try:
         for index in range(len(episodes)):
@@ -364,7 +353,111 @@ def _write_dataset(
         data.close()
         for writer in writers.values():
             writer.close()
+    info = _info(
+        features,
+        writers,
+        totals,
+        robot_type=robot_type,
+        fps=fps,
+        chunks_size=chunks_size,
+        data_files_size_in_mb=data_files_size_in_mb,
+        video_files_size_in_mb=video_files_size_in_mb,
+    )
+    _write_meta(root, info, totals, repo_id=repo_id, codec=codec, env_args=env_args)
 
+
+def _video_writers(
+    root: Path,
+    videos: Sequence[_Feature],
+    first: EpisodeData,
+    *,
+    fps: int,
+    encoder: str,
+    pix_fmt: str,
+    crf: int | None,
+    gop: int,
+    chunks_size: int,
+    max_bytes: int,
+) -> dict[str, _VideoWriter]:
+    """One :class:`_VideoWriter` per video feature (no file is opened yet).
+
+    Args:
+        root: The dataset folder.
+        videos: The video features.
+        first: The first episode (named in errors).
+        fps: Frames per second.
+        encoder: The PyAV encoder.
+        pix_fmt: The pixel format.
+        crf: Encoder quality (None: the codec's default).
+        gop: Keyframe interval (frames).
+        chunks_size: Files per ``chunk-XXX`` folder.
+        max_bytes: Start a new MP4 file past this size (bytes).
+
+    Returns:
+        lerobot key -> its writer.
+
+    Raises:
+        DatasetError: a camera's frame size is odd and ``pix_fmt`` subsamples chroma.
+    """
+    for f in videos:
+        height, width = f.shape[:2]
+        if pix_fmt in ("yuv420p", "yuvj420p", "nv12") and (height % 2 or width % 2):
+            raise DatasetError(
+                f"{first.source}: camera {f.ours!r} frames are {height}x{width}; pix_fmt "
+                f"{pix_fmt!r} needs an even height and width",
+                fix="pass pix_fmt='yuv444p' (h264/hevc), or crop/pad the frames to even sizes",
+            )
+    options = {"g": str(gop)}
+    if crf is not None:
+        options["crf"] = str(crf)
+    if encoder == "libsvtav1":
+        options["preset"] = "12"  # lerobot's default preset for libsvtav1
+    return {
+        f.key: _VideoWriter(root, f.key, fps, encoder, pix_fmt, options, chunks_size, max_bytes)
+        for f in videos
+    }
+
+
+def _schema(columns: Sequence[_Feature]) -> pa.Schema:
+    """The data files' schema: ``columns`` then lerobot's default ones, with the ``datasets``
+    features lerobot's parquet files record."""
+    all_columns = [
+        *columns,
+        *(_Feature(k, k, v["dtype"], (1,)) for k, v in DEFAULT_FEATURES.items()),
+    ]
+    hf_meta = {"info": {"features": {f.key: f.hf_feature() for f in all_columns}}}
+    return pa.schema([pa.field(f.key, f.arrow_type()) for f in all_columns]).with_metadata(
+        {b"huggingface": json.dumps(hf_meta).encode()}
+    )
+
+
+def _info(
+    features: Sequence[_Feature],
+    writers: Mapping[str, _VideoWriter],
+    totals: _Totals,
+    *,
+    robot_type: str,
+    fps: int,
+    chunks_size: int,
+    data_files_size_in_mb: int,
+    video_files_size_in_mb: int,
+) -> dict[str, Any]:
+    """``meta/info.json`` of the written dataset, keys in the order lerobot writes them.
+
+    Args:
+        features: The exported features.
+        writers: The (closed) video writers; each video feature's ``info`` is probed from
+            its first file.
+        totals: What the episodes added up to.
+        robot_type: ``info["robot_type"]``.
+        fps: Frames per second.
+        chunks_size: Files per ``chunk-XXX`` folder.
+        data_files_size_in_mb: The data files' size limit (MB).
+        video_files_size_in_mb: The video files' size limit (MB).
+
+    Returns:
+        The ``info.json`` object.
+    """
     info_features: dict[str, Any] = {}
     for f in features:
         info_features[f.key] = f.describe()
@@ -374,7 +467,7 @@ def _write_dataset(
             info_features[f.key]["info"] = _video_info(first_path)
     info_features.update(json.loads(json.dumps(DEFAULT_FEATURES)))
     # key order as lerobot's create_empty_dataset_info writes info.json
-    info = {
+    return {
         "codebase_version": CODEBASE_VERSION,
         "robot_type": robot_type,
         "total_episodes": len(totals.rows),
@@ -386,9 +479,31 @@ def _write_dataset(
         "fps": fps,
         "splits": {"train": f"0:{len(totals.rows)}"},
         "data_path": DATA_PATH,
-        "video_path": VIDEO_PATH if videos else None,
+        "video_path": VIDEO_PATH if any(f.video for f in features) else None,
         "features": info_features,
     }
+
+
+def _write_meta(
+    root: Path,
+    info: Mapping[str, Any],
+    totals: _Totals,
+    *,
+    repo_id: str | None,
+    codec: str,
+    env_args: Mapping[str, Any],
+) -> None:
+    """Write ``meta/``: info, stats (aggregated over the episodes), tasks, the episodes table
+    and our ``meta/embodied.json``.
+
+    Args:
+        root: The dataset folder.
+        info: ``meta/info.json``.
+        totals: The episodes' rows, tasks, per-episode stats and observation ranks.
+        repo_id: Hub id recorded in ``meta/embodied.json``.
+        codec: The video codec (lerobot's name), recorded there.
+        env_args: The env description, recorded there.
+    """
     _write_json(root / INFO_PATH, info)
     stats = {
         key: {k: _nested(v) for k, v in _dataset_stats(per_episode).items()}
@@ -423,11 +538,80 @@ def _write_episode(
     totals: _Totals,
     fps: int,
 ) -> None:
+    """Append episode ``index``: its rows, frames, episodes-table row, stats and extras.
+
+    Args:
+        root: The dataset folder.
+        index: The episode's index.
+        ep: The episode.
+        features: The exported features (the first episode's).
+        writers: lerobot key -> the video feature's writer.
+        data: The data files' writer.
+        totals: What the earlier episodes added up to; updated.
+        fps: Frames per second.
+
+    Raises:
+        DatasetError: no steps, or observations or shapes other than the first episode's.
+    """
     n = len(ep)
     if n == 0:
         raise DatasetError(f"{ep.source or f'episode {index}'} has no steps", fix="drop it")
     task = _text(ep.attrs.get("instruction", ""))
     task_index = totals.tasks.setdefault(task, len(totals.tasks))
+    arrays, images = _episode_arrays(ep, index, features, totals)
+    frame_index = np.arange(n, dtype=np.int64)
+    arrays["timestamp"] = (frame_index / fps).astype(np.float32)
+    arrays["frame_index"] = frame_index
+    arrays["episode_index"] = np.full(n, index, np.int64)
+    arrays["index"] = np.arange(totals.frames, totals.frames + n, dtype=np.int64)
+    arrays["task_index"] = np.full(n, task_index, np.int64)
+    location = data.add(_table(data.schema, arrays))
+
+    row: dict[str, Any] = {"episode_index": index, "tasks": [task], "length": n}
+    row.update(location)
+    row["dataset_from_index"] = totals.frames
+    row["dataset_to_index"] = totals.frames + n
+    for key, frames in images.items():
+        row.update(writers[key].add_episode(frames))
+    episode_stats = _episode_stats(features, arrays, images, frame_index, fps)
+    for key, stats in episode_stats.items():
+        totals.stats.setdefault(key, []).append(stats)
+        for stat in (*_STAT_ORDER, *_quantile_keys()):
+            row[f"stats/{key}/{stat}"] = _nested(stats[stat])
+    row["meta/episodes/chunk_index"] = 0
+    row["meta/episodes/file_index"] = 0
+    attrs = {k: v for k, v in ep.attrs.items() if k != "instruction"}
+    row[_EMBODIED_ATTRS] = _dumps(attrs)
+    row[_EMBODIED_SOURCE] = ep.source
+    totals.rows.append(row)
+    totals.frames += n
+    if ep.extras:
+        path = root / EXTRAS_PATH.format(episode_index=index)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as fh:
+            arrays_out: dict[str, Any] = {k: np.asarray(v) for k, v in ep.extras.items()}
+            np.savez(fh, **arrays_out)
+
+
+def _episode_arrays(
+    ep: EpisodeData, index: int, features: Sequence[_Feature], totals: _Totals
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The episode's arrays by lerobot key, checked against the first episode's features.
+
+    Args:
+        ep: The episode.
+        index: Its index (named in errors).
+        features: The exported features.
+        totals: Where each observation's rank is kept (from the first episode that has it).
+
+    Returns:
+        The columns, ``(T,)`` or ``(T, D)`` in their features' dtypes, and the video
+        features' ``(T, H, W, 3)`` uint8 frames.
+
+    Raises:
+        DatasetError: an observation the episode lacks, or a shape other than the feature's.
+    """
+    n = len(ep)
     arrays: dict[str, np.ndarray] = {}
     images: dict[str, np.ndarray] = {}
     for f in features:
@@ -459,30 +643,43 @@ def _write_episode(
             images[f.key] = arr
         else:
             arrays[f.key] = arr.astype(f.dtype, copy=False)
-    frame_index = np.arange(n, dtype=np.int64)
-    arrays["timestamp"] = (frame_index / fps).astype(np.float32)
-    arrays["frame_index"] = frame_index
-    arrays["episode_index"] = np.full(n, index, np.int64)
-    arrays["index"] = np.arange(totals.frames, totals.frames + n, dtype=np.int64)
-    arrays["task_index"] = np.full(n, task_index, np.int64)
+    return arrays, images
 
+
+def _table(schema: pa.Schema, arrays: Mapping[str, np.ndarray]) -> pa.Table:
+    """The episode's rows: ``arrays`` as the columns of ``schema`` (vectors as fixed-size
+    lists)."""
     table_columns = []
-    for name in data.schema.names:
+    for name in schema.names:
         arr = arrays[name]
-        typ = data.schema.field(name).type
+        typ = schema.field(name).type
         if pa.types.is_fixed_size_list(typ):
             flat = pa.array(np.ascontiguousarray(arr).reshape(-1), type=typ.value_type)
             table_columns.append(pa.FixedSizeListArray.from_arrays(flat, typ.list_size))
         else:
             table_columns.append(pa.array(arr, type=typ))
-    location = data.add(pa.Table.from_arrays(table_columns, schema=data.schema))
+    return pa.Table.from_arrays(table_columns, schema=schema)
 
-    row: dict[str, Any] = {"episode_index": index, "tasks": [task], "length": n}
-    row.update(location)
-    row["dataset_from_index"] = totals.frames
-    row["dataset_to_index"] = totals.frames + n
-    for key, frames in images.items():
-        row.update(writers[key].add_episode(frames))
+
+def _episode_stats(
+    features: Sequence[_Feature],
+    arrays: Mapping[str, np.ndarray],
+    images: Mapping[str, np.ndarray],
+    frame_index: np.ndarray,
+    fps: int,
+) -> dict[str, dict[str, np.ndarray]]:
+    """Stats of each of the episode's features and default columns (lerobot 0.4.4's).
+
+    Args:
+        features: The exported features.
+        arrays: The episode's columns by lerobot key, default columns included.
+        images: The video features' frames by lerobot key.
+        frame_index: (T,) int64 frame indices.
+        fps: Frames per second (timestamps are ``frame_index / fps`` seconds).
+
+    Returns:
+        lerobot key -> stat name -> value.
+    """
     episode_stats: dict[str, dict[str, np.ndarray]] = {}
     for f in features:
         if f.video:
@@ -493,20 +690,4 @@ def _write_episode(
         # lerobot's add_frame keeps timestamps as float64 frame_index / fps for the stats
         values = frame_index / fps if key == "timestamp" else arrays[key]
         episode_stats[key] = _vector_stats(values)
-    for key, stats in episode_stats.items():
-        totals.stats.setdefault(key, []).append(stats)
-        for stat in (*_STAT_ORDER, *_quantile_keys()):
-            row[f"stats/{key}/{stat}"] = _nested(stats[stat])
-    row["meta/episodes/chunk_index"] = 0
-    row["meta/episodes/file_index"] = 0
-    attrs = {k: v for k, v in ep.attrs.items() if k != "instruction"}
-    row[_EMBODIED_ATTRS] = _dumps(attrs)
-    row[_EMBODIED_SOURCE] = ep.source
-    totals.rows.append(row)
-    totals.frames += n
-    if ep.extras:
-        path = root / EXTRAS_PATH.format(episode_index=index)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as fh:
-            arrays_out: dict[str, Any] = {k: np.asarray(v) for k, v in ep.extras.items()}
-            np.savez(fh, **arrays_out)
+    return episode_stats
