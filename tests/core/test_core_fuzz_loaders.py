@@ -924,7 +924,7 @@ def test_libero_demo_file_with_bad_values_names_it(
     _assert_names(lambda: _train_libero(path), path.name, "fix:")
 
 
-# ---- LeRobotDataset v3 exports (embodied/datasets/lerobot.py) ----------------------------------
+# ---- LeRobotDataset v3 exports (embodied/datasets/lerobot/) ------------------------------------
 # JSON metadata gets tree edits; parquet tables truncation, bit flips and table edits (a column
 # dropped, nulled or turned into text, every row dropped); the extras archive and the video
 # truncation and bit flips.

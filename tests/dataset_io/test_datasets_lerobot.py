@@ -36,7 +36,8 @@ from embodied.datasets import (
     export_lerobot,
     open_dataset,
 )
-from embodied.datasets import lerobot as lr
+from embodied.datasets.lerobot import reader as lerobot_reader
+from embodied.datasets.lerobot import video as lerobot_video
 from embodied.errors import ConfigError, DatasetError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -352,7 +353,7 @@ def test_encoder_calls_keep_the_threads_scheduling_policy() -> None:
 
     def work() -> None:
         before = os.sched_getscheduler(0)
-        with lr._scheduling_kept():
+        with lerobot_video._scheduling_kept():
             os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))  # what SVT-AV1 does
             seen.append(os.sched_getscheduler(0))
         seen.append(os.sched_getscheduler(0))
@@ -531,7 +532,7 @@ def test_obs_keys_skip_video_decoding(
     def no_decoding(*args: Any) -> None:
         raise AssertionError("decoded a video that was not asked for")
 
-    monkeypatch.setattr(lr, "_decode_range", no_decoding)
+    monkeypatch.setattr(lerobot_reader, "_decode_range", no_decoding)
     ds = open_dataset(out, obs_keys=["state"])
     assert isinstance(ds, LeRobotDataset)
     back = ds[1]
