@@ -401,6 +401,59 @@ def check_declared_size(
         )
 
 
+_STRUCTURE_KEY = re.compile(r"(layers?|blocks?|heads?|experts?)$")
+_COUNT_KEY = re.compile(r"^(num|n)_")
+MAX_STRUCTURE_COUNT = 4096
+"""Largest count of layers, blocks, heads or experts a model config may declare: building a
+model loops over them, so a damaged count of 10^12 would hang the loader, not allocate."""
+MAX_COUNT = 10**6
+"""Largest other ``num_*``/``n_*`` count (e.g. ``num_labels``, whose label table is built)."""
+
+
+def check_config_counts(
+    tree: Any,
+    path: str | os.PathLike[str],
+    *,
+    what: str,
+    fix: str = DAMAGED_FIX,
+    error: type[EmbodiedError] = CheckpointError,
+    _key: str = "",
+) -> None:
+    """Refuse a model config whose counts would make building the model loop for hours.
+
+    A model is built on the ``meta`` device before loading (:func:`check_declared_size`), which
+    costs no memory but still runs one Python iteration per layer: ``num_hidden_layers`` of
+    10^12 in a damaged ``config.json`` would hang. Checks every integer of ``tree`` (nested
+    dicts and lists) whose key names a layer, block, head or expert count against
+    :data:`MAX_STRUCTURE_COUNT`, and other ``num_*``/``n_*`` counts against :data:`MAX_COUNT`.
+
+    Raises:
+        EmbodiedError: ``error`` naming the file, the dotted key and its value.
+    """
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            check_config_counts(
+                v, path, what=what, fix=fix, error=error, _key=f"{_key}.{k}" if _key else str(k)
+            )
+    elif isinstance(tree, list):
+        for i, v in enumerate(tree):
+            check_config_counts(v, path, what=what, fix=fix, error=error, _key=f"{_key}[{i}]")
+    elif isinstance(tree, int) and not isinstance(tree, bool) and _key:
+        name = _key.rsplit(".", 1)[-1].split("[")[0]
+        limit = (
+            MAX_STRUCTURE_COUNT
+            if _STRUCTURE_KEY.search(name)
+            else MAX_COUNT
+            if _COUNT_KEY.match(name)
+            else None
+        )
+        if limit is not None and tree > limit:
+            raise error(
+                f"{what} {str(path)!r}: {_key}={tree} is beyond any model (at most {limit})",
+                fix=fix,
+            )
+
+
 def module_bytes(module: Any) -> int:
     """Bytes of a torch module's parameters and buffers (also on the ``meta`` device)."""
     tensors = [*module.parameters(), *module.buffers()]

@@ -15,7 +15,13 @@ from typing import Any
 import numpy as np
 
 from embodied.errors import CheckpointError, ConfigError
-from embodied.io import check_declared_size, check_safetensors_file, module_bytes, read_json_file
+from embodied.io import (
+    check_config_counts,
+    check_declared_size,
+    check_safetensors_file,
+    module_bytes,
+    read_json_file,
+)
 from embodied.rewards.clips import resample_clip, validate_frames, validate_instruction
 
 Clip = Sequence[np.ndarray] | np.ndarray
@@ -216,6 +222,8 @@ def _check_config_size(
     stored = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
     if not stored:
         return  # no safetensors: transformers names what is missing
+    raw = read_json_file(folder / "config.json", what=f"{what} config", fix=fix)
+    check_config_counts(raw, folder / "config.json", what=f"{what} config", fix=fix)
     config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
     with torch.device("meta"):
         skeleton = auto_class.from_config(config, trust_remote_code=trust_remote_code)

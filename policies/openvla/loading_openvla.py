@@ -23,6 +23,7 @@ import torch
 from embodied.errors import CheckpointError
 from embodied.io import (
     build_from_file,
+    check_config_counts,
     check_declared_size,
     load_safetensors_file,
     module_bytes,
@@ -98,6 +99,7 @@ def read_config(path: Path) -> OpenVLAConfig:
     if not cfg_file.exists():
         raise CheckpointError(f"{path} has no config.json", fix="pass a checkpoint folder")
     raw = read_json_file(cfg_file, what="OpenVLA config", fix=RESAVE_FIX)
+    check_config_counts(raw, cfg_file, what="OpenVLA config", fix=RESAVE_FIX)
     if raw.get("policy_type") == "openvla":
         ours = raw.get("openvla")
         if not isinstance(ours, dict):

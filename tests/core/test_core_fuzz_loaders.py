@@ -357,6 +357,14 @@ REGRESSIONS = [
         "openvla", "config.json", "num_attention_heads", True, "config.json", id="vla-bool"
     ),
     pytest.param("openvla", "config.json", "policy_type", "x", "policy_type", id="vla-type"),
+    # building a model loops over its layers: a count of 10^12 hung the loader (slow profile)
+    pytest.param(
+        "generative", "config.json", "num_hidden_layers", 10**12, "beyond any model",
+        id="vlm-layers",
+    ),
+    pytest.param(
+        "openvla", "config.json", "num_hidden_layers", 10**12, "beyond any model", id="vla-layers"
+    ),
     pytest.param("rl", "config.json", "obs_names", None, "observations", id="rl-obs-null"),
     pytest.param("rl", "config.json", "meta", True, "'meta'", id="rl-meta-bool"),
     pytest.param("pdp_latents", "train_state.json", "tensors", "u.safetensors", "u.safetensors",

@@ -217,6 +217,7 @@ class MiniJudge(BaseJudge):
                 f"minijudge checkpoint {str(folder)!r} has no model.safetensors",
                 fix="retrain with `embodied train minijudge --out DIR`",
             )
+
         def skeleton_bytes() -> int:
             with torch.device("meta"):  # no memory: a damaged config could declare terabytes
                 return module_bytes(MiniJudgeModel(config))
