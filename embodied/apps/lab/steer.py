@@ -91,6 +91,7 @@ from policies.openvla.steering import (
 )
 from policies.openvla.training_openvla import BCSettings, DemonstrationSteps
 
+
 def check_disjoint_seeds(ranges: dict[str, tuple[int, int]]) -> None:
     """Refuse overlapping seed ranges (half-open ``[first, end)``; empty ranges never overlap).
 
