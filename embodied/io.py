@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import re
 import shutil
@@ -137,9 +138,10 @@ def require_output_dir(path: str | os.PathLike[str], option: str = "--out") -> P
 
 
 def write_json(path: str | os.PathLike[str], data: Any) -> None:
-    """Atomically write ``data`` as indented JSON."""
+    """Atomically write ``data`` as indented JSON (numpy values and paths by
+    :func:`json_default`)."""
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=json_default) + "\n")
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -149,19 +151,57 @@ def write_text(path: str | os.PathLike[str], text: str) -> None:
 
 
 def json_default(obj: Any) -> Any:
-    """``json.dumps(default=...)`` for numpy scalars and arrays and paths."""
-    import numpy as np
+    """``json.dumps(default=...)`` for numpy values and paths: the project's one converter.
 
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
+    Numpy scalars become Python numbers and bools, numpy arrays (and anything else with a
+    ``tolist()``, e.g. torch tensors) nested lists, paths strings.
+
+    Raises:
+        TypeError: any other object (as ``json.dumps`` itself would).
+    """
     if isinstance(obj, Path):
         return str(obj)
+    tolist = getattr(obj, "tolist", None)
+    if callable(tolist):
+        return tolist()  # numpy: a scalar's tolist() is its item()
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-_json_default = json_default
+def plain_json(
+    value: Any, *, fallback: Callable[[Any], Any] | None = None, finite: bool = False
+) -> Any:
+    """``value`` as plain JSON data (dicts with string keys, lists, str, int, float, bool,
+    None), converted as ``json.dumps(value, default=json_default)`` converts it.
+
+    Args:
+        value: Any JSON-able structure, numpy values and paths included.
+        fallback: Converts what :func:`json_default` refuses (e.g. ``str``); None: a
+            ``TypeError`` names it.
+        finite: Replace non-finite floats (NaN, +-inf: not valid JSON, e.g. for a browser)
+            with None.
+    """
+
+    def default(obj: Any) -> Any:
+        try:
+            return json_default(obj)
+        except TypeError:
+            if fallback is None:
+                raise
+            return fallback(obj)
+
+    data = json.loads(json.dumps(value, default=default))
+    return _finite(data) if finite else data
+
+
+def _finite(value: Any) -> Any:
+    """``value`` (plain JSON data) with its non-finite floats replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 # ---- checked reads -------------------------------------------------------------------------

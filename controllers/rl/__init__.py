@@ -15,10 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 from controllers import CONTROLLERS
-from controllers.rl.configuration_rl import OBS_NAMES, ObservationBuilder, RLControllerConfig
+from controllers.rl.configuration_rl import (
+    OBS_NAMES,
+    ObservationBuilder,
+    PPOSettings,
+    RLControllerConfig,
+)
 from controllers.rl.env import SteeringEnv
 from controllers.rl.modeling_rl import MLPActor, RLController
-from controllers.rl.training_rl import PPOSettings, train_rl_controller
+from controllers.rl.training_rl import RLTrainSettings, train_rl_controller
 from embodied.errors import ConfigError
 
 __all__ = [
@@ -28,6 +33,7 @@ __all__ = [
     "PPOSettings",
     "RLController",
     "RLControllerConfig",
+    "RLTrainSettings",
     "SteeringEnv",
     "train_rl_controller",
 ]

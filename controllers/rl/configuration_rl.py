@@ -1,4 +1,5 @@
-"""Configuration of the RL steering controller and its training environment."""
+"""Configuration of the RL steering controller and its training environment, and the PPO
+hyperparameters (:class:`PPOSettings`) every PPO user of the project embeds."""
 
 from __future__ import annotations
 
@@ -165,3 +166,86 @@ class ObservationBuilder:
         delta = new - self.alpha
         self.alpha = new
         return new, delta
+
+
+@dataclass(frozen=True)
+class PPOSettings:
+    """PPO hyperparameters, as stable-baselines3's ``PPO`` takes them (and its subclasses:
+    sb3-contrib's ``MaskablePPO``, :class:`controllers.rl.reppo.RePPO`).
+
+    The one declaration of these settings: the defaults are stable-baselines3's own, and each
+    user embeds a ``PPOSettings`` holding its own choices (the RL steering controller's
+    training, ``embodied lab reward rl``, ``lab shield``, ``lab reppo``), whose commands take
+    the fields as ``--n-steps``, ``--batch-size``, ... (:meth:`sb3_kwargs` passes them on).
+
+    Args:
+        n_steps: PPO rollout length per env and update.
+        batch_size: PPO minibatch size.
+        n_epochs: PPO optimisation epochs per update.
+        learning_rate: Adam step size.
+        gamma: Discount factor.
+        gae_lambda: GAE lambda (bias-variance trade-off of the advantages).
+        clip_range: PPO clipping range of the probability ratio.
+        ent_coef: Entropy bonus coefficient (0: no exploration bonus).
+    """
+
+    n_steps: int = 2048
+    batch_size: int = 64
+    n_epochs: int = 10
+    learning_rate: float = 3e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_range: float = 0.2
+    ent_coef: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("n_steps", "batch_size", "n_epochs"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(
+                    f"PPO {name} must be a positive int, got {v!r}", fix=f"e.g. {name}=64"
+                )
+        for name in ("gamma", "gae_lambda"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and 0 < v <= 1):
+                raise ConfigError(f"PPO {name} {v!r} must be in (0, 1]", fix=f"e.g. {name}=0.99")
+        for name in ("learning_rate", "clip_range"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and 0 < v < math.inf):
+                raise ConfigError(f"PPO {name} must be > 0, got {v!r}", fix=f"e.g. {name}=0.0003")
+        if not (isinstance(self.ent_coef, int | float) and 0 <= self.ent_coef < math.inf):
+            raise ConfigError(f"PPO ent_coef must be >= 0, got {self.ent_coef!r}", fix="e.g. 0")
+
+    def sb3_kwargs(self) -> dict[str, Any]:
+        """The settings as keyword arguments of ``stable_baselines3.PPO`` (and subclasses)."""
+        return dataclasses.asdict(self)
+
+
+def merge_ppo_layers(ppo: PPOSettings, *layers: Mapping[str, Any]) -> dict[str, Any]:
+    """Config fields from ``layers``, later ones winning (e.g. a budget preset, then the options
+    given on the command line), whose ``"ppo"`` entries are merged field by field on top of
+    ``ppo`` (the config's default).
+
+    A layer's ``"ppo"`` is a whole :class:`PPOSettings` (it replaces what came before) or a
+    mapping of some of its fields (``{"n_steps": 512}``, as the command line gives them).
+
+    Returns:
+        The merged fields; ``"ppo"`` a :class:`PPOSettings` when any layer had one.
+
+    Raises:
+        ConfigError: an unknown PPO field, or a value :class:`PPOSettings` refuses.
+    """
+    out: dict[str, Any] = {}
+    names = [f.name for f in dataclasses.fields(PPOSettings)]
+    for layer in layers:
+        for key, value in layer.items():
+            if key != "ppo":
+                out[key] = value
+            elif isinstance(value, PPOSettings):
+                out["ppo"] = ppo = value
+            else:
+                unknown = sorted(set(value) - set(names))
+                if unknown:
+                    raise ConfigError(f"unknown PPO setting(s) {unknown}", fix=f"use {names}")
+                out["ppo"] = ppo = dataclasses.replace(ppo, **value)
+    return out

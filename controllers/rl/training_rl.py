@@ -9,24 +9,24 @@ from typing import Any
 
 import numpy as np
 
+from controllers.rl.configuration_rl import PPOSettings
 from controllers.rl.env import SteeringEnv
 from controllers.rl.modeling_rl import MLPActor, RLController, actor_state_from_sb3
 from embodied.errors import ConfigError
 
+CONTROLLER_PPO = PPOSettings(n_steps=256, gamma=0.98)
+"""PPO settings of the RL steering controller's training: short rollouts (episodes are a few
+seconds of control), otherwise stable-baselines3's defaults."""
+
 
 @dataclass
-class PPOSettings:
-    """PPO hyperparameters (small defaults: a few thousand steps train in minutes on a CPU).
+class RLTrainSettings:
+    """How :func:`train_rl_controller` trains (small defaults: a few thousand steps train in
+    minutes on a CPU).
 
     Args:
         total_timesteps: Environment steps (= inner control steps).
-        n_steps: Rollout length per update.
-        batch_size: Minibatch size.
-        n_epochs: Optimisation epochs per update.
-        learning_rate: Adam step size.
-        gamma: Discount.
-        gae_lambda: GAE parameter.
-        ent_coef: Entropy bonus.
+        ppo: PPO hyperparameters (one env: ``ppo.batch_size <= ppo.n_steps``).
         log_std_init: Initial log standard deviation of the Gaussian policy.
         seed: RNG seed (torch, numpy, env).
         tensorboard_log: Folder for TensorBoard logs, or None.
@@ -34,53 +34,46 @@ class PPOSettings:
     """
 
     total_timesteps: int = 4096
-    n_steps: int = 256
-    batch_size: int = 64
-    n_epochs: int = 10
-    learning_rate: float = 3e-4
-    gamma: float = 0.98
-    gae_lambda: float = 0.95
-    ent_coef: float = 0.0
+    ppo: PPOSettings = CONTROLLER_PPO
     log_std_init: float = -0.5
     seed: int = 0
     tensorboard_log: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("total_timesteps", "n_steps", "batch_size", "n_epochs"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"PPO {name} must be a positive int, got {v!r}")
-        if self.batch_size > self.n_steps:
+        v = self.total_timesteps
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ConfigError(f"PPO total_timesteps must be a positive int, got {v!r}")
+        if self.ppo.batch_size > self.ppo.n_steps:
             raise ConfigError(
-                f"PPO batch_size {self.batch_size} > n_steps {self.n_steps}",
+                f"PPO batch_size {self.ppo.batch_size} > n_steps {self.ppo.n_steps}",
                 fix="use batch_size <= n_steps",
             )
-        if not 0 < self.gamma <= 1 or not 0 < self.gae_lambda <= 1:
-            raise ConfigError(
-                f"PPO gamma/gae_lambda must be in (0, 1]: {self.gamma}, {self.gae_lambda}"
-            )
-        if not self.learning_rate > 0:
-            raise ConfigError(f"PPO learning_rate must be > 0, got {self.learning_rate}")
 
 
-def build_ppo(env: SteeringEnv, settings: PPOSettings | None = None) -> Any:
+def quiet_logger(model: Any) -> Any:
+    """Give an SB3 model a logger with no outputs; returns the model.
+
+    Without a log folder SB3 still creates an empty ``$TMPDIR/SB3-<time>`` folder per
+    ``learn()`` call; a logger with no outputs keeps the disk clean.
+    """
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
+
+
+def build_ppo(env: SteeringEnv, settings: RLTrainSettings | None = None) -> Any:
     """A PPO model with a tanh MlpPolicy of the env config's hidden sizes (CPU)."""
     import torch
     from stable_baselines3 import PPO
 
-    s = settings or PPOSettings()
+    s = settings or RLTrainSettings()
     hidden = list(env.config.hidden_sizes)
     model = PPO(
         "MlpPolicy",
         env,
-        n_steps=s.n_steps,
-        batch_size=s.batch_size,
-        n_epochs=s.n_epochs,
-        learning_rate=s.learning_rate,
-        gamma=s.gamma,
-        gae_lambda=s.gae_lambda,
-        ent_coef=s.ent_coef,
+        **s.ppo.sb3_kwargs(),
         seed=s.seed,
         device="cpu",
         verbose=0,
@@ -93,11 +86,7 @@ def build_ppo(env: SteeringEnv, settings: PPOSettings | None = None) -> Any:
         **s.extra,
     )
     if s.tensorboard_log is None:
-        # Without a log folder SB3 still creates an empty $TMPDIR/SB3-<time> folder per
-        # learn() call; a logger with no outputs keeps the disk clean.
-        from stable_baselines3.common.logger import Logger
-
-        model.set_logger(Logger(folder=None, output_formats=[]))
+        quiet_logger(model)
     return model
 
 
@@ -110,14 +99,14 @@ def controller_from_ppo(
 
 def train_rl_controller(
     env: SteeringEnv,
-    settings: PPOSettings | None = None,
+    settings: RLTrainSettings | None = None,
     save_to: str | os.PathLike[str] | None = None,
 ) -> tuple[RLController, Any]:
     """Train PPO on ``env`` and export the controller.
 
     Args:
         env: The steering env (inner env, frozen steerable policy, concept, setpoint range).
-        settings: PPO hyperparameters.
+        settings: Training steps, seed and PPO hyperparameters.
         save_to: Optional folder for ``save_pretrained``.
 
     Returns:
@@ -125,7 +114,7 @@ def train_rl_controller(
     """
     from stable_baselines3.common.monitor import Monitor
 
-    s = settings or PPOSettings()
+    s = settings or RLTrainSettings()
     monitored = Monitor(env)
     model = build_ppo(env, s)
     model.set_env(monitored)

@@ -28,15 +28,14 @@ import numpy as np
 import policies
 import sim
 from controllers.analysis import step_response, tracking_rmse
-from embodied.apps.experiments.controller_plots import plot_tracking
-from embodied.apps.experiments.controllers import (
+from embodied.apps.plotting import plot_tracking, plt, save_figure
+from embodied.apps.reference_task import (
     STEP_HIGH_MPS,
     STEP_LOW_MPS,
     STEP_TIME_S,
     pid_steered_rollout,
 )
-from embodied.apps.experiments.pdp import quick_demo
-from embodied.apps.plotting import plt, save_figure
+from embodied.apps.route_task import quick_demo
 from embodied.errors import ConfigError
 from embodied.io import write_json
 from embodied.loop import Episode, StepRecord, rollout

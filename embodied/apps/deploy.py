@@ -120,7 +120,7 @@ class DeployConfig:
         if self.shield_measure is not None and not _is_import_path(self.shield_measure):
             raise ConfigError(
                 f"shield_measure {self.shield_measure!r} is not module:function",
-                fix="e.g. --shield-measure embodied.apps.experiments.shield:stopping_offsets",
+                fix="e.g. --shield-measure embodied.apps.lab.shield:stopping_offsets",
             )
 
 

@@ -1,23 +1,28 @@
 """The built-in steering task: ``mujoco:arm_reach`` driven by the speed-knob expert.
 
-Glue shared by ``embodied tune``, ``embodied demo``, the controller experiments and tests: it
-joins an env (``sim``), the steerable plant (``policies.steerable_expert``) and the
+Glue shared by ``embodied tune``, ``embodied demo``, the lab's controller comparison and tests:
+it joins an env (``sim``), the steerable plant (``policies.steerable_expert``) and the
 ``ee_speed`` concept, so it lives with the applications, above the components it joins.
+:func:`pid_steered_rollout` is the PID-steered rollout of ``embodied demo`` on the setpoint
+step :func:`step_setpoint`.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+import controllers
 import sim
 from controllers.rl import RLController, RLControllerConfig, SteeringEnv
-from controllers.rl.training_rl import PPOSettings, train_rl_controller
+from controllers.rl.training_rl import CONTROLLER_PPO, RLTrainSettings, train_rl_controller
 from embodied.concepts import make_concept
 from embodied.contracts import Concept, Env
+from embodied.loop import Episode, Steering, rollout
 from policies.steerable_expert import SpeedKnobExpert
 
 REFERENCE_ENV_ID = "mujoco:arm_reach"
@@ -35,6 +40,10 @@ REFERENCE_PID: dict[str, Any] = {
 """Tuned PID gains for the built-in task (ee_speed via alpha): on a 0.06 -> 0.15 m/s step,
 rise time ~0.3 s, no overshoot; kp >= 5 with ki >= 80 oscillates (one-step delay, and the
 plant gain grows as ``gain ** alpha``)."""
+
+STEP_LOW_MPS, STEP_HIGH_MPS, STEP_TIME_S = 0.06, 0.15, 1.0
+"""The setpoint step of the built-in task: ``STEP_LOW_MPS`` m/s until ``STEP_TIME_S`` s, then
+``STEP_HIGH_MPS`` m/s (:func:`step_setpoint`)."""
 
 
 @dataclass
@@ -115,8 +124,38 @@ def train_on_reference_task(
     try:
         return train_rl_controller(
             env,
-            PPOSettings(total_timesteps=total_timesteps, n_steps=512, batch_size=128, seed=seed),
+            RLTrainSettings(
+                total_timesteps=total_timesteps,
+                ppo=replace(CONTROLLER_PPO, n_steps=512, batch_size=128),
+                seed=seed,
+            ),
             save_to=save_to,
         )
     finally:
         env.close()
+
+
+def step_setpoint(
+    low: float = STEP_LOW_MPS, high: float = STEP_HIGH_MPS, at_s: float = STEP_TIME_S
+) -> Callable[[float], float]:
+    """Setpoint schedule: ``low`` m/s until ``at_s`` seconds, then ``high``."""
+
+    def setpoint(t_s: float) -> float:
+        return low if t_s < at_s else high
+
+    return setpoint
+
+
+def pid_steered_rollout(seed: int = 0, record_images: bool = True, **env_kwargs: Any) -> Episode:
+    """One PID-steered rollout of the built-in task (ee_speed setpoint step via alpha).
+
+    Args:
+        seed: Reset seed.
+        record_images: Keep the camera frames in the episode.
+        **env_kwargs: Passed to :func:`reference_task` (e.g. ``camera=False``).
+    """
+    task = reference_task(**env_kwargs)
+    steering = Steering(
+        task.concept, controllers.make("pid", **REFERENCE_PID), task.knob, step_setpoint()
+    )
+    return rollout(task.env, task.policy, steering=steering, seed=seed, record_images=record_images)

@@ -23,7 +23,7 @@ import h5py
 import numpy as np
 
 from embodied.errors import DatasetError
-from embodied.io import atomic_path, parse_json_text, read_json_file, write_json
+from embodied.io import atomic_path, parse_json_text, plain_json, read_json_file, write_json
 from embodied.loop import Episode
 
 SHARD_PATTERN = "episode_{:06d}.hdf5"
@@ -73,10 +73,6 @@ class EpisodeData:
         return str(self.attrs.get("instruction", ""))
 
 
-def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=lambda o: getattr(o, "tolist", lambda: str(o))()))
-
-
 def episode_data(ep: Episode) -> EpisodeData:
     """``ep`` as it is written to disk: ``actions`` are those sent to the env; knobs,
     measurements and setpoints are extras; meta is JSON in the ``meta`` attribute."""
@@ -91,7 +87,7 @@ def episode_data(ep: Episode) -> EpisodeData:
         "success": bool(ep.success),
         "success_step": int(ep.success_step),
         "judge_score": -1.0 if ep.judge_score is None else float(ep.judge_score),
-        "meta": json.dumps(_jsonable(ep.meta)),
+        "meta": json.dumps(plain_json(ep.meta, fallback=str)),
     }
     return EpisodeData(ep.observations, ep.actions, ep.rewards, dones, attrs, extras)
 
@@ -102,7 +98,9 @@ def _write_group(group: h5py.Group, ep: Episode | EpisodeData, compress_images: 
     extras, attrs = data.extras, dict(data.attrs)
     group.attrs["num_samples"] = int(actions.shape[0])
     for k, v in attrs.items():
-        group.attrs[k] = json.dumps(_jsonable(v)) if isinstance(v, dict | list) else v
+        group.attrs[k] = (
+            json.dumps(plain_json(v, fallback=str)) if isinstance(v, dict | list) else v
+        )
     og = group.create_group("obs")
     for key, arr in obs.items():
         arr = np.asarray(arr)
@@ -136,7 +134,7 @@ def write_episode_file(
     """
     with atomic_path(path, replace=replace) as tmp, h5py.File(tmp, "w") as f:
         data = f.create_group("data")
-        data.attrs["env_args"] = json.dumps(_jsonable(dict(env_args or {})))
+        data.attrs["env_args"] = json.dumps(plain_json(dict(env_args or {}), fallback=str))
         data.attrs["total"] = int(sum(len(e) for e in episodes))
         for i, ep in enumerate(episodes):
             _write_group(data.create_group(f"demo_{i}"), ep, compress_images)

@@ -15,8 +15,9 @@ receding-horizon extension:
 * :mod:`~policies.diffusion.training_pdp` - ``embodied train pdp`` (checkpoints, resume, TB);
 * :mod:`~policies.diffusion.adaptation` - z from one demonstration (the reference: encoder
   warm start + optimisation), z from a constraint (CEM, extension), DP fine-tuning (baseline);
-* :mod:`~embodied.apps.experiments.pdp` - the multimodal-task evaluation and quick demo;
-* :mod:`~embodied.apps.experiments.pdp_plots` - latent-space and interpolation PNGs.
+* :mod:`~embodied.apps.route_task` - reach_around demonstrations, rollouts, the quick demo;
+* :mod:`~embodied.apps.lab.pdp` - the multimodal-task evaluation (``embodied lab pdp``);
+* :mod:`~embodied.apps.lab.pdp_plots` - latent-space and route PNGs.
 
 Importing this package registers the checkpoint loader ``policy_type == "pdp"`` and the
 policy name ``pdp`` (``policies.load("pdp", path=DIR)``); torch/diffusers load lazily.

@@ -36,7 +36,7 @@ from embodied.io import (
 )
 from policies.openvla.modeling_openvla import OpenVLAModel
 
-_EXTRACT_FIX = "re-create it with `embodied steer extract` (the files are damaged or not ours)"
+_EXTRACT_FIX = "re-create it with `embodied lab steer extract` (the files are damaged or not ours)"
 
 
 def _paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -179,7 +179,9 @@ def load_intervention(path: str | os.PathLike[str]) -> SteeringDirection | Neuro
     """
     _, js = _paths(path)
     if not js.exists():
-        raise CheckpointError(f"no {js}", fix="pass the path written by `embodied steer extract`")
+        raise CheckpointError(
+            f"no {js}", fix="pass the path written by `embodied lab steer extract`"
+        )
     kind = read_json_file(js, what="steering intervention metadata", fix=_EXTRACT_FIX).get("kind")
     if kind == "direction":
         return SteeringDirection.load(path)
@@ -187,7 +189,7 @@ def load_intervention(path: str | os.PathLike[str]) -> SteeringDirection | Neuro
         return NeuronCluster.load(path)
     raise CheckpointError(
         f"{js} holds a {kind!r} intervention, which has no alpha knob; kinds: direction, neurons",
-        fix="pass a direction or neuron cluster from `embodied steer extract` (value-vector "
+        fix="pass a direction or neuron cluster from `embodied lab steer extract` (value-vector "
         "neuron sets load with ValueVectorNeurons.load and steer with ValueVectorHook)",
     )
 

@@ -140,25 +140,31 @@ def test_a_missing_checkpoint_says_so(tmp_path: Path) -> None:
         policies.load(str(tmp_path / "file"))
 
 
-HELP_IMPORTS_TORCH = {"demo", "pdp", "reppo"}
+HELP_IMPORTS_TORCH = {"demo", "lab pdp", "lab reppo"}
 """Commands whose options still come from modules that import torch (their configs live beside
 the experiment code); every other command's ``--help`` must stay light."""
 
 
 def test_help_does_not_import_torch() -> None:
     """``embodied train --help`` took ~9 s on a loaded machine because building its options
-    imported torch and transformers; options come from light config modules now."""
+    imported torch and transformers; options come from light config modules now. The lab's
+    commands (``embodied lab steer``, ...) are checked as the product's are."""
     import subprocess
 
-    from embodied.apps.cli import command_modules
+    from embodied.apps.cli import MOUNTED, command_modules
 
-    light = sorted(set(command_modules()) - HELP_IMPORTS_TORCH)
-    assert {"train", "steer", "eval", "collect", "deploy", "tune"} <= set(light)
+    lab = MOUNTED["lab"]
+    names = [n for n in command_modules() if n not in MOUNTED]
+    names += [f"lab {n}" for n in command_modules(lab)]
+    light = sorted(set(names) - HELP_IMPORTS_TORCH)
+    assert {"train", "lab steer", "lab shield", "eval", "collect", "deploy", "tune"} <= set(light)
     code = (
         "import sys\n"
         "from embodied.apps.cli import _load, command_modules\n"
-        f"for name in {light!r}:\n"
-        "    command = _load(name, command_modules()[name])\n"
+        f"for path in {light!r}:\n"
+        "    *group, name = path.split()\n"
+        f"    package = {lab!r} if group else 'embodied.apps.cli'\n"
+        "    command = _load(name, command_modules(package)[name])\n"
         "    command.get_help(command.make_context(name, [], resilient_parsing=True))\n"
         "    for sub in getattr(command, 'commands', {}).values():\n"
         "        sub.get_help(sub.make_context(sub.name, [], resilient_parsing=True))\n"

@@ -17,6 +17,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import typer.core
 
 from embodied.apps.cli import _load, command_modules
 from tests.conftest import documentation_files
@@ -68,14 +69,20 @@ def readme_commands(files: list[Path] | None = None) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
+def _verb(command: str) -> str:
+    """``embodied eval ...`` -> ``eval``; the lab's ``embodied lab steer ...`` -> ``lab steer``."""
+    words = command.split()
+    return " ".join(words[1:3]) if words[1] == "lab" else words[1]
+
+
 def test_readme_commands_are_found() -> None:
     commands = readme_commands()
     assert len(commands) >= 30
-    verbs = {c.split()[1] for c in commands}
-    assert {"collect", "train", "eval", "deploy", "demo", "bench", "tune", "steer"} <= verbs
+    verbs = {_verb(c) for c in commands}
+    assert {"collect", "train", "eval", "deploy", "demo", "bench", "tune", "lab steer"} <= verbs
     # the README's tour runs each of the main commands itself
-    tour = {c.split()[1] for c in readme_commands([README])}
-    assert {"collect", "train", "eval", "steer", "judge", "deploy", "tune", "serve"} <= tour
+    tour = {_verb(c) for c in readme_commands([README])}
+    assert {"collect", "train", "eval", "lab steer", "judge", "deploy", "tune", "serve"} <= tour
 
 
 @pytest.mark.parametrize("line", readme_commands())
@@ -86,11 +93,15 @@ def test_readme_command_parses(line: str) -> None:
     command: click.Command = _load(argv[0], modules[argv[0]])
     args = argv[1:]
     name = argv[0]
-    while (subs := getattr(command, "commands", None)) is not None:  # a command group
+    while isinstance(command, typer.core.TyperGroup):  # a group (the lab's lists lazily)
+        ctx = command.make_context(name, [], resilient_parsing=True)
+        subs = command.list_commands(ctx)
         assert args and args[0] in subs, (
             f"`embodied {name} {args[:1]}`: no such sub-command, use one of {sorted(subs)}"
         )
-        name, command, args = args[0], subs[args[0]], args[1:]
+        sub = command.get_command(ctx, args[0])
+        assert sub is not None
+        name, command, args = args[0], sub, args[1:]
     try:
         command.make_context(name, list(args))
     except click.ClickException as exc:  # usage errors: unknown option, missing --out, type

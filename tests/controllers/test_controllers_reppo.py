@@ -122,7 +122,7 @@ def test_save_load_round_trip_and_logging(tmp_path: Path) -> None:
 
 def test_smoke_experiment_writes_its_files(tmp_path: Path) -> None:
     require("minatar")
-    from embodied.apps.experiments.reppo import RePPOExperimentConfig, run_experiment
+    from embodied.apps.lab.reppo import RePPOExperimentConfig, run_experiment
 
     cfg = RePPOExperimentConfig.for_budget("smoke")
     summary = run_experiment(tmp_path, cfg)
@@ -137,7 +137,7 @@ def test_smoke_experiment_writes_its_files(tmp_path: Path) -> None:
 
 
 def test_experiment_config_refuses_bad_m_and_budget() -> None:
-    from embodied.apps.experiments.reppo import RePPOExperimentConfig
+    from embodied.apps.lab.reppo import RePPOExperimentConfig
 
     with pytest.raises(ConfigError, match="m="):
         RePPOExperimentConfig(ms=(1.0, 0.0))

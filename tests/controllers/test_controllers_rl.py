@@ -15,7 +15,7 @@ import sim
 from controllers.analysis import tracking_rmse
 from controllers.fixed import FixedController
 from controllers.rl import RLController, RLControllerConfig, SteeringEnv
-from controllers.rl.training_rl import PPOSettings, train_rl_controller
+from controllers.rl.training_rl import RLTrainSettings, train_rl_controller
 from embodied.concepts import make_concept
 from embodied.contracts import Controller, Env
 from embodied.errors import CheckpointError, CompatibilityError, ConfigError
@@ -149,7 +149,8 @@ def test_train_export_save_load_round_trip(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     # 1024 steps (4 PPO updates, ~5 s): enough to beat no control on every seed 0-4 tried
     ctrl, model = train_rl_controller(
-        senv, PPOSettings(total_timesteps=1024, n_steps=256, batch_size=64)
+        senv,
+        RLTrainSettings(total_timesteps=1024),  # the controller's PPO: 256-step rollouts
     )
     assert not list(scratch.glob("SB3-*"))  # no stray SB3-<time> log folder
     assert isinstance(ctrl, Controller)

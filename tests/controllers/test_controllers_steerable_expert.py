@@ -10,8 +10,8 @@ import pytest
 import controllers
 import policies
 from controllers.analysis import tracking_rmse
-from embodied.apps.experiments.controller_plots import plot_tracking
-from embodied.apps.reference_task import REFERENCE_PID, reference_task
+from embodied.apps.plotting import plot_tracking
+from embodied.apps.reference_task import REFERENCE_PID, pid_steered_rollout, reference_task
 from embodied.contracts import Steerable
 from embodied.errors import ConfigError
 from embodied.loop import Steering, rollout
@@ -75,7 +75,7 @@ def test_pid_tracks_setpoint_step_where_open_loop_cannot(task, artifacts_dir: Pa
 
 
 def test_demo_pid_rollout_and_comparison_table(tmp_path: Path) -> None:
-    from embodied.apps.experiments.controllers import compare, pid_steered_rollout
+    from embodied.apps.lab.controllers import compare
 
     ep = pid_steered_rollout(seed=0, record_images=False, camera=False)
     assert ep.success and ep.meta["steering_knob"] == "alpha"
@@ -86,7 +86,7 @@ def test_demo_pid_rollout_and_comparison_table(tmp_path: Path) -> None:
 
 
 def test_steer_reference_cli_writes_the_table(tmp_path: Path) -> None:
-    """`embodied steer reference`: PID tracks the step better than no control, table written."""
+    """`embodied lab steer reference`: PID tracks the step better than no control, table written."""
     import json
 
     from typer.testing import CliRunner
@@ -94,7 +94,9 @@ def test_steer_reference_cli_writes_the_table(tmp_path: Path) -> None:
     from embodied.apps.cli import app
 
     out = tmp_path / "ref"
-    result = CliRunner().invoke(app, ["steer", "reference", "--seeds", "1", "--out", str(out)])
+    result = CliRunner().invoke(
+        app, ["lab", "steer", "reference", "--seeds", "1", "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     assert "PID" in result.output and (out / "tracking.png").exists()
     table = json.loads((out / "table.json").read_text())

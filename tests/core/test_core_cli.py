@@ -35,14 +35,15 @@ sys.argv = ["embodied", "--help"]
 with contextlib.redirect_stdout(io.StringIO()) as out:
     main()
 loaded = [m for m in sys.modules if m.split(".")[0] in ("torch", "mujoco", "transformers")
-          or m.startswith("embodied.apps.cli.cmd_")]
+          or m.startswith(("embodied.apps.cli.cmd_", "embodied.apps.lab."))]
 print(json.dumps({"help": out.getvalue(), "loaded": loaded}))
 """
 
 
 def test_help_lists_every_command_module_without_importing_it() -> None:
-    """`embodied --help` lists one command per ``cmd_*.py`` file and imports none of them (so
-    it stays fast while the command modules import torch & co at the top)."""
+    """`embodied --help` lists one command per ``cmd_*.py`` file, and the mounted ``lab`` group,
+    and imports none of them (so it stays fast while the command modules import torch & co at
+    the top); the deprecated top-level names are not listed."""
     proc = subprocess.run(
         [sys.executable, "-c", _HELP_PROBE], capture_output=True, text=True, timeout=300
     )
@@ -51,7 +52,8 @@ def test_help_lists_every_command_module_without_importing_it() -> None:
     assert probe["loaded"] == []
     files = {p.stem.removeprefix("cmd_") for p in Path(cli.__file__).parent.glob("cmd_*.py")}
     listed = set(re.findall(r"^│ (\w+) ", probe["help"], re.MULTILINE))
-    assert listed == files == set(cli.command_modules())
+    assert listed == files | set(cli.MOUNTED) == set(cli.command_modules())
+    assert not listed & set(cli.DEPRECATED)
 
 
 def test_each_command_help_is_its_module_docstring() -> None:
@@ -64,6 +66,60 @@ def test_each_command_help_is_its_module_docstring() -> None:
         result = CliRunner().invoke(cli.app, [name, "--help"])
         assert result.exit_code == 0, (name, result.output)
         assert " ".join(summary.split()) in " ".join(result.output.split()), (name, result.output)
+
+
+def test_lab_help_lists_its_commands_without_importing_them() -> None:
+    """`embodied lab --help` lists the paper reproductions from their files, importing none."""
+    from embodied.apps.lab import cli as lab_cli
+
+    probe = _HELP_PROBE.replace('["embodied", "--help"]', '["embodied", "lab", "--help"]')
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert [m for m in out["loaded"] if m.startswith("embodied.apps.lab.cli.cmd_")] == []
+    listed = set(re.findall(r"^│ (\w+) ", out["help"], re.MULTILINE))
+    files = {p.stem.removeprefix("cmd_") for p in Path(lab_cli.__file__).parent.glob("cmd_*.py")}
+    assert listed == files == set(cli.command_modules(lab_cli.__name__))
+    assert set(cli.DEPRECATED) == files  # every old top-level name still runs
+
+
+@pytest.mark.parametrize("old", sorted(cli.DEPRECATED))
+def test_old_top_level_names_run_with_a_deprecation_note(old: str) -> None:
+    """`embodied pdp ...` runs `embodied lab pdp ...` for one release: hidden from the listing,
+    one line on stderr naming the new spelling, the same command otherwise."""
+    from typer.testing import CliRunner
+
+    new = cli.DEPRECATED[old]
+    result = CliRunner().invoke(cli.app, [old, "--help"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert f"Deprecated: use `embodied {new}`" in " ".join(result.output.split())
+    bad = CliRunner().invoke(cli.app, [old, "--no-such-option"])
+    assert bad.exit_code == 2, bad.output  # parsed by the same command as the new spelling
+    probe = (
+        "import sys\n"
+        "from embodied.apps.cli import main\n"
+        f"sys.argv = ['embodied', {old!r}, '--no-such-option']\n"
+        "main()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+
+
+def test_an_old_name_prints_one_deprecation_line_on_stderr(tmp_path: Path) -> None:
+    """Run through the console script's path, the old name notes the new one on stderr once."""
+    proc = embodied("reward", "tiny-vlm", "--help", check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    argv = ("latency", "--methods", "nosuch", "--out", str(tmp_path / "x"))
+    proc = embodied(*argv, check=False)
+    assert proc.returncode == 2 and "methods ['nosuch'] are unknown" in proc.stderr, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("note:")]
+    assert notes == [
+        "note: `embodied latency` is deprecated and goes in 0.2.0; use `embodied lab latency`"
+    ], proc.stderr[-2000:]
 
 
 def test_unknown_command_is_a_usage_error() -> None:

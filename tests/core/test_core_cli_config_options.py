@@ -5,20 +5,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+from controllers.rl.configuration_rl import PPOSettings
 from embodied.apps.cli import app
 from embodied.apps.cli._config_options import field_docs
 from embodied.apps.evaluation import EvalConfig
 from embodied.apps.evaluation.sweep import SweepConfig
-from embodied.apps.experiments.pdp import PDPEvalConfig, PDPExperimentConfig
-from embodied.apps.experiments.reppo import RePPOExperimentConfig
-from embodied.apps.experiments.shield import ShieldExperimentConfig
-from embodied.apps.experiments.steer import ExperimentSettings, SteerExperimentConfig
+from embodied.apps.lab.judge_rl import JudgeRLConfig
+from embodied.apps.lab.pdp import PDPEvalConfig, PDPExperimentConfig
+from embodied.apps.lab.reppo import RePPOExperimentConfig
+from embodied.apps.lab.shield import ShieldExperimentConfig
+from embodied.apps.lab.steer import ExperimentSettings, SteerExperimentConfig
+from embodied.apps.training.config_vla import TinyVLAConfig
 from embodied.apps.tune.configuration_tune import ServerConfig, TuneConfig
 from embodied.rewards.demo2reward import Demo2RewardConfig
 from policies.diffusion.configuration_pdp import ManifoldConfig, PDPConfig
@@ -38,6 +42,9 @@ CONFIGS = [
     PDPEvalConfig,
     ShieldExperimentConfig,
     RePPOExperimentConfig,
+    JudgeRLConfig,
+    PPOSettings,
+    TinyVLAConfig,
 ]
 
 _STEER_DIRECTION = (
@@ -107,20 +114,20 @@ COMMANDS: dict[tuple[str, ...], list[Any]] = {
             "address",
         )
     ],
-    ("reward", "optimize"): [
+    ("lab", "reward", "optimize"): [
         (Demo2RewardConfig, f"--{name.replace('_', '-')}", name, None)
         for name in ("template", "iterations", "restarts", "budget", "stride", "min_tpr", "seed")
     ],
-    ("reward", "experiment"): [
+    ("lab", "reward", "experiment"): [
         (Demo2RewardConfig, f"--{name.replace('_', '-')}", name, None)
         for name in ("iterations", "restarts", "budget", "min_tpr")
     ]
     + [(Demo2RewardConfig, "--stride", "stride", "2")],
-    ("steer", "extract"): [
+    ("lab", "steer", "extract"): [
         *_STEER_DIRECTION,
         (SteerExperimentConfig, "--demonstration-episodes", "extraction_episodes", None),
     ],
-    ("steer", "experiment"): _STEER_DIRECTION
+    ("lab", "steer", "experiment"): _STEER_DIRECTION
     + [
         (SteerExperimentConfig, f"--{name.replace('_', '-')}", name, None)
         for name in (
@@ -153,7 +160,7 @@ COMMANDS: dict[tuple[str, ...], list[Any]] = {
             "rl_seed",
         )
     ],
-    ("pdp", "experiment"): [
+    ("lab", "pdp", "experiment"): [
         (PDPExperimentConfig, "--demonstrations", "n_demonstrations", None),
         (PDPExperimentConfig, "--seeds", "seeds", None),
         (PDPExperimentConfig, "--first-seed", "first_seed", None),
@@ -163,19 +170,47 @@ COMMANDS: dict[tuple[str, ...], list[Any]] = {
         (PDPEvalConfig, f"--{name.replace('_', '-')}", name, None)
         for name in ("n_eval", "n_shift_eval", "scenes")
     ],
-    ("shield", "experiment"): [
+    ("lab", "shield", "experiment"): [
         (ShieldExperimentConfig, f"--{name.replace('_', '-')}", name, None)
         for name in ("seeds", "timesteps", "exploration_steps", "hidden", "risk_bound", "delta")
+    ]
+    + [
+        # the embedded PPO settings: PPOSettings' docs, the shield's defaults
+        (ShieldExperimentConfig, "--n-steps", "ppo.n_steps", "1024"),
+        (ShieldExperimentConfig, "--batch-size", "ppo.batch_size", None),
+        (ShieldExperimentConfig, "--learning-rate", "ppo.learning_rate", None),
+        (ShieldExperimentConfig, "--gamma", "ppo.gamma", None),
     ],
-    ("shield", "train"): [
+    ("lab", "shield", "train"): [
         (ShieldExperimentConfig, f"--{name.replace('_', '-')}", name, None)
         for name in ("timesteps", "horizon", "risk_bound", "eval_episodes")
     ],
-    ("reppo", "experiment"): [
+    ("lab", "reppo", "experiment"): [
         (RePPOExperimentConfig, f"--{name.replace('_', '-')}", name, None)
-        for name in ("envs", "ms", "seeds", "total_timesteps", "ent_coef", "eval_episodes")
+        for name in ("envs", "ms", "seeds", "total_timesteps", "eval_episodes")
+    ]
+    + [
+        (RePPOExperimentConfig, "--ent-coef", "ppo.ent_coef", None),
+        (RePPOExperimentConfig, "--n-steps", "ppo.n_steps", "128"),
+        (RePPOExperimentConfig, "--n-epochs", "ppo.n_epochs", "3"),
+        (RePPOExperimentConfig, "--gae-lambda", "ppo.gae_lambda", None),
     ],
-    ("pdp", "eval"): [
+    ("lab", "reward", "rl"): [
+        (JudgeRLConfig, f"--{name.replace('_', '-')}", name, None)
+        for name in ("env", "judge", "seeds", "timesteps", "n_envs", "eval_episodes")
+    ]
+    + [
+        (JudgeRLConfig, "--n-steps", "ppo.n_steps", "256"),
+        (JudgeRLConfig, "--batch-size", "ppo.batch_size", "256"),
+        (JudgeRLConfig, "--gamma", "ppo.gamma", None),
+        (JudgeRLConfig, "--clip-range", "ppo.clip_range", None),
+    ],
+    ("train", "vla"): [(TinyVLAConfig, "--env", "env_id", None)]
+    + [
+        (TinyVLAConfig, f"--{name.replace('_', '-')}", name, None)
+        for name in ("demonstration_episodes", "layout", "image_size", "llm_layers")
+    ],
+    ("lab", "pdp", "eval"): [
         (PDPEvalConfig, f"--{name.replace('_', '-')}", name, None)
         for name in ("n_eval", "n_shift_eval", "scenes", "seed")
     ],
@@ -190,7 +225,7 @@ def _flat(text: str) -> str:
 def _field(cls: type, path: str) -> tuple[type, dataclasses.Field[object]]:
     *parents, name = path.split(".")
     for parent in parents:
-        cls = {f.name: f for f in dataclasses.fields(cls)}[parent].default_factory  # type: ignore[assignment]
+        cls = typing.get_type_hints(cls)[parent]
     return cls, {f.name: f for f in dataclasses.fields(cls)}[name]
 
 
@@ -293,8 +328,8 @@ def test_sweep_starts_from_a_saved_gains_file(tmp_path: Path) -> None:
 def test_steer_options_reach_the_experiment_configs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import embodied.apps.experiments.steer as steer
-    import embodied.apps.experiments.steer_report as steer_report
+    import embodied.apps.lab.steer as steer
+    import embodied.apps.lab.steer_report as steer_report
 
     seen: dict[str, Any] = {}
 
@@ -305,7 +340,7 @@ def test_steer_options_reach_the_experiment_configs(
     # the command imports the experiment when it runs (its --help stays light)
     monkeypatch.setattr(steer, "steer_experiment", fake_experiment)
     monkeypatch.setattr(steer_report, "markdown_table", lambda report: "table")
-    argv = ["steer", "experiment", "--out", str(tmp_path), "--demonstration-episodes", "3"]
+    argv = ["lab", "steer", "experiment", "--out", str(tmp_path), "--demonstration-episodes", "3"]
     argv += ["--dataset", "data", "--retrain", "--pid-kp", "2.5", "--layer", "1"]
     argv += ["--sweep-alphas", "-1,0", "--sweep-episodes", "0", "--setpoint", "0.1"]
     argv += ["--haeon-coefs", "1,2", "--setpoints", "0.06,0.1,0.15", "--setpoint-change-s", "1"]
@@ -328,7 +363,7 @@ def test_steer_extract_options_reach_the_extraction(
 ) -> None:
     import types
 
-    import embodied.apps.experiments.steer as steer_app_module
+    import embodied.apps.lab.steer as steer_app_module
     import policies.openvla.loading_openvla as loading_openvla
 
     seen: dict[str, Any] = {}
@@ -345,7 +380,7 @@ def test_steer_extract_options_reach_the_extraction(
         return types.SimpleNamespace(save=lambda out: out, layer=layer, meta={})
 
     monkeypatch.setattr(steer_app_module, "extract_intervention", fake_extract)
-    argv = ["steer", "extract", "--model", "m", "--out", str(tmp_path / "dir")]
+    argv = ["lab", "steer", "extract", "--model", "m", "--out", str(tmp_path / "dir")]
     argv += ["--dataset", "data.hdf5", "--image-key", "image.agentview", "--kind", "neurons"]
     result = CliRunner().invoke(app, [*argv, "--neurons", "8", "--positions", "text"])
     assert result.exit_code == 0, result.output
@@ -362,7 +397,7 @@ def test_steer_extract_options_reach_the_extraction(
 def test_pdp_options_reach_the_experiment_and_eval_configs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import embodied.apps.cli.cmd_pdp as cmd_pdp
+    import embodied.apps.lab.cli.cmd_pdp as cmd_pdp
 
     seen: dict[str, Any] = {}
 
@@ -377,7 +412,17 @@ def test_pdp_options_reach_the_experiment_and_eval_configs(
     monkeypatch.setattr(cmd_pdp, "run_experiment", fake_run)
     monkeypatch.setattr(cmd_pdp, "evaluate", fake_evaluate)
     monkeypatch.setattr(cmd_pdp, "results_markdown", lambda runs, agg=None: "table")
-    argv = ["pdp", "experiment", "--out", str(tmp_path), "--demonstrations", "7", "--seeds", "2"]
+    argv = [
+        "lab",
+        "pdp",
+        "experiment",
+        "--out",
+        str(tmp_path),
+        "--demonstrations",
+        "7",
+        "--seeds",
+        "2",
+    ]
     argv += ["--first-seed", "3", "--steps", "5", "--n-eval", "4", "--scenes", "block_left"]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
@@ -389,7 +434,7 @@ def test_pdp_options_reach_the_experiment_and_eval_configs(
         evaluation=PDPEvalConfig(n_eval=4, scenes=("block_left",)),
     )
     assert seen["experiment"].train_seeds == (3, 4)
-    argv = ["pdp", "eval", "--pdp", "a", "--dp", "b", "--out", str(tmp_path), "--seed", "9"]
+    argv = ["lab", "pdp", "eval", "--pdp", "a", "--dp", "b", "--out", str(tmp_path), "--seed", "9"]
     result = CliRunner().invoke(app, [*argv, "--n-shift-eval", "2"])
     assert result.exit_code == 0, result.output
     assert seen["eval"] == PDPEvalConfig(seed=9, n_shift_eval=2)

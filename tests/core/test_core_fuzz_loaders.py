@@ -230,7 +230,7 @@ def test_gains_file_rejects_corruptions(
 # ---- PDP checkpoints: config.json and the safetensors header -----------------------------------
 @pytest.fixture(scope="module")
 def pdp_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from embodied.apps.experiments.pdp import collect_demonstrations
+    from embodied.apps.route_task import collect_demonstrations
     from policies.diffusion.training_pdp import train_pdp
     from tests.diffusion.conftest import tiny_config
 
@@ -1270,7 +1270,7 @@ def steering_setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any,
 
 
 def _steered_policy(path: Path, model: Any, processor: Any) -> None:
-    """The OpenVLA policy `embodied steer`/`eval` builds with ``--direction PATH``."""
+    """The OpenVLA policy `embodied lab steer`/`eval` builds with ``--direction PATH``."""
     from policies.openvla.policy_openvla import OpenVLAPolicy
 
     policy = OpenVLAPolicy(model, processor, intervention=path)

@@ -69,7 +69,7 @@ def demonstrations() -> Demonstrations:
 @pytest.fixture(scope="session")
 def reach_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A few real expert demonstrations of mujoco:reach_around written by the DatasetWriter."""
-    from embodied.apps.experiments.pdp import collect_demonstrations
+    from embodied.apps.route_task import collect_demonstrations
 
     root = tmp_path_factory.mktemp("reach_demos")
     collect_demonstrations(8, seed=0, out_dir=root)

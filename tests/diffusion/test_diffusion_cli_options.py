@@ -1,4 +1,4 @@
-"""``embodied train pdp`` and ``embodied pdp experiment``: generated config options reach the
+"""``embodied train pdp`` and ``embodied lab pdp experiment``: generated config options reach the
 configs."""
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ def test_train_pdp_options_reach_the_config(reach_dataset: Path, tmp_path: Path)
 
 def test_pdp_experiment_budget_and_options(monkeypatch: Any, tmp_path: Path) -> None:
     """``--budget`` picks a preset; options given explicitly override it, the rest keep it."""
-    from embodied.apps.cli import app, cmd_pdp
-    from embodied.apps.experiments.pdp import BUDGETS, PDPExperimentConfig
+    from embodied.apps.cli import app
+    from embodied.apps.lab.cli import cmd_pdp
+    from embodied.apps.lab.pdp import BUDGETS, PDPExperimentConfig
 
     seen: list[PDPExperimentConfig] = []
 
@@ -45,7 +46,7 @@ def test_pdp_experiment_budget_and_options(monkeypatch: Any, tmp_path: Path) -> 
 
     monkeypatch.setattr(cmd_pdp, "run_experiment", fake)
     monkeypatch.setattr(cmd_pdp, "results_markdown", lambda runs, agg: "")
-    argv = ["pdp", "experiment", "--out", str(tmp_path), "--budget", "cpu"]
+    argv = ["lab", "pdp", "experiment", "--out", str(tmp_path), "--budget", "cpu"]
     argv += ["--modes", "receding", "--seeds", "4", "--n-eval", "60"]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
@@ -55,8 +56,10 @@ def test_pdp_experiment_budget_and_options(monkeypatch: Any, tmp_path: Path) -> 
     assert cfg.overrides == cpu["overrides"]  # not given: the preset's
     assert cfg.evaluation.n_shift_eval == 50  # the protocol's floor, kept by the cpu budget
     assert cfg.evaluation.scenes == cpu["evaluation"]["scenes"]
-    result = CliRunner().invoke(app, ["pdp", "experiment", "--out", str(tmp_path)])
+    result = CliRunner().invoke(app, ["lab", "pdp", "experiment", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert seen[-1] == PDPExperimentConfig()  # full budget: the protocol defaults
-    bad = CliRunner().invoke(app, ["pdp", "experiment", "--out", str(tmp_path), "--budget", "x"])
+    bad = CliRunner().invoke(
+        app, ["lab", "pdp", "experiment", "--out", str(tmp_path), "--budget", "x"]
+    )
     assert bad.exit_code != 0 and "unknown experiment budget 'x'" in str(bad.exception)

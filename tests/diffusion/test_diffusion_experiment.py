@@ -9,18 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embodied.apps.experiments.pdp import (
+from embodied.apps.lab.pdp import (
     MODES,
     OBS_EXCLUDE,
     SHIFT_DIAGNOSTICS,
     SHIFT_METHODS,
     PDPEvalConfig,
     PDPExperimentConfig,
-    collect_demonstrations,
     evaluate,
-    quick_demo,
     run_experiment,
 )
+from embodied.apps.route_task import collect_demonstrations, quick_demo
 from policies.diffusion.training_pdp import train_pdp
 from tests.diffusion.conftest import tiny_config
 

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.apps.experiments import pdp as experiment
-from embodied.apps.experiments.pdp import (
+from embodied.apps import route_task
+from embodied.apps.lab import pdp as experiment
+from embodied.apps.lab.pdp import (
     BUDGETS,
     SEED_OFFSETS,
     SHIFT_DIAGNOSTICS,
@@ -51,7 +52,7 @@ def test_best_of_n_spends_the_cem_rollouts_on_the_same_seeds(
 ) -> None:
     pdp, dp = _policy(2), _policy(0)
     calls: list[tuple[str, int, int, str]] = []
-    real = experiment.rollout
+    real = route_task.rollout  # every rollout of the experiment is route_task.run_episodes'
 
     def recording(env: Any, policy: Any, **kw: Any) -> Any:
         name = "pdp" if policy is pdp else "dp" if policy is dp else "other"
@@ -59,7 +60,7 @@ def test_best_of_n_spends_the_cem_rollouts_on_the_same_seeds(
         calls.append((name, int(kw["seed"]), getattr(policy, "noise_seed", -1), scene))
         return real(env, policy, **kw)
 
-    monkeypatch.setattr(experiment, "rollout", recording)
+    monkeypatch.setattr(route_task, "rollout", recording)
     cfg = PDPEvalConfig(
         n_eval=2,
         n_shift_eval=2,

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from embodied.apps.evaluation import EpisodeRunner, EvalConfig, PolicyLoader, build_grid
 from embodied.apps.evaluation import evaluate as eval_harness
-from embodied.apps.experiments.pdp import (
+from embodied.apps.lab.pdp import (
     ENV_ID,
     OBS_EXCLUDE,
     PDPEvalConfig,

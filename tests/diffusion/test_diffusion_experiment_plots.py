@@ -12,20 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.apps.experiments import pdp_plots
-from embodied.apps.experiments.pdp import (
-    CEM_STEP_COST,
-    constraint_cost,
-    make_env,
-    run_episodes,
-)
-from embodied.apps.experiments.pdp_plots import (
-    Box,
-    obstacle_boxes,
-    plot_interpolation,
-    plot_latents,
-    plot_route_histograms,
-)
+from embodied.apps import plotting
+from embodied.apps.lab import pdp_plots
+from embodied.apps.lab.pdp import CEM_STEP_COST, constraint_cost
+from embodied.apps.lab.pdp_plots import plot_latents, plot_route_histograms
+from embodied.apps.plotting import Box, obstacle_boxes, plot_interpolation
+from embodied.apps.route_task import make_env, run_episodes
 from embodied.errors import ConfigError
 from policies.diffusion.modeling_pdp import PDPModel
 from policies.diffusion.policy_pdp import PDPPolicy
@@ -67,13 +59,13 @@ def test_interpolation_plot_draws_the_given_boxes_and_paths(
 ) -> None:
     boxes = [Box("a", -0.2, -0.05, -0.1, 0.05), Box("b", 0.05, -0.1, 0.25, 0.02)]
     drawn: list[Any] = []
-    save = pdp_plots._save
+    save = plotting.save_figure
 
-    def keep(fig: Any, path: Path) -> Path:
+    def keep(fig: Any, path: Path, **kwargs: Any) -> Path:
         drawn.append(fig)
-        return save(fig, path)
+        return save(fig, path, **kwargs)
 
-    monkeypatch.setattr(pdp_plots, "_save", keep)
+    monkeypatch.setattr(plotting, "save_figure", keep)
     alphas = np.linspace(0.0, 1.0, 3)
     out = plot_interpolation(tmp_path / "i.png", alphas, _rows(3), ("left", "right"), boxes)
     assert out.read_bytes()[:8] == PNG
@@ -97,13 +89,13 @@ def test_route_histogram_plot_draws_fractions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     drawn: list[Any] = []
-    save = pdp_plots._save
+    save = pdp_plots.save_figure
 
-    def keep(fig: Any, path: Path) -> Path:
+    def keep(fig: Any, path: Path, **kwargs: Any) -> Path:
         drawn.append(fig)
-        return save(fig, path)
+        return save(fig, path, **kwargs)
 
-    monkeypatch.setattr(pdp_plots, "_save", keep)
+    monkeypatch.setattr(pdp_plots, "save_figure", keep)
     routes = ("left", "center", "right")
     hist = {"demonstrations": {"left": 1, "center": 2, "right": 1}, "PDP": {"center": 5}}
     out = plot_route_histograms(tmp_path / "c.png", hist, routes)
@@ -115,8 +107,7 @@ def test_route_histogram_plot_draws_fractions(
 
 def test_plots_do_not_import_the_experiment() -> None:
     code = (
-        "import sys, embodied.apps.experiments.pdp_plots; "
-        "assert 'embodied.apps.experiments.pdp' not in sys.modules"
+        "import sys, embodied.apps.lab.pdp_plots; assert 'embodied.apps.lab.pdp' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -10,17 +10,16 @@ import numpy as np
 import pytest
 
 from embodied.apps.evaluation.stats import wilson_interval
-from embodied.apps.experiments.pdp import (
+from embodied.apps.lab.pdp import (
     ROUTES,
     SHIFT_DIAGNOSTICS,
     SHIFT_METHODS,
     UNSHIFTED_METHODS,
     aggregate,
     coverage_of,
-    format_stat,
-    pooled_stat,
     results_markdown,
 )
+from embodied.apps.lab.stats import format_pooled, pooled_stat
 
 CELL = re.compile(r"\d+ ± \d+ \[\d+–\d+\] \(\d+\)")
 
@@ -69,7 +68,7 @@ def test_pooled_stat_is_mean_std_over_seeds_and_wilson_on_pooled_episodes() -> N
     assert stat["std"] == pytest.approx(np.std([0.6, 0.8, 1.0], ddof=1))
     assert (stat["successes"], stat["n"], stat["seeds"]) == (24, 30, 3)
     assert stat["wilson"] == pytest.approx(list(wilson_interval(24, 30)))
-    assert format_stat(stat) == "80 ± 20 [63–90] (30)"
+    assert format_pooled(stat) == "80 ± 20 [63–90] (30)"
     assert pooled_stat([(3, 10)])["std"] == 0.0
 
 

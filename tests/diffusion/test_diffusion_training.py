@@ -169,7 +169,7 @@ def test_cli_trains_on_real_env_dataset(reach_dataset: Path, tmp_path: Path) -> 
     assert not list(out.rglob("*.pt")) and not list(out.rglob("*.pkl"))
     # the one-demonstration adaptation command runs on the checkpoint and reports before/after
     adapt = CliRunner().invoke(
-        app, ["pdp", "adapt", "--policy", str(out), "--steps", "2", "--n-eval", "1"]
+        app, ["lab", "pdp", "adapt", "--policy", str(out), "--steps", "2", "--n-eval", "1"]
     )
     assert adapt.exit_code == 0, adapt.output
     report = json.loads(adapt.output.strip().splitlines()[-1])

@@ -100,7 +100,7 @@ def _tb_losses(tb: Path) -> dict[int, float]:
 
 @pytest.fixture(scope="module")
 def pdp_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from embodied.apps.experiments.pdp import collect_demonstrations
+    from embodied.apps.route_task import collect_demonstrations
 
     root = tmp_path_factory.mktemp("ddp_demos")
     collect_demonstrations(6, seed=0, out_dir=root)

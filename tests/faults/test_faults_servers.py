@@ -259,7 +259,7 @@ def policy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """``embodied serve``'s server around a real checkpoint (a tiny state-only PDP trained on
     four reach_around demonstrations): its processor checks every request."""
     import policies
-    from embodied.apps.experiments.pdp import collect_demonstrations
+    from embodied.apps.route_task import collect_demonstrations
     from embodied.apps.serve import PolicyServer, server_metadata
     from policies.diffusion.training_pdp import train_pdp
     from tests.diffusion.conftest import tiny_config

@@ -11,15 +11,15 @@ import pytest
 import torch
 
 import controllers
-import embodied.apps.experiments.steer as steer
-from embodied.apps.experiments.steer import (
+import embodied.apps.lab.steer as steer
+from embodied.apps.lab.steer import (
     ExperimentSettings,
     best_fixed,
     check_disjoint_seeds,
     run_experiment,
     summarize,
 )
-from embodied.apps.experiments.steer_report import markdown_table
+from embodied.apps.lab.steer_report import markdown_table
 from embodied.errors import ConfigError
 from policies.openvla.steering import (
     ValueVectorHook,

@@ -15,9 +15,9 @@ import torch
 
 import policies
 import sim
-from embodied.apps.experiments.config_steer import DialSettings, ExperimentSettings
-from embodied.apps.experiments.steer import best_fixed, run_episodes, steer_env
-from embodied.apps.experiments.steer_dial import (
+from embodied.apps.lab.config_steer import DialSettings, ExperimentSettings
+from embodied.apps.lab.steer import best_fixed, run_episodes, steer_env
+from embodied.apps.lab.steer_dial import (
     _activations,
     base_instruction,
     check_dial,
@@ -259,7 +259,7 @@ def test_steer_dial_command_writes_the_dose_response(tmp_path: Path) -> None:
     from embodied.apps.cli import app
 
     out = tmp_path / "dial"
-    argv = ["steer", "dial", "--out", str(out), "--demonstrations", "4", "--train-steps", "2",
+    argv = ["lab", "steer", "dial", "--out", str(out), "--demonstrations", "4", "--train-steps", "2",
             "--episodes", "2", "--alphas", "-1,0,1", "--methods", "mean_difference,paired,probe",
             "--image-size", "32", "--llm-layers", "2"]  # fmt: skip
     result = CliRunner().invoke(app, argv)

@@ -104,7 +104,7 @@ def test_cli_registers_steer_and_train_vla() -> None:
     from embodied.apps.cli import app
 
     runner = CliRunner()
-    out = runner.invoke(app, ["steer", "--help"])
+    out = runner.invoke(app, ["lab", "steer", "--help"])
     assert out.exit_code == 0 and "experiment" in out.output and "extract" in out.output
     train = runner.invoke(app, ["train", "--help"])
     assert train.exit_code == 0, train.output

@@ -1,10 +1,11 @@
-"""`embodied reward rl`: PPO with the success reward from the simulator, the judge, or the
+"""`embodied lab reward rl`: PPO with the success reward from the simulator, the judge, or the
 judge with a Demo2Reward instruction, each scored by the simulator (smoke-sized, real envs,
 real SB3 PPO, the shipped judge on rendered frames)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,10 @@ import pytest
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
+from controllers.rl.configuration_rl import merge_ppo_layers
 from embodied.apps.cli import app
-from embodied.apps.experiments import judge_rl
-from embodied.apps.experiments.judge_rl import JudgeRLConfig
+from embodied.apps.lab import judge_rl
+from embodied.apps.lab.judge_rl import JudgeRLConfig
 from embodied.errors import ConfigError
 
 
@@ -29,7 +31,17 @@ def _instruction(tmp_path: Path, template: str) -> Path:
 def test_cli_smoke_runs_every_arm_and_writes_results(tmp_path: Path) -> None:
     d2r = _instruction(tmp_path, "the {task} is done")
     out = tmp_path / "rl"
-    argv = ["reward", "rl", "--out", str(out), "--budget", "smoke", "--d2r-instruction", str(d2r)]
+    argv = [
+        "lab",
+        "reward",
+        "rl",
+        "--out",
+        str(out),
+        "--budget",
+        "smoke",
+        "--d2r-instruction",
+        str(d2r),
+    ]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "results.json").read_text())
@@ -125,18 +137,22 @@ def test_d2r_arm_that_kept_the_generic_instruction_is_the_judge_arm(
         ({"arms": "judge_d2r"}, "d2r_instruction is ''"),
         ({"timesteps": 0}, "timesteps 0"),
         ({"eval_seed0": 1, "seeds": 3}, "eval_seed0 1 overlaps"),
-        ({"gamma": 1.5}, "gamma 1.5"),
+        ({"ppo": {"gamma": 1.5}}, "gamma 1.5"),
+        ({"ppo": {"n_steps": 0}}, "n_steps must be a positive int, got 0"),
+        ({"ppo": {"bogus": 1}}, "unknown PPO setting(s) ['bogus']"),
     ],
 )
 def test_bad_config_names_the_key(options: dict[str, Any], named: str) -> None:
-    with pytest.raises(ConfigError, match=named.replace("(", r"\(")):
-        JudgeRLConfig(**{"arms": "oracle", **options})
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        JudgeRLConfig(**merge_ppo_layers(judge_rl.JUDGE_RL_PPO, {"arms": "oracle"}, options))
 
 
 def test_cli_bad_budget_exits_2(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["reward", "rl", "--out", str(tmp_path), "--budget", "huge"])
+    result = CliRunner().invoke(
+        app, ["lab", "reward", "rl", "--out", str(tmp_path), "--budget", "huge"]
+    )
     assert result.exit_code == 2 and "budget 'huge'" in result.output, result.output
-    argv = ["reward", "rl", "--out", str(tmp_path), "--arms", "judge_d2r"]
+    argv = ["lab", "reward", "rl", "--out", str(tmp_path), "--arms", "judge_d2r"]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 2 and "d2r_instruction" in result.output, result.output
 

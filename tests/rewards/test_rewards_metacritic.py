@@ -372,7 +372,7 @@ def test_cli_defaults_to_the_meta_critic(tmp_path: Path, tiny_llava: Path) -> No
     from embodied.apps.cli import app
 
     save_demonstrations([_demo(12, 6), _demo(12, 5), _demo(12, 8)], tmp_path / "demos")
-    base = ["reward", "optimize", "--demonstrations", str(tmp_path / "demos")]
+    base = ["lab", "reward", "optimize", "--demonstrations", str(tmp_path / "demos")]
     base += ["--iterations", "1", "--restarts", "1", "--stride", "4", "--device", "cpu"]
     res = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "none")])
     assert res.exit_code != 0

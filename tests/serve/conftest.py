@@ -67,7 +67,7 @@ def libero_pdp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def reach_pdp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A state-only PDP for mujoco:reach_around with a history of 2 and a 2-dim knob z."""
-    from embodied.apps.experiments.pdp import collect_demonstrations
+    from embodied.apps.route_task import collect_demonstrations
     from policies.diffusion.training_pdp import train_pdp
     from tests.diffusion.conftest import tiny_config
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from embodied.apps.experiments.latency import LatencyConfig, markdown, run_experiment
+from embodied.apps.lab.latency import LatencyConfig, markdown, run_experiment
 from embodied.errors import ConfigError
 
 
@@ -45,7 +45,7 @@ def test_visuomotor_latency_cells_resume(tmp_path: Path, monkeypatch: pytest.Mon
     finished cells and refuses a folder of another configuration."""
     import json
 
-    from embodied.apps.experiments import latency
+    from embodied.apps.lab import latency
 
     cfg = LatencyConfig(
         env="mujoco:arm_reach",

@@ -472,7 +472,7 @@ def test_eval_runs_chunks_asynchronously_with_simulated_latency(
 def test_tune_steers_a_remote_policy_as_in_process(tmp_path: Path) -> None:
     """`embodied tune --policy ws://...`: the page's session drives a served PDP's knob z; the
     knob trace and the actions equal the in-process policy's."""
-    from embodied.apps.experiments.pdp import collect_demonstrations
+    from embodied.apps.route_task import collect_demonstrations
     from embodied.apps.tune import TuneConfig, TuneSession
     from embodied.apps.tune.task import build_task
     from policies.diffusion.training_pdp import train_pdp

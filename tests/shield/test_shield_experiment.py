@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from controllers.rl.configuration_rl import PPOSettings
 from controllers.shield import ActionSet, BinSpec, RobustShield, ShieldConfig
 from embodied.apps.cli import main
 from embodied.apps.deploy import DeployConfig, deploy
-from embodied.apps.experiments.shield import (
+from embodied.apps.lab.shield import (
     ACTION_VECTORS,
     DT_S,
     TAU_S,
@@ -109,7 +110,7 @@ def test_smoke_experiment_writes_results_and_the_shield_holds(tmp_path: Path) ->
 
 def test_config_refuses_bad_values_naming_the_key() -> None:
     with pytest.raises(ConfigError, match="exploration_steps"):
-        ShieldExperimentConfig(timesteps=1000, exploration_steps=900, n_steps=256)
+        ShieldExperimentConfig(timesteps=1000, exploration_steps=900, ppo=PPOSettings(n_steps=256))
     with pytest.raises(ConfigError, match="eval_seed0"):
         ShieldExperimentConfig(eval_seed0=1)
     with pytest.raises(ConfigError, match="budget 'huge'"):
@@ -132,7 +133,9 @@ def test_cli_refuses_a_bad_value_with_exit_2(
     named: str,
 ) -> None:
     out = tmp_path / "run"
-    monkeypatch.setattr(sys, "argv", ["embodied", "shield", "experiment", "--out", str(out), *args])
+    monkeypatch.setattr(
+        sys, "argv", ["embodied", "lab", "shield", "experiment", "--out", str(out), *args]
+    )
     with pytest.raises(SystemExit) as info:
         main()
     err = " ".join(capsys.readouterr().err.split())

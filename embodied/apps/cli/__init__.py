@@ -8,19 +8,25 @@ text (``help=__doc__``), its first paragraph the one line ``embodied --help`` sh
 Command modules are loaded lazily (:class:`LazyGroup`): ``embodied --help`` lists them from
 their file names and docstrings without importing them, and running a command imports only its
 own module. So command modules import what they need at the top, torch and all.
+
+The product's commands are the ``cmd_*`` modules here. The lab's paper reproductions are one
+group, ``embodied lab`` (:data:`MOUNTED`), whose module this package names but never imports
+itself (``pyproject.toml``'s import-linter contract ``lab``); their old top-level names still
+run, hidden, with a deprecation note (:data:`DEPRECATED`).
 """
 
 from __future__ import annotations
 
 import ast
+import copy
 import difflib
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 import sys
 import tokenize
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import typer
 import typer.core
@@ -34,25 +40,68 @@ except ImportError:  # older typer runs on the click package
     import click  # type: ignore[no-redef]
 
 _PREFIX = "cmd_"
-_loaded: dict[str, click.Command] = {}  # command name -> its click command, once imported
+_loaded: dict[str, click.Command] = {}  # module name -> its click command, once imported
+
+MOUNTED: dict[str, str] = {"lab": "embodied.apps.lab.cli"}
+"""Top-level command groups that live outside this package: name -> module. The module is
+imported only to run (or show the help of) that group, and left out of the listing when it is
+not installed."""
+
+DEPRECATED: dict[str, str] = {
+    "pdp": "lab pdp",
+    "steer": "lab steer",
+    "reward": "lab reward",
+    "shield": "lab shield",
+    "reppo": "lab reppo",
+    "latency": "lab latency",
+}
+"""Old top-level command -> its new path (``embodied pdp ...`` is now ``embodied lab pdp
+...``). The old names still run for one release, hidden from ``embodied --help``, and print a
+one-line deprecation note on stderr first; they go in 0.2.0."""
 
 
-def command_modules() -> dict[str, str]:
-    """Command name -> module name (``"train"`` -> ``"cmd_train"``), found without importing."""
-    return {
-        info.name.removeprefix(_PREFIX): info.name
-        for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)
+def command_modules(package: str = __name__) -> dict[str, str]:
+    """Command name -> its module (``"train"`` -> ``"embodied.apps.cli.cmd_train"``), found
+    without importing the command modules.
+
+    Args:
+        package: The package whose ``cmd_*`` modules are listed; the top level
+            (``embodied.apps.cli``, the default) adds the installed :data:`MOUNTED` groups.
+    """
+    path = importlib.import_module(package).__path__
+    found = {
+        info.name.removeprefix(_PREFIX): f"{package}.{info.name}"
+        for info in pkgutil.iter_modules(path)
         if info.name.startswith(_PREFIX)
     }
+    if package == __name__:
+        found.update({k: v for k, v in MOUNTED.items() if _spec_origin(v) is not None})
+    return dict(sorted(found.items()))
 
 
-def command_help(name: str) -> str:
+def _spec_origin(module: str) -> str | None:
+    """The file of ``module``, without importing it (its parent packages are imported)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except ModuleNotFoundError:
+        return None
+    return None if spec is None else spec.origin
+
+
+def command_help(name: str, package: str = __name__) -> str:
     """The help text of command ``name``: its module's docstring, read without importing it.
 
     Only the first tokens of the file are read (as ``ast.get_docstring`` would see them), not the
     whole module parsed: ``embodied --help`` does this for every command.
+
+    Args:
+        name: The command, e.g. ``"train"``.
+        package: The package listing it (see :func:`command_modules`).
     """
-    with tokenize.open(Path(__file__).parent / f"{_PREFIX}{name}.py") as f:
+    origin = _spec_origin(command_modules(package)[name])
+    if origin is None:
+        return ""
+    with tokenize.open(origin) as f:
         for tok in tokenize.generate_tokens(f.readline):
             if tok.type in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE):
                 continue
@@ -64,8 +113,8 @@ def command_help(name: str) -> str:
 
 def _load(name: str, module_name: str) -> click.Command:
     """Import ``module_name``, let it register on a throwaway app, return its command ``name``."""
-    if name not in _loaded:
-        module = importlib.import_module(f"{__name__}.{module_name}")
+    if module_name not in _loaded:
+        module = importlib.import_module(module_name)
         scratch = typer.Typer()
         module.register(scratch)
         group = typer.main.get_group(scratch)
@@ -74,30 +123,63 @@ def _load(name: str, module_name: str) -> click.Command:
             raise RuntimeError(
                 f"{module.__name__}.register() added {sorted(group.commands)}, not {name!r}"
             )
-        _loaded[name] = command
-    return _loaded[name]
+        _loaded[module_name] = command
+    return _loaded[module_name]
+
+
+def _deprecated(old: str, new: str, command: click.Command) -> click.Command:
+    """``command`` under its old name ``old``: hidden, and noting ``new`` on stderr when run."""
+    alias = copy.copy(command)
+    alias.hidden = True
+    alias.help = f"Deprecated: use `embodied {new}`. {command.help or ''}"
+    invoke = command.invoke
+
+    def invoke_noting(ctx: click.Context) -> Any:
+        print(
+            f"note: `embodied {old}` is deprecated and goes in 0.2.0; use `embodied {new}`",
+            file=sys.stderr,
+        )
+        return invoke(ctx)
+
+    alias.invoke = invoke_noting  # type: ignore[method-assign]
+    return alias
 
 
 class LazyGroup(typer.core.TyperGroup):
-    """The top-level group: lists ``cmd_*`` modules by name, imports one only to run it.
+    """A group that lists the ``cmd_*`` modules of :attr:`package` by name and imports one only
+    to run it (the top level: ``embodied.apps.cli``, plus :data:`MOUNTED` and the hidden
+    :data:`DEPRECATED` names).
 
     While the group's own help is drawn, :meth:`get_command` answers with placeholders that
     carry each module's docstring, so ``embodied --help`` imports no command module.
     """
 
+    package: ClassVar[str] = __name__
+    """The package holding this group's ``cmd_*`` modules."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._listing = False
 
+    def _deprecated_names(self) -> dict[str, str]:
+        return DEPRECATED if self.package == __name__ else {}
+
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(command_modules())
+        return list(command_modules(self.package))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        module_name = command_modules().get(cmd_name)
+        module_name = command_modules(self.package).get(cmd_name)
         if module_name is None:
-            return None
+            new = self._deprecated_names().get(cmd_name)
+            if new is None or self._listing:
+                return None
+            command: click.Command | None = self
+            for part in new.split():
+                assert isinstance(command, typer.core.TyperGroup)
+                command = command.get_command(ctx, part)
+            return None if command is None else _deprecated(cmd_name, new, command)
         if self._listing:
-            return typer.core.TyperCommand(cmd_name, help=command_help(cmd_name))
+            return typer.core.TyperCommand(cmd_name, help=command_help(cmd_name, self.package))
         return _load(cmd_name, module_name)
 
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -112,7 +194,13 @@ class LazyGroup(typer.core.TyperGroup):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         # TyperGroup suggests close names from self.commands, which is empty here
         name = args[0] if args else ""
-        if name and not name.startswith("-") and name not in command_modules():
+        known = command_modules(self.package)
+        if (
+            name
+            and not name.startswith("-")
+            and name not in known
+            and name not in self._deprecated_names()
+        ):
             matches = difflib.get_close_matches(name, self.list_commands(ctx))
             if matches and getattr(self, "suggest_commands", True):
                 ctx.fail(f"No such command {name!r}. Did you mean {', '.join(map(repr, matches))}?")

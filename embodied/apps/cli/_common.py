@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from embodied.errors import ConfigError
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 
 def parse_kv(items: list[str], what: str, example: str) -> dict[str, Any]:
@@ -51,3 +49,8 @@ def episode_progress(console: Console, quiet: bool) -> Progress:
         console=console,
         disable=quiet,
     )
+
+
+def log(msg: str) -> None:
+    """Print a progress line on stderr."""
+    Console(stderr=True).print(msg, highlight=False)

@@ -85,9 +85,20 @@ class Opt:
 def field_docs(cls: type) -> dict[str, str]:
     """Field name -> its doc: the entry in ``cls``'s ``Args:``/``Attributes:`` docstring section.
 
-    Continuation lines are joined into one line and RST double backticks dropped.
+    A field inherited from a base dataclass keeps its doc in the base's docstring (declared
+    once); a subclass's own entry wins. Continuation lines are joined into one line and RST
+    double backticks dropped.
     """
-    lines = inspect.cleandoc(cls.__doc__ or "").splitlines()
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is not object and "__doc__" in vars(klass):
+            docs.update(_own_field_docs(klass.__doc__ or ""))
+    return docs
+
+
+def _own_field_docs(docstring: str) -> dict[str, str]:
+    """The ``Args:``/``Attributes:`` entries of one docstring (see :func:`field_docs`)."""
+    lines = inspect.cleandoc(docstring).splitlines()
     docs: dict[str, list[str]] = {}
     current: list[str] | None = None
     indent: int | None = None  # entries' indentation in the open section (-1: not seen yet)
@@ -134,6 +145,22 @@ def _default(f: dataclasses.Field[Any]) -> Any:
     return ...
 
 
+def _path_default(cls: type, path: str, leaf: dataclasses.Field[Any]) -> Any:
+    """The default of field ``path`` of ``cls``: a nested field's value in the default of the
+    config that holds it (``"ppo.n_steps"`` of a config whose ``ppo`` defaults to
+    ``PPOSettings(n_steps=1024)`` is 1024), else the ``leaf`` field's own default."""
+    *parents, _ = path.split(".")
+    if not parents:
+        return _default(leaf)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    value = _default(fields[parents[0]])
+    for parent in parents[1:]:
+        value = getattr(value, parent, None)
+    if value is ... or value is None:
+        return _default(leaf)
+    return getattr(value, leaf.name)
+
+
 def _shape(hint: Any, spec: Opt) -> tuple[type, bool]:
     """(scalar type, is_sequence) of a field annotation."""
     options = [hint]
@@ -160,7 +187,7 @@ def _parameter(cls: type, spec: Opt) -> tuple[inspect.Parameter, Callable[[Any],
         raise TypeError(f"{owner.__name__}.{f.name} has no doc in the class docstring")
     if "." in spec.field:
         doc = f"{spec.field.rsplit('.', 1)[0]}: {doc}"
-    default = _default(f) if spec.default is _FIELD_DEFAULT else spec.default
+    default = _path_default(cls, spec.field, f) if spec.default is _FIELD_DEFAULT else spec.default
     scalar, is_seq = _shape(hint, spec)
     decls = [spec.option]
     parse: Callable[[Any], Any] = lambda value: value  # noqa: E731
@@ -247,6 +274,23 @@ def config_options(cls: type, *fields: str | Opt, into: str = "config") -> Calla
         return command  # type: ignore[return-value]
 
     return decorate
+
+
+def nested_options(cls: type, path: str, *, given_only: bool = False) -> tuple[Opt, ...]:
+    """One option per field of the config nested at ``path`` of ``cls``, named after the field
+    alone: ``ppo.n_steps`` is ``--n-steps`` (every command that embeds the same settings takes
+    the same options). :func:`nest` turns the values into ``{path: {field: value}}``.
+
+    Args:
+        cls: The outer config dataclass.
+        path: The nested config's field, e.g. ``"ppo"``.
+        given_only: As :attr:`Opt.given_only`, for every option.
+    """
+    inner = typing.get_type_hints(cls)[path]
+    return tuple(
+        Opt(f"{path}.{f.name}", flag="--" + f.name.replace("_", "-"), given_only=given_only)
+        for f in dataclasses.fields(inner)
+    )
 
 
 def nest(config: dict[str, Any]) -> dict[str, Any]:

@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
     )
     def judge(
         instruction_file: Path = typer.Option(
-            None, "--instruction", help="instruction.json from `embodied reward optimize`."
+            None, "--instruction", help="instruction.json from `embodied lab reward optimize`."
         ),
         out: Path = typer.Option(None, "--out", help="Write the report JSON here (atomic)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON only."),

@@ -16,8 +16,8 @@ import typer
 # dataclasses without importing torch; each command imports its training code when it runs.
 from embodied.apps.cli._common import parse_kv
 from embodied.apps.cli._config_options import Opt, config_options
-from embodied.apps.experiments.config_steer import SteerExperimentConfig
 from embodied.apps.training.config_minijudge import DEVELOPMENT_MIN_TNR, MiniJudgeTrainConfig
+from embodied.apps.training.config_vla import TinyVLAConfig
 from embodied.apps.training.selection_pdp import DEVELOPMENT_SEED, SelectConfig, select_snapshot
 from embodied.errors import ConfigError
 from embodied.io import require_output_dir, write_json
@@ -193,7 +193,7 @@ def select_pdp_cmd(
     into="bc",
 )
 @config_options(
-    SteerExperimentConfig,
+    TinyVLAConfig,
     Opt("env_id", flag="--env"),
     "demonstration_episodes",
     "layout",
@@ -215,13 +215,13 @@ def train_vla_cmd(
     """
     import torch
 
-    from embodied.apps.cli._steer import log, steer_env
-    from embodied.apps.experiments.steer import train_tiny_on_env
+    from embodied.apps.cli._common import log
+    from embodied.apps.training.training_vla import steer_env, train_tiny_on_env
     from embodied.distributed import Distributed
 
     torch.set_num_threads(1)
     settings = BCSettings(**bc, log_every=max(1, bc["steps"] // 8))
-    cfg = SteerExperimentConfig(**config)
+    cfg = TinyVLAConfig(**config)
     # the last vision layers are unused: DDP must not wait for their gradients
     with Distributed.from_env(find_unused_parameters=True) as dist:
         dist.shard(settings.batch_size)  # a batch that does not split fails before any work

@@ -34,6 +34,7 @@ from embodied.apps.evaluation.configuration_evaluation import (
 )
 from embodied.contracts import Env, Policy
 from embodied.errors import ActionError, EmbodiedError, SafetyFault
+from embodied.io import json_default
 from embodied.loop import Episode, Steering, StepRecord, rollout
 from embodied.recording import McapRecorder
 from embodied.rewards import load_judge
@@ -159,11 +160,13 @@ def scalar_outcome(info: Mapping[str, Any]) -> dict[str, Any]:
         value = info[key]
         if key == "success":
             continue
-        if isinstance(value, bool | np.bool_):
+        if isinstance(value, np.bool_ | np.number | np.str_):
+            value = json_default(value)  # a numpy scalar as its Python value
+        if isinstance(value, bool):
             out[str(key)] = bool(value)
-        elif isinstance(value, int | np.integer):
+        elif isinstance(value, int):
             out[str(key)] = int(value)
-        elif isinstance(value, float | np.floating):
+        elif isinstance(value, float):
             out[str(key)] = float(value)
         elif isinstance(value, str):
             out[str(key)] = str(value)

@@ -1,1 +1,2 @@
-"""Training scripts that join several components (e.g. sim rollouts to train a judge)."""
+"""Training scripts that join several components (sim rollouts to train a judge, scripted
+demonstrations to train the tiny VLA)."""

@@ -39,6 +39,7 @@ from embodied.apps.tune.commands import MAX_COMMAND_BYTES
 from embodied.apps.tune.configuration_tune import ServerConfig, normalise_host
 from embodied.apps.tune.session import TuneSession
 from embodied.errors import EmbodiedError
+from embodied.io import plain_json
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ def create_app(session: TuneSession, config: ServerConfig) -> Any:
         return resp
 
     async def state(request: Request) -> Response:
-        return JSONResponse(_jsonable(session.snapshot()))
+        return JSONResponse(plain_json(session.snapshot(), finite=True))
 
     async def frame(request: Request) -> Response:
         _, img = session.latest_frame()
@@ -207,7 +208,7 @@ def create_app(session: TuneSession, config: ServerConfig) -> Any:
 
         async def send(msg: dict[str, Any]) -> None:
             async with lock:
-                await ws.send_text(json.dumps(_jsonable(msg), allow_nan=False))
+                await ws.send_text(json.dumps(plain_json(msg, finite=True), allow_nan=False))
 
         await send(
             {"type": "hello", "state": session.snapshot(), "files": gains_io.list_files(session)}
@@ -289,19 +290,6 @@ async def _pump(session: TuneSession, config: ServerConfig, send: Any) -> None:
         raise
     except Exception:  # the page went away mid-send
         log.debug("telemetry pump ended", exc_info=True)
-
-
-def _jsonable(x: Any) -> Any:
-    """Replace non-finite floats (not valid JSON) by None, recursively."""
-    if isinstance(x, float):
-        return x if x == x and x not in (float("inf"), float("-inf")) else None
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    if hasattr(x, "item") and callable(x.item):
-        return _jsonable(x.item())
-    return x
 
 
 def head_deadline_protocol(timeout_s: float) -> type[asyncio.Protocol]:

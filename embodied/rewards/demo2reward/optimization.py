@@ -252,9 +252,9 @@ def load_instruction(path: str | os.PathLike[str]) -> str:
     if not p.exists():
         raise ConfigError(
             f"no instruction file at {str(p)!r}",
-            fix="run `embodied reward optimize --out DIR` first",
+            fix="run `embodied lab reward optimize --out DIR` first",
         )
-    fix = "re-run `embodied reward optimize --out DIR` (the file is damaged)"
+    fix = "re-run `embodied lab reward optimize --out DIR` (the file is damaged)"
     data = read_json_file(p, what="Demo2Reward instruction", fix=fix, error=ConfigError)
     template = data.get("instruction", "")
     try:

@@ -1,6 +1,6 @@
 """Parameterized Diffusion Policy: experiment, evaluate, adapt z, demo.
 
-`embodied pdp experiment` runs it all (collect demonstrations, train PDP + DP in both policy
+`embodied lab pdp experiment` runs it all (collect demonstrations, train PDP + DP in both policy
 variants and several training seeds, evaluate with equal-budget baselines, aggregate);
 training alone is `embodied train pdp`.
 """
@@ -16,21 +16,18 @@ import torch
 import typer
 
 from embodied.apps.cli._config_options import Opt, config_options
-from embodied.apps.experiments.pdp import (
+from embodied.apps.lab.pdp import (
     BUDGETS,
     PDPEvalConfig,
     PDPExperimentConfig,
     aggregate,
-    collect_demonstrations,
     constraint_cost,
     evaluate,
-    make_env,
-    quick_demo,
     results_markdown,
-    run_episodes,
     run_experiment,
     success_rate,
 )
+from embodied.apps.route_task import collect_demonstrations, make_env, quick_demo, run_episodes
 from embodied.errors import ConfigError
 from embodied.io import read_json_file, write_json, write_text
 from policies.diffusion.adaptation import adapt_z_from_demonstration, search_z_cem
@@ -81,7 +78,7 @@ def experiment_cmd(
 
 @pdp_app.command("aggregate")
 def aggregate_cmd(
-    runs: list[Path] = typer.Argument(..., help="Output folders of `embodied pdp experiment`."),
+    runs: list[Path] = typer.Argument(..., help="Output folders of `embodied lab pdp experiment`."),
     out: Path = typer.Option(..., "--out", help="Folder for the combined results.json/.md."),
 ) -> None:
     """Combine experiment runs (e.g. one per training seed or mode, run in parallel)."""
@@ -91,7 +88,7 @@ def aggregate_cmd(
         if "runs" not in data:
             raise ConfigError(
                 f"{run / 'results.json'} has no 'runs' (keys: {sorted(data)})",
-                fix="pass output folders of `embodied pdp experiment`",
+                fix="pass output folders of `embodied lab pdp experiment`",
             )
         all_runs += data["runs"]
     agg = aggregate(all_runs)

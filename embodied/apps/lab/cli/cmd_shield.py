@@ -1,8 +1,8 @@
 """Safe RL with robust-MDP shields: the experiment, and training one shielded policy.
 
-`embodied shield experiment` compares unshielded PPO with shielded MaskablePPO on
+`embodied lab shield experiment` compares unshielded PPO with shielded MaskablePPO on
 mujoco:reach_around with a no-go zone (same env-step budget, seeds and network) and writes
-results.json, results.md and blocked_vs_data.png. `embodied shield train` trains one shielded
+results.json, results.md and blocked_vs_data.png. `embodied lab shield train` trains one shielded
 policy and saves its shield (plug it into `embodied deploy --shield`).
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import typer
 
-from embodied.apps.cli._config_options import Opt, config_options
-from embodied.apps.experiments.shield import (
+from embodied.apps.cli._config_options import Opt, config_options, nest, nested_options
+from embodied.apps.lab.shield import (
     BUDGETS,
     ShieldExperimentConfig,
     results_markdown,
@@ -25,23 +25,22 @@ from embodied.apps.experiments.shield import (
 
 shield_app = typer.Typer(help=__doc__, no_args_is_help=True)
 
-_COMMON = tuple(
-    Opt(f, given_only=True)
-    for f in (
-        "timesteps",
-        "exploration_steps",
-        "exploration_episode_steps",
-        "n_steps",
-        "batch_size",
-        "n_epochs",
-        "learning_rate",
-        "hidden",
-        "eval_episodes",
-        "eval_seed0",
-        "horizon",
-        "risk_bound",
-        "delta",
-    )
+_COMMON = (
+    *(
+        Opt(f, given_only=True)
+        for f in (
+            "timesteps",
+            "exploration_steps",
+            "exploration_episode_steps",
+            "hidden",
+            "eval_episodes",
+            "eval_seed0",
+            "horizon",
+            "risk_bound",
+            "delta",
+        )
+    ),
+    *nested_options(ShieldExperimentConfig, "ppo", given_only=True),
 )
 """Options both commands share; given ones override the budget preset."""
 
@@ -67,7 +66,7 @@ def experiment_cmd(
 ) -> None:
     """Unshielded PPO vs shielded MaskablePPO: violations in training and evaluation, return,
     success, and the shield's blocked share vs the data it has seen."""
-    cfg = ShieldExperimentConfig.for_budget(budget, **config)
+    cfg = ShieldExperimentConfig.for_budget(budget, **nest(config))
     summary = run_experiment(out, cfg)
     print(results_markdown(summary))
     print(f"wrote {out / 'results.json'}, {out / 'results.md'}")
@@ -83,7 +82,7 @@ def train_cmd(
     config: dict[str, Any],
 ) -> None:
     """Train one shielded MaskablePPO policy; save the shield next to the policy weights."""
-    cfg = ShieldExperimentConfig.for_budget(budget, **config)
+    cfg = ShieldExperimentConfig.for_budget(budget, **nest(config))
     result = train_one(out, cfg, seed)
     keys = ("train_violations", "eval_violations", "eval_successes", "eval_episodes")
     print(json.dumps({k: result[k] for k in keys}))

@@ -1,8 +1,8 @@
 """RePPO (ReMax PPO): train a policy, or compare RePPO with PPO at equal budget.
 
-`embodied reppo experiment --out DIR --budget cpu` trains PPO (m = 1) and RePPO (m > 1) with
+`embodied lab reppo experiment --out DIR --budget cpu` trains PPO (m = 1) and RePPO (m > 1) with
 the same network, hyperparameters and steps on MinAtar games and mujoco:reach_around, >= 3
-seeds, and writes results.json, results.md and curves.png. `embodied reppo train` trains one
+seeds, and writes results.json, results.md and curves.png. `embodied lab reppo train` trains one
 policy and saves it as a stable-baselines3 zip (load with controllers.rl.reppo.RePPO.load).
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import typer
 
-from embodied.apps.cli._config_options import Opt, config_options
-from embodied.apps.experiments.reppo import (
+from embodied.apps.cli._config_options import Opt, config_options, nest, nested_options
+from embodied.apps.lab.reppo import (
     BUDGETS,
     RePPOExperimentConfig,
     results_markdown,
@@ -35,10 +35,8 @@ def _log(line: str) -> None:
 @reppo_app.command("experiment")
 @config_options(
     RePPOExperimentConfig,
-    *(
-        Opt(f, given_only=True)
-        for f in ("envs", "ms", "seeds", "total_timesteps", "ent_coef", "eval_episodes")
-    ),
+    *(Opt(f, given_only=True) for f in ("envs", "ms", "seeds", "total_timesteps", "eval_episodes")),
+    *nested_options(RePPOExperimentConfig, "ppo", given_only=True),
 )
 def experiment_cmd(
     out: Path = typer.Option(..., "--out", help="Output folder (results.json/.md, curves.png)."),
@@ -51,7 +49,7 @@ def experiment_cmd(
     config: dict[str, Any],
 ) -> None:
     """PPO (m = 1) vs RePPO (m > 1) at equal budget: final return and exploration."""
-    cfg = RePPOExperimentConfig.for_budget(budget, **config)
+    cfg = RePPOExperimentConfig.for_budget(budget, **nest(config))
     summary = run_experiment(out, cfg, log=_log)
     print(results_markdown(summary["aggregate"], cfg))
     print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'curves.png'}")

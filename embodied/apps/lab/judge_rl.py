@@ -10,7 +10,7 @@ training seeds):
   task; ``JudgeReward``: reward 1 when the judge's probability reaches its calibrated
   threshold).
 * ``judge_d2r``: the same judge with the instruction Demo2Reward froze for it
-  (``instruction.json`` from ``embodied reward optimize``). Where Demo2Reward kept the generic
+  (``instruction.json`` from ``embodied lab reward optimize``). Where Demo2Reward kept the generic
   instruction, this arm's runs would repeat the ``judge`` arm's exactly (same seeds, same
   deterministic judge); they are then copied from it and marked ``same_as``, not retrained.
 
@@ -25,41 +25,43 @@ disagreed with the simulator on the states the learner visited (reward hacking s
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from embodied.apps.experiments.shield import _ci, _mean_std, _pm, _quiet, _rate
+from controllers.rl.configuration_rl import PPOSettings
+from controllers.rl.training_rl import quiet_logger
+from embodied.apps.lab.stats import format_pm, format_rate, markdown_table, mean_std, rate
 from embodied.errors import ConfigError
 from embodied.io import atomic_path, write_json, write_text
 
 ARMS = ("oracle", "judge", "judge_d2r")
 """Reward sources, in table order."""
+JUDGE_RL_PPO = PPOSettings(n_steps=256, batch_size=256)
+"""PPO settings of every arm: rollouts of 256 steps per env, minibatches of 256, otherwise
+stable-baselines3's defaults."""
 
 
 @dataclass(frozen=True)
 class JudgeRLConfig:
-    """One RL-on-judge-rewards experiment (the options of ``embodied reward rl``).
+    """One RL-on-judge-rewards experiment (the options of ``embodied lab reward rl``).
 
     Args:
         env: Built-in task (a camera task whose info reports ``success``).
         judge: Judge spec for the judge arms (see ``embodied judge``).
-        d2r_instruction: ``instruction.json`` (or its folder) from ``embodied reward optimize``
+        d2r_instruction: ``instruction.json`` (or its folder) from ``embodied lab reward optimize``
             for this judge and task: the ``judge_d2r`` arm's instruction template.
         arms: Comma-separated arms to run (``oracle``, ``judge``, ``judge_d2r``).
         seeds: Training seeds per arm (0, 1, ...; plus ``first_seed``).
         first_seed: First training seed.
         timesteps: Env steps per training run (the same for every arm).
         n_envs: Parallel training envs (one process; the judge scores them in turn).
-        n_steps: PPO rollout length per env.
-        batch_size: PPO minibatch size.
-        gamma: Discount factor.
+        ppo: PPO hyperparameters (``ppo.n_steps`` per env).
         eval_episodes: Deterministic evaluation episodes per run.
         eval_seed0: First evaluation reset seed.
         image_size: Camera side in pixels for the judge (default: the task's).
@@ -74,16 +76,14 @@ class JudgeRLConfig:
     first_seed: int = 0
     timesteps: int = 100_000
     n_envs: int = 4
-    n_steps: int = 256
-    batch_size: int = 256
-    gamma: float = 0.99
+    ppo: PPOSettings = JUDGE_RL_PPO
     eval_episodes: int = 50
     eval_seed0: int = 100_000
     image_size: int = 0
     save_policies: bool = True
 
     def __post_init__(self) -> None:
-        for key in ("seeds", "timesteps", "n_envs", "n_steps", "batch_size", "eval_episodes"):
+        for key in ("seeds", "timesteps", "n_envs", "eval_episodes"):
             if getattr(self, key) < 1:
                 raise ConfigError(
                     f"{key} {getattr(self, key)!r} must be >= 1", fix=f"set {key} to 1 or more"
@@ -93,8 +93,6 @@ class JudgeRLConfig:
                 raise ConfigError(
                     f"{key} {getattr(self, key)!r} must be >= 0", fix=f"set {key} to 0 or more"
                 )
-        if not (math.isfinite(self.gamma) and 0 < self.gamma <= 1):
-            raise ConfigError(f"gamma {self.gamma!r} must be in (0, 1]", fix="e.g. gamma=0.99")
         bad = [a for a in self.arm_list if a not in ARMS]
         if bad or not self.arm_list:
             raise ConfigError(
@@ -103,7 +101,7 @@ class JudgeRLConfig:
         if "judge_d2r" in self.arm_list and not self.d2r_instruction:
             raise ConfigError(
                 "arms include judge_d2r but d2r_instruction is ''",
-                fix="pass the instruction.json of `embodied reward optimize --judge "
+                fix="pass the instruction.json of `embodied lab reward optimize --judge "
                 f"{self.judge}` on {self.env} demonstrations, or drop judge_d2r from arms",
             )
         if self.eval_seed0 < self.first_seed + self.seeds:
@@ -122,8 +120,8 @@ class JudgeRLConfig:
 
 BUDGETS: dict[str, dict[str, Any]] = {
     "cpu": {"seeds": 3, "timesteps": 100_000, "eval_episodes": 50},
-    "smoke": {"seeds": 1, "timesteps": 512, "eval_episodes": 2, "n_envs": 2, "n_steps": 128,
-              "batch_size": 64},
+    "smoke": {"seeds": 1, "timesteps": 512, "eval_episodes": 2, "n_envs": 2,
+              "ppo": replace(JUDGE_RL_PPO, n_steps=128, batch_size=64)},
 }  # fmt: skip
 """Presets: ``cpu`` (3 seeds x 3 arms x 100k env steps, about 40 min on 2 shared cores for
 reach_around, most of it rendering and judging) and ``smoke`` (seconds)."""
@@ -210,13 +208,11 @@ def train_arm(cfg: JudgeRLConfig, arm: str, seed: int, judge: Any) -> tuple[Any,
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     venv = make_vec_env(lambda: make_train_env(cfg, arm, judge), n_envs=cfg.n_envs, seed=seed)
-    model = _quiet(
+    model = quiet_logger(
         PPO(
             "MlpPolicy",
             venv,
-            n_steps=cfg.n_steps,
-            batch_size=cfg.batch_size,
-            gamma=cfg.gamma,
+            **cfg.ppo.sb3_kwargs(),
             seed=seed,
             device="cpu",
             verbose=0,
@@ -279,17 +275,17 @@ def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             continue
         out[arm] = {
             "seeds": len(rs),
-            "eval_success_rate": _rate(
+            "eval_success_rate": rate(
                 sum(r["eval_successes"] for r in rs), sum(r["eval_episodes"] for r in rs)
             ),
-            "eval_success_per_seed": _mean_std(
+            "eval_success_per_seed": mean_std(
                 [r["eval_successes"] / r["eval_episodes"] for r in rs]
             ),
-            "train_rewarded_share": _mean_std(
+            "train_rewarded_share": mean_std(
                 [r["train_rewarded_episodes"] / max(1, r["train_episodes"]) for r in rs]
             ),
-            "train_false_reward_steps": _mean_std([r["train_false_reward_steps"] for r in rs]),
-            "train_seconds": _mean_std([r["train_seconds"] for r in rs]),
+            "train_false_reward_steps": mean_std([r["train_false_reward_steps"] for r in rs]),
+            "train_seconds": mean_std([r["train_seconds"] for r in rs]),
         }
     return out
 
@@ -308,18 +304,30 @@ def results_markdown(summary: Mapping[str, Any]) -> str:
         f"{summary['instructions'].get('judge_d2r')!r}. Success pools the evaluation episodes "
         "of all seeds (Wilson 95 %); ± is the std over seeds.",
         "",
-        "| arm | eval success (oracle) [95 % CI] | per seed | training episodes ended by "
-        "the arm's reward | judged-success steps the simulator calls failure | train s |",
-        "|---|---|---|---|---|---|",
     ]
+    rows = []
     for arm, a in summary["aggregate"].items():
         same = {r.get("same_as") for r in summary["runs"] if r["arm"] == arm} - {None}
         label = f"{arm} (instruction = {', '.join(sorted(same))}'s: its runs)" if same else arm
-        lines.append(
-            f"| {label} | {_ci(a['eval_success_rate'])} | {_pm(a['eval_success_per_seed'])} "
-            f"| {_pm(a['train_rewarded_share'])} | {_pm(a['train_false_reward_steps'], 0)} "
-            f"| {_pm(a['train_seconds'], 0)} |"
+        rows.append(
+            [
+                label,
+                format_rate(a["eval_success_rate"]),
+                format_pm(a["eval_success_per_seed"]),
+                format_pm(a["train_rewarded_share"]),
+                format_pm(a["train_false_reward_steps"], 0),
+                format_pm(a["train_seconds"], 0),
+            ]
         )
+    header = [
+        "arm",
+        "eval success (oracle) [95 % CI]",
+        "per seed",
+        "training episodes ended by the arm's reward",
+        "judged-success steps the simulator calls failure",
+        "train s",
+    ]
+    lines += markdown_table(header, rows)
     lines += ["", f"Wall time: {summary['wall_seconds']:.0f} s.", ""]
     return "\n".join(lines)
 
@@ -354,7 +362,7 @@ def run_experiment(
     t0 = time.perf_counter()
     # templates: {task} is each episode's own instruction
     instructions = {arm: arm_template(cfg, arm) for arm in cfg.arm_list}
-    config = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
+    config = asdict(cfg)  # nested settings (ppo) as JSON objects, as results.json holds them
     runs: list[dict[str, Any]] = []
     previous = out / "results.json"
     if previous.exists():

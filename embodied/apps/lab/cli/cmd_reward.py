@@ -14,12 +14,13 @@ from typing import Any
 
 import typer
 
-from embodied.apps.cli._config_options import Opt, config_options
-from embodied.apps.experiments.judge_rl import BUDGETS as RL_BUDGETS
-from embodied.apps.experiments.judge_rl import JudgeRLConfig
-from embodied.apps.experiments.judge_rl import results_markdown as judge_rl_markdown
-from embodied.apps.experiments.judge_rl import run_experiment as run_judge_rl
-from embodied.apps.experiments.reward import BUILTIN_TASKS, format_table, heldout_experiment
+from controllers.rl.configuration_rl import merge_ppo_layers
+from embodied.apps.cli._config_options import Opt, config_options, nest, nested_options
+from embodied.apps.lab.judge_rl import BUDGETS as RL_BUDGETS
+from embodied.apps.lab.judge_rl import JUDGE_RL_PPO, JudgeRLConfig
+from embodied.apps.lab.judge_rl import results_markdown as judge_rl_markdown
+from embodied.apps.lab.judge_rl import run_experiment as run_judge_rl
+from embodied.apps.lab.reward import BUILTIN_TASKS, format_table, heldout_experiment
 from embodied.apps.training.data_minijudge import record_episodes
 from embodied.errors import ConfigError
 from embodied.io import write_json
@@ -231,7 +232,10 @@ def tiny_vlm(
     print(f"wrote {build_tiny_llava(out, seed=seed)} (random weights: a stand-in, not a VLM)")
 
 
-_RL_FIELDS = tuple(Opt(f.name, given_only=True) for f in dataclasses.fields(JudgeRLConfig))
+_RL_FIELDS = (
+    *(Opt(f.name, given_only=True) for f in dataclasses.fields(JudgeRLConfig) if f.name != "ppo"),
+    *nested_options(JudgeRLConfig, "ppo", given_only=True),
+)
 _RL_BUDGET_HELP = (
     f"Budget preset {sorted(RL_BUDGETS)}: cpu = 3 seeds x 3 arms x 100k env steps (about 40 min "
     "on 2 shared CPU cores for reach_around); smoke = seconds. Options given explicitly "
@@ -258,7 +262,7 @@ def rl(
             raise ConfigError(
                 f"budget {budget!r} is not a preset", fix=f"use one of {sorted(RL_BUDGETS)}"
             )
-        cfg = JudgeRLConfig(**{**RL_BUDGETS[budget], **config})
+        cfg = JudgeRLConfig(**merge_ppo_layers(JUDGE_RL_PPO, RL_BUDGETS[budget], nest(config)))
     except ConfigError as exc:  # a bad option value is a usage error (exit 2)
         raise typer.BadParameter(str(exc)) from exc
     summary = run_judge_rl(out, cfg, workers=workers)

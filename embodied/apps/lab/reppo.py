@@ -27,7 +27,7 @@ import json
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,9 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import sim
+from controllers.rl.configuration_rl import PPOSettings, merge_ppo_layers
 from controllers.rl.reppo import QActorCriticPolicy, RePPO, check_m
+from embodied.apps.lab.stats import format_pm, markdown_table, mean_std
 from embodied.apps.plotting import plt, save_figure
 from embodied.errors import ConfigError
 from embodied.io import write_json, write_text
@@ -50,6 +52,9 @@ from embodied.io import write_json, write_text
 MINATAR_PREFIX = "minatar:"
 REACH_CELL_M = 0.02
 """Cell size of the reach_around exploration count (the ball's x, y)."""
+REPPO_PPO = PPOSettings(n_steps=128, batch_size=256, n_epochs=3)
+"""PPO settings of every run, PPO and RePPO alike (the reference's epochs; 8 envs x 128 steps
+per update)."""
 
 
 class MinAtarEnv(gym.Env[np.ndarray, int]):
@@ -211,13 +216,9 @@ class RePPOExperimentConfig:
         seeds: Training seeds per env and m (0 .. seeds - 1).
         total_timesteps: Environment steps per run.
         n_envs: Parallel envs per run.
-        n_steps: Rollout length per env and update.
-        batch_size: Minibatch size.
-        n_epochs: Epochs per update (the reference: 3).
-        learning_rate: Adam step size (the reference: 3e-4).
-        gamma: Discount (the reference: 0.99).
-        gae_lambda: GAE lambda, the same for every m (the reference: 0.8 for RePPO, 0.95 PPO).
-        ent_coef: Entropy bonus, the same for every m (0: no exploration bonus at all).
+        ppo: PPO hyperparameters, the same for every m (the reference: 3 epochs, learning
+            rate 3e-4, gamma 0.99, GAE lambda 0.8 for RePPO and 0.95 for PPO; here 0.95 for
+            both, and no entropy bonus).
         eval_episodes: Greedy evaluation episodes per run (env seeds from 10000).
         max_episode_steps: Episode cut for MinAtar games.
         last_episodes: Training episodes averaged for the final training return.
@@ -229,13 +230,7 @@ class RePPOExperimentConfig:
     seeds: int = 3
     total_timesteps: int = 40_000
     n_envs: int = 8
-    n_steps: int = 128
-    batch_size: int = 256
-    n_epochs: int = 3
-    learning_rate: float = 3e-4
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    ent_coef: float = 0.0
+    ppo: PPOSettings = REPPO_PPO
     eval_episodes: int = 10
     max_episode_steps: int = 1000
     last_episodes: int = 20
@@ -244,7 +239,7 @@ class RePPOExperimentConfig:
     def __post_init__(self) -> None:
         self.envs = tuple(self.envs)
         self.ms = tuple(check_m(m) for m in self.ms)
-        for name in ("seeds", "total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs"):
+        for name in ("seeds", "total_timesteps", "n_envs"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"RePPO experiment {name} must be a positive int, got {v!r}")
@@ -255,7 +250,8 @@ class RePPOExperimentConfig:
 
     @classmethod
     def for_budget(cls, budget: str, **fields: Any) -> RePPOExperimentConfig:
-        """The preset :data:`BUDGETS` ``budget`` with ``fields`` on top.
+        """The preset :data:`BUDGETS` ``budget`` with ``fields`` on top (``ppo``: a
+        :class:`PPOSettings` or a mapping of some of its fields, merged field by field).
 
         Raises:
             ConfigError: ``budget`` is unknown.
@@ -264,7 +260,7 @@ class RePPOExperimentConfig:
             raise ConfigError(
                 f"unknown RePPO experiment budget {budget!r}", fix=f"use one of {sorted(BUDGETS)}"
             )
-        return cls(**{**BUDGETS[budget], **fields})
+        return cls(**merge_ppo_layers(REPPO_PPO, BUDGETS[budget], fields))
 
 
 BUDGETS: dict[str, dict[str, Any]] = {
@@ -274,9 +270,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
         "seeds": 2,
         "total_timesteps": 256,
         "n_envs": 2,
-        "n_steps": 64,
-        "batch_size": 64,
-        "n_epochs": 1,
+        "ppo": replace(REPPO_PPO, n_steps=64, batch_size=64, n_epochs=1),
         "eval_episodes": 1,
         "max_episode_steps": 100,
         "last_episodes": 5,
@@ -308,13 +302,7 @@ def build_model(env: Any, env_id: str, m: float, seed: int, cfg: RePPOExperiment
     if env_id.startswith(MINATAR_PREFIX):
         policy_kwargs["features_extractor_class"] = MinAtarCNN
     common: dict[str, Any] = {
-        "n_steps": cfg.n_steps,
-        "batch_size": cfg.batch_size,
-        "n_epochs": cfg.n_epochs,
-        "learning_rate": cfg.learning_rate,
-        "gamma": cfg.gamma,
-        "gae_lambda": cfg.gae_lambda,
-        "ent_coef": cfg.ent_coef,
+        **cfg.ppo.sb3_kwargs(),
         "seed": seed,
         "device": "cpu",
         "verbose": 0,
@@ -388,11 +376,6 @@ def train_one(
     }
 
 
-def _stat(values: Sequence[float]) -> dict[str, float]:
-    a = np.asarray(values, dtype=float)
-    return {"mean": float(a.mean()), "std": float(a.std(ddof=1)) if a.size > 1 else 0.0}
-
-
 METRICS = ("greedy_return", "train_return_last", "max_train_return", "distinct_states")
 
 
@@ -405,7 +388,7 @@ def aggregate(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, A
     for cells in out.values():
         for cell in cells.values():
             rs = cell.pop("_runs")
-            cell.update({k: _stat([r[k] for r in rs]) for k in METRICS})
+            cell.update({k: mean_std([r[k] for r in rs]) for k in METRICS})
             cell["n"] = len(rs)
     return out
 
@@ -418,19 +401,29 @@ def results_markdown(agg: dict[str, dict[str, dict[str, Any]]], cfg: RePPOExperi
     """The results table (mean +- std over seeds)."""
     lines = [
         f"RePPO vs PPO, {cfg.total_timesteps} env steps per run, {cfg.seeds} seeds "
-        f"(mean ± std over seeds), ent_coef {cfg.ent_coef}.",
+        f"(mean ± std over seeds), ent_coef {cfg.ppo.ent_coef}.",
         "",
-        "| env | method | greedy return | last-episodes return | best train return "
-        "| distinct states |",
-        "|---|---|---|---|---|---|",
+        *markdown_table(
+            [
+                "env",
+                "method",
+                "greedy return",
+                "last-episodes return",
+                "best train return",
+                "distinct states",
+            ],
+            [
+                [
+                    env_id,
+                    label,
+                    *(format_pm(c[k]) for k in METRICS[:3]),
+                    format_pm(c["distinct_states"], 0),
+                ]
+                for env_id, cells in agg.items()
+                for label, c in cells.items()
+            ],
+        ),
     ]
-    for env_id, cells in agg.items():
-        for label, c in cells.items():
-            cols = [f"{c[k]['mean']:.2f} ± {c[k]['std']:.2f}" for k in METRICS[:3]]
-            ds = c["distinct_states"]
-            lines.append(
-                f"| {env_id} | {label} | {' | '.join(cols)} | {ds['mean']:.0f} ± {ds['std']:.0f} |"
-            )
     return "\n".join(lines) + "\n"
 
 

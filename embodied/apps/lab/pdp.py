@@ -1,6 +1,6 @@
 """The PDP evaluation on ``mujoco:reach_around`` (multimodal reach around obstacles).
 
-Pipeline (``embodied pdp experiment``, :func:`run_experiment`): collect expert demonstrations
+Pipeline (``embodied lab pdp experiment``, :func:`run_experiment`): collect expert demonstrations
 (random route and speed) -> per policy variant (:data:`MODES`: ``reference``, the reference
 code's open-loop whole-trajectory PDP, and ``receding``, the project's receding-horizon
 extension) and per training seed, train PDP and the same diffusion policy without z
@@ -39,7 +39,6 @@ and evaluates all six scenes: a GPU job. ``smoke`` takes about 30 s.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -49,18 +48,20 @@ from typing import Any
 
 import numpy as np
 
-import sim
-from embodied.apps.evaluation.stats import wilson_interval
-from embodied.apps.experiments.pdp_plots import (
-    obstacle_boxes,
-    plot_interpolation,
-    plot_latents,
-    plot_route_histograms,
+from embodied.apps.lab.pdp_plots import plot_latents, plot_route_histograms
+from embodied.apps.lab.stats import format_pooled, markdown_table, pooled_stat
+from embodied.apps.route_task import (
+    ENV_ID,
+    OBS_EXCLUDE,
+    collect_demonstrations,
+    interpolation_ends,
+    make_env,
+    route_centroids,
+    run_episodes,
+    write_interpolation_plot,
 )
-from embodied.datasets import DatasetWriter
 from embodied.errors import ConfigError
 from embodied.io import read_json_file, write_json, write_text
-from embodied.loop import rollout
 from policies.diffusion.adaptation import (
     ADAPT_LR,
     ADAPT_STEPS,
@@ -71,14 +72,8 @@ from policies.diffusion.adaptation import (
     search_z_cem,
 )
 from policies.diffusion.policy_pdp import PDPPolicy, prior_z
-from policies.diffusion.processor_pdp import Demonstrations
 from policies.diffusion.training_pdp import _read_train_state, load_train_latents, train_pdp
-from sim.mujoco import classify_route
 
-ENV_ID = "mujoco:reach_around"
-OBS_EXCLUDE = ("vel_x", "vel_y", "goal_x", "goal_y")
-"""State dims the experiment's policies do not see: velocity (= the last action, a copycat
-shortcut) and the absolute goal (redundant with position + goal offset)."""
 MODES = ("reference", "receding")
 """Policy variants the experiment trains and evaluates (``PDPConfig.variant``)."""
 ROUTES = ("left", "center", "right")
@@ -350,104 +345,6 @@ demonstrations costs ~2 s per step on one CPU thread) and 20 episodes per interp
 ``smoke`` = the pipeline in minutes (tests)."""
 
 
-def make_env(terminate_on_block: bool = True) -> Any:
-    """The reach_around env (episodes end when a closed passage's wall is hit)."""
-    return sim.make(ENV_ID, terminate_on_block=terminate_on_block)
-
-
-def route_of(states: np.ndarray) -> str:
-    """Route class of a state trajectory (x, y are the first two state dims)."""
-    return str(classify_route(np.asarray(states)[:, :2]))
-
-
-def collect_demonstrations(
-    n: int,
-    seed: int = 0,
-    out_dir: str | Path | None = None,
-    scene: str = "default",
-    route: str | None = None,
-    *,
-    max_seeds: int | None = None,
-    seeds_used: list[int] | None = None,
-) -> Demonstrations:
-    """Roll out the scripted expert (random route/speed) for ``n`` successful demonstrations.
-
-    Args:
-        n: Successful demonstrations wanted.
-        seed: First env seed (seeds ``seed, seed + 1, ...``).
-        out_dir: Also write them as a dataset folder (robomimic shards) when given.
-        scene: Scene of every episode.
-        route: Force one route (None: random among open passages).
-        max_seeds: Try at most this many seeds (None: no limit).
-        seeds_used: Appended with the seed of each kept demonstration.
-
-    Raises:
-        ConfigError: ``max_seeds`` seeds gave fewer than ``n`` successful demonstrations.
-    """
-    env = make_env()
-    writer = DatasetWriter(out_dir, env_args=env.describe()) if out_dir is not None else None
-    states: list[np.ndarray] = []
-    actions: list[np.ndarray] = []
-    labels: list[str] = []
-    s = seed
-    while len(states) < n:
-        if max_seeds is not None and s - seed >= max_seeds:
-            raise ConfigError(
-                f"the expert succeeded {len(states)} times in {max_seeds} seeds from {seed} "
-                f"(scene {scene!r}, route {route!r}), {n} demonstrations wanted",
-                fix="raise max_seeds (SeedOffsets.demonstration_tries) or check the scene",
-            )
-        expert = env.unwrapped.expert(route=route, avoid_blocked=True)
-        ep = rollout(env, expert, seed=s, reset_options={"scene": scene}, record_images=False)
-        s += 1
-        if not ep.success:
-            continue
-        ep.meta["route"] = expert.current_route
-        ep.meta["speed_mps"] = expert.current_speed
-        if writer is not None:
-            writer.add(ep)
-        if seeds_used is not None:
-            seeds_used.append(s - 1)
-        states.append(ep.observations["state"].astype(np.float64))
-        actions.append(ep.actions)
-        labels.append(expert.current_route)
-    return Demonstrations(states, actions, labels, env.describe())
-
-
-def run_episodes(
-    env: Any,
-    policy: Any,
-    seeds: Sequence[int],
-    scene: str = "default",
-    z: np.ndarray | Sequence[np.ndarray] | Sequence[float] | None = None,
-) -> list[dict[str, Any]]:
-    """Roll out ``policy`` once per seed, exactly as ``embodied eval`` rolls out an episode.
-
-    Each episode is ``embodied.loop.rollout(env, policy, seed=seed)`` (the rollout seeds the
-    policy's sampling noise from ``(policy.noise_seed, seed)``); the default scene passes no
-    reset options, as ``embodied eval`` does. ``z`` is one latent or one per seed (clipped to
-    the knob bounds).
-    """
-    rows = []
-    options = None if scene == "default" else {"scene": scene}
-    for i, seed in enumerate(seeds):
-        if z is not None:
-            zi = z[i] if isinstance(z, Sequence) or np.ndim(z) == 2 else z
-            policy.set_knob("z", np.clip(zi, -policy.config.z_bound, policy.config.z_bound))
-        ep = rollout(env, policy, seed=int(seed), reset_options=options, record_images=False)
-        rows.append(
-            {
-                "seed": int(seed),
-                "success": bool(ep.success),
-                "steps": len(ep),
-                "route": route_of(ep.observations["state"]),
-                "blocked": bool(ep.final_info.get("blocked", False)),
-                "path": ep.observations["state"][:, :2].copy(),
-            }
-        )
-    return rows
-
-
 def success_rate(rows: Sequence[dict[str, Any]]) -> float:
     """Fraction of successful episodes."""
     return float(np.mean([r["success"] for r in rows])) if rows else float("nan")
@@ -601,30 +498,6 @@ def latent_grid_rollouts(
     return zs, run_episodes(env, policy, [seed] * len(zs), z=zs)
 
 
-def interpolation_ends(centroids: Mapping[str, np.ndarray]) -> tuple[str, str]:
-    """The two route latents interpolated: left and right, else the first two routes."""
-    keys = [k for k in ("left", "right") if k in centroids]
-    if len(keys) < 2:
-        keys = sorted(centroids)[:2]
-    return keys[0], keys[-1]
-
-
-def interpolation_rollouts(
-    env: Any, policy: Any, centroids: Mapping[str, np.ndarray], seed: int, n: int = 7
-) -> tuple[tuple[str, str], np.ndarray, list[dict[str, Any]]]:
-    """Roll out ``policy`` (seed ``seed``) at ``n`` z linearly interpolated from the left to
-    the right route latent (or the first two routes present).
-
-    Returns:
-        The two routes interpolated, the weights a and the rows (for
-        :func:`plot_interpolation`).
-    """
-    a, b = interpolation_ends(centroids)
-    alphas = np.linspace(0.0, 1.0, n)
-    zs = [(1 - w) * centroids[a] + w * centroids[b] for w in alphas]
-    return (a, b), alphas, run_episodes(env, policy, [seed] * n, z=zs)
-
-
 def interpolation_results(
     env: Any,
     policy: Any,
@@ -645,23 +518,6 @@ def interpolation_results(
         rows = run_episodes(env, policy, seeds, z=z)
         points.append({"alpha": float(w), "z": z.tolist(), **cell(rows)})
     return {"ends": [a, b], "points": points}
-
-
-def write_interpolation_plot(
-    path: str | Path, env: Any, policy: Any, centroids: Mapping[str, np.ndarray], seed: int
-) -> Path:
-    """Roll out the z interpolation and plot it over the obstacles of ``env``'s model."""
-    ends, alphas, rows = interpolation_rollouts(env, policy, centroids, seed)
-    return plot_interpolation(path, alphas, rows, ends, obstacle_boxes(env.unwrapped.model))
-
-
-def route_centroids(latents: np.ndarray, labels: Sequence[str]) -> dict[str, np.ndarray]:
-    """Mean knob-space latent of each route's demonstrations."""
-    out = {}
-    for r in sorted(set(labels)):
-        mask = np.asarray(labels) == r
-        out[r] = latents[mask].mean(0)
-    return out
 
 
 def coverage_of(routes: Mapping[str, int]) -> dict[str, Any]:
@@ -913,37 +769,6 @@ def evaluate(
 # ---- aggregation and tables -------------------------------------------------------------------
 
 
-def pooled_stat(per_seed: Sequence[tuple[int, int]]) -> dict[str, Any]:
-    """Statistics of one cell over training seeds, from ``(successes, n)`` per seed.
-
-    Returns:
-        ``mean`` and ``std`` (sample std, ddof=1; 0 for one seed) of the per-seed rates,
-        pooled ``successes`` and ``n``, the Wilson 95 % interval of the pooled episodes and the
-        number of seeds.
-    """
-    rates = [k / n for k, n in per_seed if n > 0]
-    k_all = int(sum(k for k, _ in per_seed))
-    n_all = int(sum(n for _, n in per_seed))
-    lo, hi = wilson_interval(k_all, n_all)
-    return {
-        "mean": float(np.mean(rates)) if rates else math.nan,
-        "std": float(np.std(rates, ddof=1)) if len(rates) > 1 else 0.0,
-        "successes": k_all,
-        "n": n_all,
-        "wilson": [lo, hi],
-        "seeds": len(per_seed),
-    }
-
-
-def format_stat(stat: Mapping[str, Any]) -> str:
-    """``"mean ± std [Wilson lo–hi] (n)"`` in percent."""
-    lo, hi = stat["wilson"]
-    return (
-        f"{100 * stat['mean']:.0f} ± {100 * stat['std']:.0f} "
-        f"[{100 * lo:.0f}–{100 * hi:.0f}] ({stat['n']})"
-    )
-
-
 def _by_mode(runs: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
     out: dict[str, list[Mapping[str, Any]]] = {}
     for r in runs:
@@ -1039,14 +864,6 @@ def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return [
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-        *("| " + " | ".join(r) + " |" for r in rows),
-    ]
-
-
 def results_markdown(
     runs: Sequence[Mapping[str, Any]], agg: Mapping[str, Any] | None = None
 ) -> str:
@@ -1065,7 +882,7 @@ def results_markdown(
             if not isinstance(d, Mapping) or k not in d:
                 return dash
             d = d[k]
-        return format_stat(d)  # type: ignore[arg-type]
+        return format_pooled(d)  # type: ignore[arg-type]
 
     n_seeds = {m: len(agg[m]["seeds"]) for m in modes}
     lines = [
@@ -1088,7 +905,7 @@ def results_markdown(
         [f"PDP, z = {r} route latent", *(get(agg[m], "unshifted", f"pdp_route_{r}") for m in modes)]
         for r in routes
     ]
-    lines += _table(["method", *modes], rows)
+    lines += markdown_table(["method", *modes], rows)
     lines += ["", "## Shifted scenes (all scenes pooled)", ""]
     rows = [
         [label, *(get(agg[m], "shifted", "all", k) for m in modes)]
@@ -1098,7 +915,7 @@ def results_markdown(
         [label, *(get(agg[m], "shifted", "all", k) for m in modes)]
         for k, label in SHIFT_DIAGNOSTICS.items()
     ]
-    lines += _table(["method", *modes], rows)
+    lines += markdown_table(["method", *modes], rows)
     budget = [
         f"{m}: {agg[m].get('budget', {}).get('gradient_steps', dash)} gradient steps on the one "
         f"demonstration (z adaptation and DP fine-tuning), "
@@ -1126,19 +943,19 @@ def results_markdown(
                     f"{c[name]['classes_covered_min']}/3",
                 ]
             )
-    lines += _table(["", *ROUTES, "classes covered (min over seeds)"], cov_rows)
+    lines += markdown_table(["", *ROUTES, "classes covered (min over seeds)"], cov_rows)
     lines += ["", "## Route control (z = a route's mean latent: rollouts taking that route)", ""]
-    lines += _table(
+    lines += markdown_table(
         ["route", *modes], [[r, *(get(agg[m], "route_control", r) for m in modes)] for r in routes]
     )
     for m in modes:
         itp = agg[m]["interpolation"]
         a, b = itp["ends"]
         lines += ["", f"## Interpolation {m}: z = (1 - a) z_{a} + a z_{b}", ""]
-        lines += _table(
+        lines += markdown_table(
             ["a", "success", "routes (successful)"],
             [
-                [f"{p['alpha']:.2f}", format_stat(p["success"]), str(p["routes"])]
+                [f"{p['alpha']:.2f}", format_pooled(p["success"]), str(p["routes"])]
                 for p in itp["points"]
             ],
         )
@@ -1148,7 +965,7 @@ def results_markdown(
             continue
         methods = {**SHIFT_METHODS, **SHIFT_DIAGNOSTICS}
         lines += ["", f"## Shifted scenes per scene ({m})", ""]
-        lines += _table(
+        lines += markdown_table(
             ["scene", *methods.values()],
             [[s, *(get(agg[m], "shifted", s, k) for k in methods)] for s in scenes],
         )
@@ -1245,70 +1062,3 @@ def _unfinished(ckpt: Path) -> bool:
     data = _read_train_state(ckpt)
     steps = data["config"].get("steps")
     return not isinstance(steps, int) or data["step"] < steps
-
-
-def quick_demo(
-    out_dir: str | Path, budget_s: float = 90.0, n_demonstrations: int = 60, seed: int = 0
-) -> dict[str, Any]:
-    """Train a small PDP within ``budget_s`` and roll it out once per route latent.
-
-    For ``embodied demo``: collects expert demonstrations, trains (time-boxed), then runs the
-    policy with z set to each route's mean latent and writes ``interpolation.png``.
-
-    Returns:
-        Metrics: checkpoint path, training steps/seconds/loss, per-route rollout outcome,
-        success rate and the plot path.
-    """
-    t0 = time.perf_counter()
-    out = Path(out_dir)
-    demonstrations = collect_demonstrations(
-        n_demonstrations, seed=seed, out_dir=out / "demonstrations"
-    )
-    train_budget = max(10.0, 0.75 * budget_s - (time.perf_counter() - t0))
-    result = train_pdp(
-        demonstrations,
-        out / "pdp",
-        None,
-        overrides={  # time-boxed: the earlier, smaller denoiser gets more steps into the box
-            "steps": 3000,
-            "hidden_dim": 128,
-            "cond_dim": 64,
-            "num_inference_steps": 8,
-            "seed": seed,
-            "obs_exclude": list(OBS_EXCLUDE),
-        },
-        progress=False,
-        budget_s=train_budget,
-        checkpoint_every=250,
-    )
-    policy = PDPPolicy.from_pretrained(out / "pdp")
-    centroids = route_centroids(result.demonstration_latents, result.labels)
-    env = make_env()
-    routes = {}
-    for route, z in centroids.items():
-        row = run_episodes(env, policy, [seed + 777], z=z)[0]
-        routes[route] = {
-            "z": z.tolist(),
-            "route_taken": row["route"],
-            "success": row["success"],
-            "steps": row["steps"],
-        }
-    rng = np.random.default_rng(seed)
-    prior = []
-    for i in range(3):  # z sampled from the manifold's prior
-        z = rng.standard_normal(policy.config.z_dim)
-        row = run_episodes(env, policy, [seed + 900 + i], z=z)[0]
-        prior.append({"z": z.tolist(), "route_taken": row["route"], "success": row["success"]})
-    plot = write_interpolation_plot(out / "interpolation.png", env, policy, centroids, seed + 777)
-    return {
-        "checkpoint": str(out / "pdp"),
-        "train_steps": result.steps,
-        "train_seconds": round(result.seconds, 1),
-        "final_loss": result.final_loss,
-        "routes": routes,
-        "prior_samples": prior,
-        "success_rate": float(np.mean([r["success"] for r in routes.values()])),
-        "route_match": float(np.mean([r["route_taken"] == k for k, r in routes.items()])),
-        "plot": str(plot),
-        "seconds": round(time.perf_counter() - t0, 1),
-    }

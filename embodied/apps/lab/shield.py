@@ -31,18 +31,27 @@ the env RNG seeded with the run seed, never from that range); the shielded arm k
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
 
+from controllers.rl.configuration_rl import PPOSettings, merge_ppo_layers
+from controllers.rl.training_rl import quiet_logger
 from controllers.shield import ActionSet, BinSpec, RobustShield, ShieldConfig, ShieldFilter
 from controllers.shield.shield import ShieldedEnv
+from embodied.apps.lab.stats import (
+    format_pm,
+    format_rate,
+    markdown_table,
+    mean_or_none,
+    mean_std,
+    rate,
+)
 from embodied.errors import ConfigError
 from embodied.io import atomic_path, write_json, write_text
 
@@ -80,6 +89,8 @@ PROGRESS_REWARD_PER_M = 10.0
 SUCCESS_REWARD = 1.0
 VIOLATION_PENALTY = 1.0
 ARMS = ("ppo", "shielded")
+SHIELD_PPO = PPOSettings(n_steps=1024)
+"""PPO settings of both arms: rollouts of 1024 steps, otherwise stable-baselines3's defaults."""
 EXPLORE_BAND_M = 2 * STEP_M
 """Exploration starts lie within this distance (m) of the grown zone: the abstract states next
 to the zone are thin strips, so starting near them is what gives their pairs enough counts."""
@@ -233,10 +244,8 @@ class ShieldExperimentConfig:
         exploration_steps: Steps of random exploration near the zone that fill the shield's
             counts before the shielded arm trains (part of timesteps).
         exploration_episode_steps: Length of one exploration episode in control steps.
-        n_steps: PPO rollout length per update (the shield is refreshed after each rollout).
-        batch_size: PPO minibatch size.
-        n_epochs: PPO optimisation epochs per update.
-        learning_rate: Adam step size of both arms.
+        ppo: PPO hyperparameters of both arms (the shield is refreshed after each rollout of
+            ``ppo.n_steps``; ``ppo.batch_size <= ppo.n_steps``: one env).
         hidden: Hidden layer widths of the policy and value MLPs (tanh).
         eval_episodes: Evaluation episodes per run (deterministic policy).
         eval_seed0: First reset seed of the evaluation episodes (disjoint from training).
@@ -252,10 +261,7 @@ class ShieldExperimentConfig:
     timesteps: int = 150_000
     exploration_steps: int = 60_000
     exploration_episode_steps: int = 10
-    n_steps: int = 1024
-    batch_size: int = 64
-    n_epochs: int = 10
-    learning_rate: float = 3e-4
+    ppo: PPOSettings = SHIELD_PPO
     hidden: tuple[int, ...] = (64, 64)
     eval_episodes: int = 50
     eval_seed0: int = 100_000
@@ -270,9 +276,6 @@ class ShieldExperimentConfig:
             "seeds",
             "timesteps",
             "exploration_episode_steps",
-            "n_steps",
-            "batch_size",
-            "n_epochs",
             "eval_episodes",
         ):
             _positive_int(name, getattr(self, name))
@@ -282,20 +285,16 @@ class ShieldExperimentConfig:
                 raise ConfigError(
                     f"{name} must be an int >= 0, got {value!r}", fix=f"e.g. {name}=0"
                 )
-        if self.exploration_steps + self.n_steps > self.timesteps:
+        if self.exploration_steps + self.ppo.n_steps > self.timesteps:
             raise ConfigError(
                 f"exploration_steps {self.exploration_steps} leaves less than one PPO rollout "
-                f"(n_steps {self.n_steps}) of timesteps {self.timesteps}",
+                f"(n_steps {self.ppo.n_steps}) of timesteps {self.timesteps}",
                 fix="raise timesteps or lower exploration_steps",
             )
-        if self.batch_size > self.n_steps:
+        if self.ppo.batch_size > self.ppo.n_steps:
             raise ConfigError(
-                f"batch_size {self.batch_size} > n_steps {self.n_steps}",
+                f"batch_size {self.ppo.batch_size} > n_steps {self.ppo.n_steps}",
                 fix="batch_size <= n_steps",
-            )
-        if not (isinstance(self.learning_rate, int | float) and 0 < self.learning_rate < math.inf):
-            raise ConfigError(
-                f"learning_rate must be > 0, got {self.learning_rate!r}", fix="e.g. 3e-4"
             )
         if not self.hidden or any(
             isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden
@@ -312,7 +311,8 @@ class ShieldExperimentConfig:
 
     @classmethod
     def for_budget(cls, budget: str, **overrides: Any) -> ShieldExperimentConfig:
-        """The :data:`BUDGETS` preset ``budget`` with ``overrides`` on top.
+        """The :data:`BUDGETS` preset ``budget`` with ``overrides`` on top (``ppo``: a
+        :class:`PPOSettings` or a mapping of some of its fields, merged field by field).
 
         Raises:
             ConfigError: ``budget`` is unknown.
@@ -321,7 +321,7 @@ class ShieldExperimentConfig:
             raise ConfigError(
                 f"unknown shield experiment budget {budget!r}", fix=f"use one of {sorted(BUDGETS)}"
             )
-        return cls(**{**BUDGETS[budget], **overrides})
+        return cls(**merge_ppo_layers(SHIELD_PPO, BUDGETS[budget], overrides))
 
 
 BUDGETS: dict[str, dict[str, Any]] = {
@@ -330,8 +330,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
         "seeds": 1,
         "timesteps": 8192,
         "exploration_steps": 6000,
-        "n_steps": 512,
-        "n_epochs": 2,
+        "ppo": replace(SHIELD_PPO, n_steps=512, n_epochs=2),
         "eval_episodes": 5,
         "plots": False,
     },
@@ -392,11 +391,7 @@ def _ppo_kwargs(cfg: ShieldExperimentConfig, seed: int) -> dict[str, Any]:
     import torch
 
     return {
-        "n_steps": cfg.n_steps,
-        "batch_size": cfg.batch_size,
-        "n_epochs": cfg.n_epochs,
-        "learning_rate": cfg.learning_rate,
-        "gamma": 0.99,
+        **cfg.ppo.sb3_kwargs(),
         "seed": seed,
         "device": "cpu",
         "verbose": 0,
@@ -405,14 +400,6 @@ def _ppo_kwargs(cfg: ShieldExperimentConfig, seed: int) -> dict[str, Any]:
             "activation_fn": torch.nn.Tanh,
         },
     }
-
-
-def _quiet(model: Any) -> Any:
-    # without a log folder SB3 still creates an empty $TMPDIR/SB3-<time> folder per learn()
-    from stable_baselines3.common.logger import Logger
-
-    model.set_logger(Logger(folder=None, output_formats=[]))
-    return model
 
 
 def _episode_counter() -> Any:
@@ -482,7 +469,7 @@ def train_shielded(
         wrapped.masked, wrapped.decisions = 0.0, 0
 
     counter = _episode_counter()(refresh)
-    model = _quiet(MaskablePPO("MlpPolicy", env, **_ppo_kwargs(cfg, seed)))
+    model = quiet_logger(MaskablePPO("MlpPolicy", env, **_ppo_kwargs(cfg, seed)))
     model.learn(total_timesteps=cfg.timesteps - exploration["steps"], callback=counter)
     env.close()
     record = _train_record(counter, t0, exploration)
@@ -499,7 +486,7 @@ def train_unshielded(
     t0 = time.perf_counter()
     env = HazardReachEnv()
     counter = _episode_counter()()
-    model = _quiet(PPO("MlpPolicy", env, **_ppo_kwargs(cfg, seed)))
+    model = quiet_logger(PPO("MlpPolicy", env, **_ppo_kwargs(cfg, seed)))
     model.learn(total_timesteps=cfg.timesteps, callback=counter)
     env.close()
     record = _train_record(counter, t0, {"steps": 0, "episodes": 0, "violations": 0})
@@ -513,7 +500,7 @@ def _train_record(counter: Any, t0: float, exploration: dict[str, int]) -> dict[
         "train_episodes": counter.episodes,
         "train_violations": counter.violations,
         "train_violation_steps": counter.violation_steps,
-        "train_return_last": _mean(counter.returns[-20:]),
+        "train_return_last": mean_or_none(counter.returns[-20:]),
         "exploration": exploration,
         "train_seconds": round(time.perf_counter() - t0, 2),
     }
@@ -560,32 +547,13 @@ def evaluate(
         "eval_episodes": cfg.eval_episodes,
         "eval_violations": violations,
         "eval_successes": successes,
-        "eval_return_mean": _mean(returns),
-        "eval_length_mean": _mean(lengths),
+        "eval_return_mean": mean_or_none(returns),
+        "eval_length_mean": mean_or_none(lengths),
         "eval_interventions": 0 if filt is None else filt.interventions,
     }
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return float(np.mean(values)) if len(values) else None
-
-
 # ---- aggregate and report -----------------------------------------------------------------
-
-
-def _mean_std(values: Sequence[float | None]) -> dict[str, float | None]:
-    xs = [float(v) for v in values if v is not None]
-    if not xs:
-        return {"mean": None, "std": None}
-    return {"mean": float(np.mean(xs)), "std": float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0}
-
-
-def _rate(k: int, n: int) -> dict[str, Any]:
-    # imported here: the evaluation package's __init__ pulls in the whole harness
-    from embodied.apps.evaluation.stats import wilson_interval
-
-    low, high = wilson_interval(k, n)
-    return {"count": k, "n": n, "rate": k / n if n else 0.0, "wilson95": [low, high]}
 
 
 def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -599,30 +567,19 @@ def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         n_train = sum(r["train_episodes"] for r in rs)
         out[arm] = {
             "seeds": len(rs),
-            "train_violations": _mean_std([r["train_violations"] for r in rs]),
-            "train_violation_rate": _rate(sum(r["train_violations"] for r in rs), n_train),
-            "exploration_violations": _mean_std([r["exploration"]["violations"] for r in rs]),
-            "eval_violation_rate": _rate(sum(r["eval_violations"] for r in rs), n_eval),
-            "eval_success_rate": _rate(sum(r["eval_successes"] for r in rs), n_eval),
-            "eval_success_per_seed": _mean_std(
+            "train_violations": mean_std([r["train_violations"] for r in rs]),
+            "train_violation_rate": rate(sum(r["train_violations"] for r in rs), n_train),
+            "exploration_violations": mean_std([r["exploration"]["violations"] for r in rs]),
+            "eval_violation_rate": rate(sum(r["eval_violations"] for r in rs), n_eval),
+            "eval_success_rate": rate(sum(r["eval_successes"] for r in rs), n_eval),
+            "eval_success_per_seed": mean_std(
                 [r["eval_successes"] / r["eval_episodes"] for r in rs]
             ),
-            "eval_return": _mean_std([r["eval_return_mean"] for r in rs]),
-            "final_blocked": _mean_std([r["curve"][-1]["blocked"] for r in rs if r.get("curve")]),
-            "train_seconds": _mean_std([r["train_seconds"] for r in rs]),
+            "eval_return": mean_std([r["eval_return_mean"] for r in rs]),
+            "final_blocked": mean_std([r["curve"][-1]["blocked"] for r in rs if r.get("curve")]),
+            "train_seconds": mean_std([r["train_seconds"] for r in rs]),
         }
     return out
-
-
-def _pm(stat: Mapping[str, Any], digits: int = 2) -> str:
-    if stat.get("mean") is None:
-        return "-"
-    return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
-
-
-def _ci(rate: Mapping[str, Any]) -> str:
-    low, high = rate["wilson95"]
-    return f"{rate['count']}/{rate['n']} = {rate['rate']:.3f} [{low:.3f}, {high:.3f}]"
 
 
 def results_markdown(summary: Mapping[str, Any]) -> str:
@@ -640,16 +597,30 @@ def results_markdown(summary: Mapping[str, Any]) -> str:
         "adaptively collected counts). Rates pool the evaluation episodes of all seeds "
         "(Wilson 95 %); ± is the std over seeds.",
         "",
-        "| arm | training violations (episodes, per seed) | exploration violations "
-        "| eval violations [95 % CI] | eval success [95 % CI] | eval return | final blocked share |",
-        "|---|---|---|---|---|---|---|",
+        *markdown_table(
+            [
+                "arm",
+                "training violations (episodes, per seed)",
+                "exploration violations",
+                "eval violations [95 % CI]",
+                "eval success [95 % CI]",
+                "eval return",
+                "final blocked share",
+            ],
+            [
+                [
+                    arm,
+                    format_pm(a["train_violations"], 1),
+                    format_pm(a["exploration_violations"], 1),
+                    format_rate(a["eval_violation_rate"]),
+                    format_rate(a["eval_success_rate"]),
+                    format_pm(a["eval_return"]),
+                    format_pm(a["final_blocked"], 3),
+                ]
+                for arm, a in agg.items()
+            ],
+        ),
     ]
-    for arm, a in agg.items():
-        lines.append(
-            f"| {arm} | {_pm(a['train_violations'], 1)} | {_pm(a['exploration_violations'], 1)} "
-            f"| {_ci(a['eval_violation_rate'])} | {_ci(a['eval_success_rate'])} "
-            f"| {_pm(a['eval_return'])} | {_pm(a['final_blocked'], 3)} |"
-        )
     lines += ["", f"Wall time: {summary['wall_seconds']:.0f} s.", ""]
     return "\n".join(lines)
 
@@ -710,7 +681,7 @@ def run_experiment(
             "shield_counts": "exploration phase (in the budget) + online from the agent's "
             "transitions, refreshed after every PPO rollout",
         },
-        "config": {f.name: getattr(cfg, f.name) for f in fields(cfg)},
+        "config": asdict(cfg),
         "runs": runs,
         "aggregate": aggregate(runs),
         "wall_seconds": time.perf_counter() - t0,
@@ -743,7 +714,7 @@ def train_one(
         save_file(state, str(tmp))
     result = {
         "seed": seed,
-        "config": {f.name: getattr(cfg, f.name) for f in fields(cfg)},
+        "config": asdict(cfg),
         "measure": f"{__name__}:stopping_offsets",
         **record,
         **evaluate(model, cfg, shield),

@@ -1,9 +1,9 @@
 """Activation steering of VLAs: extract directions, run experiments.
 
-`embodied steer experiment` compares open- and closed-loop steering; without
+`embodied lab steer experiment` compares open- and closed-loop steering; without
 `--model` it first trains the tiny VLA on the built-in arm task, with `--model
 openvla/openvla-7b --env libero:...` it steers the real model on a GPU. The
-tiny VLA alone is trained by `embodied train vla`. `embodied steer reference` runs the
+tiny VLA alone is trained by `embodied train vla`. `embodied lab steer reference` runs the
 same controllers on the scripted speed-knob plant (no VLA): no control vs fixed alpha vs PID
 (vs RL).
 """
@@ -17,10 +17,10 @@ from typing import Any
 
 import typer
 
-# Light modules only (`embodied steer --help` does not import torch); each command imports the
+# Light modules only (`embodied lab steer --help` does not import torch); each command imports the
 # experiment code when it runs.
 from embodied.apps.cli._config_options import Opt, config_options
-from embodied.apps.experiments.config_steer import (
+from embodied.apps.lab.config_steer import (
     DialSettings,
     ExperimentSettings,
     SteerExperimentConfig,
@@ -57,8 +57,9 @@ def extract_cmd(
     """Difference-of-means speed direction (fast vs slow demonstration steps) or neuron cluster."""
     import torch
 
-    from embodied.apps.cli._steer import log, steer_env
-    from embodied.apps.experiments.steer import extract_speed_intervention
+    from embodied.apps.cli._common import log
+    from embodied.apps.lab.steer import extract_speed_intervention
+    from embodied.apps.training.training_vla import steer_env
     from policies.openvla.loading_openvla import load_pretrained
 
     torch.set_num_threads(1)
@@ -120,9 +121,9 @@ def experiment_cmd(
     """None vs fixed alpha* vs Häon et al. vs PID vs RL, tuned on seeds disjoint from evaluation."""
     import torch
 
-    from embodied.apps.cli._steer import log
-    from embodied.apps.experiments.steer import steer_experiment
-    from embodied.apps.experiments.steer_report import markdown_table
+    from embodied.apps.cli._common import log
+    from embodied.apps.lab.steer import steer_experiment
+    from embodied.apps.lab.steer_report import markdown_table
 
     torch.set_num_threads(1)
     report = steer_experiment(
@@ -161,8 +162,8 @@ def dial_cmd(
     success against alpha) on tuning seeds: OUT/dial.{json,md,png}."""
     import torch
 
-    from embodied.apps.cli._steer import log
-    from embodied.apps.experiments.steer import dial_experiment
+    from embodied.apps.cli._common import log
+    from embodied.apps.lab.steer import dial_experiment
     from embodied.errors import ConfigError
 
     torch.set_num_threads(1)
@@ -183,7 +184,7 @@ def reference_cmd(
     seeds: int = typer.Option(5, "--seeds", help="Episodes per controller."),
 ) -> None:
     """Closed loop on the scripted speed-knob plant: no control vs fixed alpha vs PID (vs RL)."""
-    from embodied.apps.experiments import controllers as reference_comparison
+    from embodied.apps.lab import controllers as reference_comparison
 
     table = reference_comparison.run(out, rl_path=rl, train_rl_steps=train_rl, seeds=seeds)
     print(reference_comparison.format_table(table))

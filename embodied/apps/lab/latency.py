@@ -1,6 +1,6 @@
 """Inference latency vs chunk execution: synchronous, asynchronous, asynchronous + RTC.
 
-``embodied latency`` checks real-time chunking's claim (Black, Galliker and Levine
+``embodied lab latency`` checks real-time chunking's claim (Black, Galliker and Levine
 2025): as inference takes longer, synchronous execution stalls the robot and naive
 asynchronous execution jumps between chunks, while RTC keeps success. A plain diffusion policy
 is trained on expert demonstrations of ``mujoco:reach_around`` (one per training seed), then
@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 import sim
-from embodied.apps.evaluation.stats import wilson_interval
+from embodied.apps.lab.stats import markdown_table, wilson_interval
 from embodied.chunking import AsyncChunks
 from embodied.contracts import Policy
 from embodied.errors import ConfigError
@@ -305,17 +305,9 @@ def markdown(result: dict[str, Any]) -> str:
     """The result table: one row per method, one column per delay."""
     cfg = result["config"]
     delays = cfg["delays"]
-    head = "| method | " + " | ".join(f"delay {d}" for d in delays) + " |"
-    lines = [
-        f"Success on {cfg['env']} ({cfg['episodes']} held-out episodes x "
-        f"{len(cfg['training_seeds'])} training seeds per cell, Wilson 95 %); missed control "
-        "periods per episode; action jump at chunk boundaries / elsewhere.",
-        "",
-        head,
-        "|---|" + "---|" * len(delays),
-    ]
+    rows = []
     for method in cfg["methods"]:
-        row = []
+        row = [method]
         for d in delays:
             c = result["cells"][f"{method}@{d}"]
             lo, hi = c["wilson95"]
@@ -323,7 +315,14 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{c['successes']}/{c['n']} [{100 * lo:.0f}, {100 * hi:.0f}]; missed "
                 f"{c['missed_periods']:.1f}; jump {c['boundary_jump']:.3f}/{c['other_jump']:.3f}"
             )
-        lines.append(f"| {method} | " + " | ".join(row) + " |")
+        rows.append(row)
+    lines = [
+        f"Success on {cfg['env']} ({cfg['episodes']} held-out episodes x "
+        f"{len(cfg['training_seeds'])} training seeds per cell, Wilson 95 %); missed control "
+        "periods per episode; action jump at chunk boundaries / elsewhere.",
+        "",
+        *markdown_table(["method", *(f"delay {d}" for d in delays)], rows),
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -1,8 +1,8 @@
 """The options of the steering experiment (:class:`SteerExperimentConfig`,
 :class:`ExperimentSettings`), apart from the experiment so that ``embodied train --help`` and
-``embodied steer --help`` build their options without importing torch.
+``embodied lab steer --help`` build their options without importing torch.
 
-:mod:`embodied.apps.experiments.steer` re-exports both.
+:mod:`embodied.apps.lab.steer` re-exports both.
 """
 
 from __future__ import annotations
@@ -12,16 +12,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from embodied.apps.training.config_vla import TinyVLAConfig
 from embodied.errors import ConfigError
 
 
 @dataclass(frozen=True)
-class SteerExperimentConfig:
+class SteerExperimentConfig(TinyVLAConfig):
     """What :func:`steer_experiment` steers and how it finds the direction (the evaluation is
-    :class:`ExperimentSettings`); ``embodied steer extract`` shares the direction fields.
+    :class:`ExperimentSettings`); ``embodied lab steer extract`` shares the direction fields.
+
+    The env and the tiny VLA's fields (``env_id``, ``layout``, ``image_size``, ``llm_layers``,
+    ``demonstration_episodes``) are :class:`~embodied.apps.training.config_vla.TinyVLAConfig`'s.
 
     Args:
-        env_id: Env id (mujoco:* records fresh expert demonstrations; libero:... on a GPU).
         model: OpenVLA checkpoint folder or hub id (None: train the tiny VLA on the env).
         direction: Saved direction or neuron cluster (None: extract one).
         dataset: Recorded demonstrations to extract the direction from (LIBERO: required).
@@ -33,11 +36,6 @@ class SteerExperimentConfig:
         unnorm_key: Dataset statistics key of the model.
         extraction_episodes: Fresh demonstration episodes per (level, target) to extract the
             direction from.
-        layout: arm_reach cube layout: fixed | random.
-        image_size: Camera size in pixels (mujoco envs).
-        llm_layers: Tiny model: Llama decoder layers.
-        demonstration_episodes: Tiny model: demonstration episodes per (level, target) (4 and
-            2000 steps: 30/30 unsteered successes; 2 and 500 steps: about 20 %).
         train_steps: Tiny model: BC steps.
         retrain: Retrain the tiny model even if OUT/vla exists.
         pid_kp: PID kp (None: both gains from the fixed-alpha sweep).
@@ -46,11 +44,10 @@ class SteerExperimentConfig:
             named classes, the earlier experiment), none (continuous speeds, plain prompt) or
             continuum (continuous speeds, an ordered "at speed 1..9" scale).
         speed_range: Demonstration cruise speeds (min, max) in m/s (none and continuum).
-        method: Direction extraction: mean_difference, paired or probe (``embodied steer dial``
+        method: Direction extraction: mean_difference, paired or probe (``embodied lab steer dial``
             compares all three).
     """
 
-    env_id: str = "mujoco:arm_reach"
     model: str | None = None
     direction: Path | None = None
     dataset: Path | None = None
@@ -61,10 +58,6 @@ class SteerExperimentConfig:
     neurons: int = 64
     unnorm_key: str | None = None
     extraction_episodes: int = 1
-    layout: str = "fixed"
-    image_size: int = 64
-    llm_layers: int = 4
-    demonstration_episodes: int = 4
     train_steps: int = 2000
     retrain: bool = False
     pid_kp: float | None = None
@@ -193,7 +186,7 @@ class ExperimentSettings:
 
 @dataclass
 class DialSettings:
-    """What ``embodied steer dial`` measures: the dose-response of each extraction method.
+    """What ``embodied lab steer dial`` measures: the dose-response of each extraction method.
 
     Args:
         methods: Extraction methods compared (mean_difference, paired, probe).

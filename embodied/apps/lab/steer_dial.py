@@ -29,14 +29,15 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 import policies
-from embodied.apps.evaluation.stats import Z95, wilson_interval
+from embodied.apps.lab.stats import Z95, wilson_interval
+from embodied.apps.training.training_vla import SPEED_LEVELS, Log, no_log
 from embodied.contracts import Env
 from embodied.errors import ConfigError
 from embodied.loop import rollout
@@ -45,25 +46,15 @@ from policies.openvla.processor_openvla import OpenVLAProcessor, action_stats, n
 from policies.openvla.steering import SteeringDirection, collect_activations, mean_difference
 from policies.openvla.training_openvla import DemonstrationSteps
 
-Log = Callable[[str], None]
-
 SPEED_LABELS = ("none", "continuum", "adverbs")
 """How a graded demonstration's prompt names its speed (see the module docstring)."""
 CONTINUUM_LEVELS = 9
 """Words of the ``continuum`` scale ("at speed 1" ... "at speed 9")."""
-ADVERB_LEVELS: dict[str, tuple[tuple[float, float], str]] = {
-    "slow": ((0.04, 0.08), "slowly"),
-    "normal": ((0.09, 0.15), ""),
-    "fast": ((0.16, 0.25), "quickly"),
-}
+ADVERB_LEVELS = SPEED_LEVELS
 """The earlier experiment's three classes: level -> (speed range m/s, adverb)."""
 METHODS = ("mean_difference", "paired", "probe")
 """Direction extraction methods of :func:`extract_direction`."""
 _SUFFIX = re.compile(r"\s+(?:quickly|slowly|at speed \d+)$")
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 def check_labels(labels: str) -> None:
@@ -130,7 +121,7 @@ def collect_graded_demonstrations(
     seed: int = 0,
     reset_options: dict[str, Any] | None = None,
     targets: Sequence[str] = (),
-    log: Log = _quiet,
+    log: Log = no_log,
 ) -> DemonstrationSteps:
     """Expert demonstrations whose cruise speed is drawn per episode from ``speed_range``.
 

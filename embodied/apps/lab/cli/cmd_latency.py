@@ -15,7 +15,7 @@ from typing import Any
 import typer
 
 from embodied.apps.cli._config_options import config_options
-from embodied.apps.experiments.latency import LatencyConfig, run_experiment
+from embodied.apps.lab.latency import LatencyConfig, run_experiment
 
 
 def register(app: typer.Typer) -> None:

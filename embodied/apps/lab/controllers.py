@@ -1,9 +1,8 @@
 """Closed-loop steering on the built-in task: no control vs fixed alpha vs PID (vs RL).
 
-``embodied steer reference --out runs/ctrl_reference [--rl runs/rl_speed] [--train-rl 20000]``
-(:func:`run`) writes ``tracking.png`` (ee_speed and alpha_t over time) and ``table.json`` (RMSE, rise time,
-overshoot, settling time, success per controller). :func:`pid_steered_rollout` is the
-PID-steered rollout of ``embodied demo``.
+``embodied lab steer reference --out runs/ctrl_reference [--rl runs/rl_speed] [--train-rl 20000]``
+(:func:`run`) writes ``tracking.png`` (ee_speed and alpha_t over time) and ``table.json`` (RMSE,
+rise time, overshoot, settling time, success per controller).
 """
 
 from __future__ import annotations
@@ -18,33 +17,19 @@ import numpy as np
 
 import controllers
 from controllers.analysis import step_response, tracking_rmse
-from embodied.apps.experiments.controller_plots import plot_tracking
-from embodied.apps.reference_task import REFERENCE_PID, reference_task, train_on_reference_task
+from embodied.apps.plotting import plot_tracking
+from embodied.apps.reference_task import (
+    REFERENCE_PID,
+    STEP_HIGH_MPS,
+    STEP_LOW_MPS,
+    STEP_TIME_S,
+    reference_task,
+    step_setpoint,
+    train_on_reference_task,
+)
 from embodied.errors import ConfigError
 from embodied.io import write_json
 from embodied.loop import Episode, Steering, rollout
-
-STEP_LOW_MPS, STEP_HIGH_MPS, STEP_TIME_S = 0.06, 0.15, 1.0
-
-
-def step_setpoint(
-    low: float = STEP_LOW_MPS, high: float = STEP_HIGH_MPS, at_s: float = STEP_TIME_S
-) -> Callable[[float], float]:
-    """Setpoint schedule: ``low`` m/s until ``at_s`` seconds, then ``high``."""
-
-    def setpoint(t_s: float) -> float:
-        return low if t_s < at_s else high
-
-    return setpoint
-
-
-def pid_steered_rollout(seed: int = 0, record_images: bool = True, **env_kwargs: Any) -> Episode:
-    """One PID-steered rollout of the built-in task (ee_speed setpoint step via alpha)."""
-    task = reference_task(**env_kwargs)
-    steering = Steering(
-        task.concept, controllers.make("pid", **REFERENCE_PID), task.knob, step_setpoint()
-    )
-    return rollout(task.env, task.policy, steering=steering, seed=seed, record_images=record_images)
 
 
 def compare(

@@ -1,6 +1,6 @@
 """The CTRL-STEER experiment: open-loop vs closed-loop activation steering of a VLA.
 
-Pipeline (``embodied steer experiment``, :func:`steer_experiment`):
+Pipeline (``embodied lab steer experiment``, :func:`steer_experiment`):
 
 1. Demonstrations: the scripted expert at three commanded speeds (slow / normal / fast), with
    the speed adverb in the instruction ("reach the red cube quickly"), recorded through
@@ -18,7 +18,8 @@ Pipeline (``embodied steer experiment``, :func:`steer_experiment`):
    settling time; the sweeps; plots of speed and alpha_t and of success vs RMSE.
 
 The same functions run a real checkpoint (``--model openvla/openvla-7b``) on LIBERO with a
-direction from a LIBERO dataset; only the tiny-model training is specific to the built-in task.
+direction from a LIBERO dataset; only the tiny-model training is specific to the built-in task,
+and it is the product's (``embodied train vla``, :mod:`embodied.apps.training.training_vla`).
 """
 
 from __future__ import annotations
@@ -35,18 +36,16 @@ import numpy as np
 import torch
 
 import controllers
-import policies
-import sim
 from controllers.analysis import step_response, tracking_rmse
 from controllers.rl import RLControllerConfig, SteeringEnv
-from controllers.rl.training_rl import PPOSettings, train_rl_controller
-from embodied.apps.evaluation.stats import Z95, wilson_interval
-from embodied.apps.experiments.config_steer import (
+from controllers.rl.training_rl import CONTROLLER_PPO, RLTrainSettings, train_rl_controller
+from embodied.apps.lab.config_steer import (
     DialSettings,
     ExperimentSettings,
     SteerExperimentConfig,
 )
-from embodied.apps.experiments.steer_dial import (
+from embodied.apps.lab.stats import Z95, wilson_interval
+from embodied.apps.lab.steer_dial import (
     check_dial,
     collect_graded_demonstrations,
     dose_point,
@@ -55,15 +54,22 @@ from embodied.apps.experiments.steer_dial import (
     plot_dose_response,
     scene_key,
 )
-from embodied.apps.experiments.steer_report import write_report
+from embodied.apps.lab.steer_report import write_report
+from embodied.apps.training.training_vla import (
+    SPEED_LEVELS,
+    Log,
+    collect_speed_demonstrations,
+    no_log,
+    steer_env,
+    train_tiny_on_env,
+)
 from embodied.concepts import make_concept
 from embodied.contracts import Controller, Env, Policy
 from embodied.datasets import Dataset
-from embodied.distributed import Distributed
 from embodied.errors import ConfigError
 from embodied.io import write_json, write_text
 from embodied.loop import Steering, rollout
-from policies.openvla.loading_openvla import load_pretrained, save_pretrained
+from policies.openvla.loading_openvla import load_pretrained
 from policies.openvla.modeling_openvla import OpenVLAModel
 from policies.openvla.policy_openvla import (
     OpenVLAPolicy,
@@ -83,28 +89,7 @@ from policies.openvla.steering import (
     select_neurons,
     select_value_vector_neurons,
 )
-from policies.openvla.training_openvla import (
-    BCSettings,
-    DemonstrationSteps,
-    build_tiny_vla,
-    train_bc,
-)
-from sim.mujoco.arm_reach import COLORS
-
-SPEED_LEVELS: dict[str, tuple[tuple[float, float], str]] = {
-    "slow": ((0.04, 0.08), "slowly"),
-    "normal": ((0.09, 0.15), ""),
-    "fast": ((0.16, 0.25), "quickly"),
-}
-"""Demonstration level -> (range of the expert's per-episode cruise speed in m/s, adverb appended to
-the instruction). Speeds vary within a level, so the model's action-token distribution for
-one instruction spreads over a range of speeds (what makes steering graded)."""
-
-Log = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
+from policies.openvla.training_openvla import BCSettings, DemonstrationSteps
 
 
 def check_disjoint_seeds(ranges: dict[str, tuple[int, int]]) -> None:
@@ -135,57 +120,6 @@ def training_seed_range(config: SteerExperimentConfig, n_targets: int) -> tuple[
 # ---------------------------------------------------------------------------------------------
 # demonstrations
 # ---------------------------------------------------------------------------------------------
-
-
-def collect_speed_demonstrations(
-    env: Env,
-    episodes_per_level: int,
-    seed: int = 0,
-    levels: dict[str, tuple[tuple[float, float], str]] | None = None,
-    reset_options: dict[str, Any] | None = None,
-    targets: Sequence[str] = (),
-    log: Log = _quiet,
-) -> DemonstrationSteps:
-    """Expert demonstrations at each speed level, instruction suffixed with the level's adverb.
-
-    Args:
-        env: The env (``mujoco:arm_reach``) with a camera.
-        episodes_per_level: Episodes per (level, target).
-        seed: First reset seed.
-        levels: Level -> ((min, max) speed m/s, adverb); default :data:`SPEED_LEVELS`.
-        reset_options: Base reset options (e.g. a fixed layout ``cubes``).
-        targets: Target names cycled through reset option ``target`` (empty = env's choice).
-        log: Progress printer.
-    """
-    levels = levels or SPEED_LEVELS
-    cam = env.observation_spec.image_keys[0]
-    images, instr, actions, episode, concept = [], [], [], [], []
-    e = 0
-    for name, (speed_range, adverb) in levels.items():
-        expert = policies.load("expert", env=env, speed_range=tuple(speed_range), seed=seed)
-        for _k in range(episodes_per_level):
-            for target in targets or (None,):
-                opts = dict(reset_options or {})
-                if target is not None:
-                    opts["target"] = target
-                ep = rollout(env, expert, seed=seed + e, reset_options=opts or None)
-                speed = float(getattr(expert, "current_speed", np.linalg.norm(ep.actions[0, :3])))
-                text = f"{ep.instruction} {adverb}".strip()
-                images.append(ep.observations[cam])
-                actions.append(ep.actions)
-                instr += [text] * len(ep)
-                episode += [e] * len(ep)
-                concept += [speed] * len(ep)
-                e += 1
-        log(f"demonstrations: level {name} ({speed_range} m/s) done, {len(instr)} steps so far")
-    return DemonstrationSteps(
-        np.concatenate(images),
-        instr,
-        np.concatenate(actions),
-        np.asarray(episode),
-        np.asarray(concept, dtype=np.float64),
-        {"env_id": env.env_id, "levels": {k: list(v) for k, v in levels.items()}, "camera": cam},
-    )
 
 
 def demonstrations_from_dataset(
@@ -219,117 +153,6 @@ def demonstrations_from_dataset(
     )
 
 
-FIXED_LAYOUT: dict[str, tuple[float, float]] = {
-    "red": (0.28, 0.12),
-    "green": (0.36, -0.04),
-    "blue": (0.25, -0.14),
-    "yellow": (0.40, 0.13),
-}
-"""Cube (x, y) in m of the CPU experiment's fixed layout (``--layout fixed``)."""
-
-
-def steer_env(
-    env_id: str, image_size: int | None, layout: str
-) -> tuple[Env, dict[str, Any], list[str]]:
-    """The env, its reset options and the speed-demonstration targets (arm_reach: the cubes).
-
-    Args:
-        env_id: Env id, e.g. ``mujoco:arm_reach`` or ``libero:...``.
-        image_size: Camera size in pixels (mujoco envs; falsy = the env's default).
-        layout: arm_reach cube layout, ``fixed`` or ``random``.
-
-    Raises:
-        ConfigError: An unknown ``layout`` (arm_reach).
-    """
-    kwargs: dict[str, Any] = {}
-    if env_id.startswith("mujoco:") and image_size:
-        kwargs["image_size"] = image_size
-    env = sim.make(env_id, **kwargs)
-    reset: dict[str, Any] = {}
-    targets: list[str] = []
-    if env_id == "mujoco:arm_reach":
-        targets = list(COLORS)
-        if layout == "fixed":
-            reset["cubes"] = {k: list(v) for k, v in FIXED_LAYOUT.items()}
-        elif layout != "random":
-            raise ConfigError(f"unknown --layout {layout!r}", fix="use 'fixed' or 'random'")
-    return env, reset, targets
-
-
-def train_tiny_on_env(
-    env: Env,
-    out: Path,
-    episodes_per_level: int,
-    bc: Any,
-    reset_options: dict[str, Any] | None = None,
-    targets: Sequence[str] = (),
-    seed: int = 0,
-    log: Log = _quiet,
-    dist: Distributed | None = None,
-    demonstrations: DemonstrationSteps | None = None,
-    **config_overrides: Any,
-) -> tuple[OpenVLAModel, OpenVLAProcessor, DemonstrationSteps, list[dict[str, float]]]:
-    """Collect speed demonstrations, behaviour-clone a tiny OpenVLA, save it to ``out``.
-
-    Under ``torchrun`` pass ``dist``: every rank collects the same (deterministic)
-    demonstrations and trains on its share of each global batch; only the main process saves.
-    ``demonstrations`` given (e.g. graded ones, :mod:`~embodied.apps.experiments.steer_dial`)
-    are trained on instead of the three named speed classes.
-
-    Returns:
-        Model, processor, demonstrations and the training history (one dict per logged step).
-    """
-    if demonstrations is None:  # the three named speed classes
-        demonstrations = collect_speed_demonstrations(
-            env, episodes_per_level, seed, None, reset_options, targets, log
-        )
-    names = env.action_spec.names
-    mask = [n not in ("gripper",) for n in names]
-    key = env.env_id.replace(":", "_")
-    image = env.observation_spec.cameras[demonstrations.meta["camera"].removeprefix("image.")]
-    model, proc = build_tiny_vla(
-        demonstrations.instructions,
-        demonstrations.actions,
-        key,
-        mask,
-        seed,
-        image_size=min(64, image.height),
-        **config_overrides,
-    )
-    n_params = model.num_parameters() / 1e6
-    log(f"tiny OpenVLA: {n_params:.2f} M parameters, {len(demonstrations)} demonstration steps")
-    hist = train_bc(
-        model,
-        proc,
-        demonstrations,
-        bc,
-        progress=lambda s, r: log(
-            f"bc step {s}: loss {r['loss']:.4f} token acc {r['token_acc']:.2f} ({r['seconds']:.0f} s)"
-        ),
-        dist=dist,
-    )
-    if dist is None or dist.is_main:
-        save_pretrained(
-            model,
-            proc.tokenizer,
-            out,
-            extra={
-                "training": {
-                    "history": hist,
-                    "settings": asdict(bc),
-                    "demonstration_steps": len(demonstrations),
-                    "env_id": env.env_id,
-                    "reset_options": reset_options or {},
-                    "levels": demonstrations.meta.get("levels"),
-                    "speed_labels": demonstrations.meta.get("speed_labels", "adverbs"),
-                    "speed_range": demonstrations.meta.get("speed_range"),
-                    "world_size": 1 if dist is None else dist.world_size,
-                }
-            },
-        )
-    return model, proc, demonstrations, hist
-
-
 # ---------------------------------------------------------------------------------------------
 # direction extraction
 # ---------------------------------------------------------------------------------------------
@@ -343,7 +166,7 @@ def extract_speed_intervention(
     reset: dict[str, Any] | None = None,
     targets: Sequence[str] = (),
     demonstrations: DemonstrationSteps | None = None,
-    log: Log = _quiet,
+    log: Log = no_log,
 ) -> SteeringDirection | NeuronCluster:
     """The speed direction or neuron cluster of ``cfg``, extracted from ``cfg.dataset``, the
     given ``demonstrations``, or fresh expert demonstrations on ``env`` (mujoco envs).
@@ -443,7 +266,7 @@ def run_episodes(
     settings: ExperimentSettings,
     n: int,
     label: str,
-    log: Log = _quiet,
+    log: Log = no_log,
     first_seed: int | None = None,
     setpoint: Callable[[float], float] | None = None,
 ) -> dict[str, Any]:
@@ -660,7 +483,7 @@ def train_rl(
     policy: Policy,
     settings: ExperimentSettings,
     out: Path,
-    log: Log = _quiet,
+    log: Log = no_log,
 ) -> Controller:
     """PPO controller trained on steered rollouts of the frozen policy (seeds ``rl_seed`` on)."""
     cfg = RLControllerConfig(
@@ -682,10 +505,10 @@ def train_rl(
         reset_options=settings.reset_options or None,
         seeds=settings.seed_ranges()["rl_training"],
     )
-    ppo = PPOSettings(
-        total_timesteps=settings.rl_timesteps, n_steps=256, batch_size=64, n_epochs=5, seed=0
+    training = RLTrainSettings(
+        total_timesteps=settings.rl_timesteps, ppo=replace(CONTROLLER_PPO, n_epochs=5), seed=0
     )
-    controller, _ = train_rl_controller(senv, ppo, save_to=out)
+    controller, _ = train_rl_controller(senv, training, save_to=out)
     if hasattr(senv, "close"):
         senv.close()
     log(f"RL controller: {controller.meta if hasattr(controller, 'meta') else ''}")
@@ -697,7 +520,7 @@ def run_experiment(
     policy: Policy,
     settings: ExperimentSettings,
     out: Path,
-    log: Log = _quiet,
+    log: Log = no_log,
     extra: dict[str, Any] | None = None,
     training_seeds: tuple[int, int] = (0, 0),
     haeon: ValueVectorHook | None = None,
@@ -897,7 +720,7 @@ def steer_experiment(
     out: Path,
     config: SteerExperimentConfig | None = None,
     settings: ExperimentSettings | None = None,
-    log: Log = _quiet,
+    log: Log = no_log,
 ) -> dict[str, Any]:
     """The whole experiment: the VLA, its speed direction, then :func:`run_experiment`.
 
@@ -1022,7 +845,7 @@ def steer_experiment(
 
 
 # ---------------------------------------------------------------------------------------------
-# the dial: dose-response of each extraction method (embodied steer dial)
+# the dial: dose-response of each extraction method (embodied lab steer dial)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -1030,13 +853,13 @@ def dial_experiment(
     out: Path,
     config: SteerExperimentConfig | None = None,
     settings: DialSettings | None = None,
-    log: Log = _quiet,
+    log: Log = no_log,
 ) -> dict[str, Any]:
     """Is steering the tiny VLA a dial? Dose-response of each extraction method.
 
     The tiny VLA is trained (into ``out/vla``, reused unless ``config.retrain``) on
     ``settings.demonstrations`` graded demonstrations (seeds 0..n-1,
-    :func:`~embodied.apps.experiments.steer_dial.collect_graded_demonstrations` with
+    :func:`~embodied.apps.lab.steer_dial.collect_graded_demonstrations` with
     ``config.speed_labels`` and ``config.speed_range`` on ``config.layout``). Each method's
     direction is extracted from those demonstrations (``out/speed_<method>``) and its
     dose-response measured on the tuning seeds (fixed alpha, ``settings.episodes`` distinct

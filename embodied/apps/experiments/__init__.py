@@ -1,1 +1,0 @@
-"""Experiments: each runs a component against baselines and writes tables and plots."""
