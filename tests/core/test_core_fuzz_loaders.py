@@ -282,35 +282,20 @@ CHECKPOINT_JSON = [
 checkpoint kind (RL controller, the three judge kinds, OpenVLA, PDP train state, dataset)."""
 
 
-@pytest.fixture(scope="module")
-def checkpoint_folders(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    """``folder(kind)``: a pristine tiny checkpoint of ``kind``, built on first use."""
-    from tests.core.test_core_loaders import BUILDERS
-
-    built: dict[str, Path] = {}
-
-    def folder(kind: str) -> Path:
-        if kind not in built:
-            built[kind] = BUILDERS[kind](tmp_path_factory.mktemp(kind) / kind)
-        return built[kind]
-
-    return folder
-
-
 @pytest.mark.parametrize("kind", ["truncate", "flip", "edit"])
 @pytest.mark.parametrize(("loader", "name"), CHECKPOINT_JSON)
 def test_checkpoint_json_of_every_kind_rejects_corruptions(
     loader: str,
     name: str,
     kind: str,
-    checkpoint_folders: Callable[[str], Path],
+    pristine: Callable[[str], Path],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     from tests.core.test_core_loaders import LOADERS
 
     source, load, _ = LOADERS[loader]
     folder = tmp_path_factory.mktemp(f"{loader}_json") / source
-    shutil.copytree(checkpoint_folders(source), folder)
+    shutil.copytree(pristine(source), folder)
     raw = (folder / name).read_bytes()
 
     @SETTINGS
@@ -379,14 +364,14 @@ def test_checkpoint_json_regressions(
     key: str,
     value: Any,
     says: str,
-    checkpoint_folders: Callable[[str], Path],
+    pristine: Callable[[str], Path],
     tmp_path: Path,
 ) -> None:
     from tests.core.test_core_loaders import LOADERS
 
     source, load, _ = LOADERS[loader]
     folder = tmp_path / source
-    shutil.copytree(checkpoint_folders(source), folder)
+    shutil.copytree(pristine(source), folder)
     tree = json.loads((folder / name).read_text())
     assert _set_everywhere(tree, key, value), f"{name} of {loader} has no {key!r}"
     (folder / name).write_text(json.dumps(tree))

@@ -118,19 +118,6 @@ BUILDERS: dict[str, Callable[[Path], Path]] = {
 }
 
 
-@pytest.fixture(scope="session")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    """``pristine(kind)``: the intact folder of ``kind``, built on first use."""
-    built: dict[str, Path] = {}
-
-    def get(kind: str) -> Path:
-        if kind not in built:
-            built[kind] = BUILDERS[kind](tmp_path_factory.mktemp(kind) / kind)
-        return built[kind]
-
-    return get
-
-
 # ---- the loaders under test --------------------------------------------------------------
 
 
