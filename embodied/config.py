@@ -110,8 +110,16 @@ def _type_hints(cls: type) -> dict[str, Any]:
 
 
 def _from_json(hint: Any, value: Any) -> Any:
-    """``value`` shaped for a field annotated ``hint``: lists to tuples, dicts to dataclasses."""
-    if value is None or hint is None:
+    """``value`` shaped for a field annotated ``hint``: lists to tuples, dicts to dataclasses.
+
+    Raises:
+        TypeError: ``hint`` is a config dataclass (not optional) and ``value`` no object.
+    """
+    if hint is None:
+        return value
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint) and not isinstance(value, Mapping):
+        raise TypeError(f"{value!r} is not an object")  # e.g. "vision": null
+    if value is None:
         return value
     options = typing.get_args(hint) if _is_union(hint) else (hint,)
     for option in options:
@@ -262,4 +270,6 @@ def _describe(hint: Any) -> str:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(hint))
     if origin in (tuple, list) or origin is collections.abc.Sequence:
         return "a list such as [0.2, 0.4]"
+    if isinstance(origin, type) and dataclasses.is_dataclass(origin):
+        return f"an object ({origin.__name__})"
     return words.get(origin, getattr(origin, "__name__", str(origin)))

@@ -465,7 +465,7 @@ _MALFORMED = (
     ValueError,
     AttributeError,
     RuntimeError,  # torch's load_state_dict / Generator.set_state on mismatched contents
-    OverflowError,  # int() of JSON's Infinity
+    ArithmeticError,  # int() of JSON's Infinity; a zero size a model divides by
     IndexError,  # a list shorter than another part of the file says
 )
 """What constructors raise on malformed file contents (:func:`build_from_file`)."""

@@ -125,6 +125,18 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(1)
 
 
+SLOW_PROFILE_TIMEOUT_S = 7200
+"""Per-test timeout (s) under the ``slow`` fuzz profile: ten times the cases of ``ci`` (a
+kill test runs 200 killed commands) do not fit the suite's 600 s per test."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if FUZZ_PROFILE == "slow":
+        for item in items:
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(SLOW_PROFILE_TIMEOUT_S))
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]

@@ -349,7 +349,10 @@ def _shard_metas(out: Path) -> Iterator[dict[str, Any]]:
                 data = f["data"]
                 if not isinstance(data, h5py.Group):
                     continue
-                metas = [json.loads(read_attr(demo, "meta") or "{}") for demo in data.values()]
+                demos = [data.get(name) for name in data]
+                if any(demo is None for demo in demos):
+                    continue  # a dangling link: the shard is damaged
+                metas = [json.loads(read_attr(demo, "meta") or "{}") for demo in demos]
         except _SHARD_ERRORS:
             continue  # a damaged shard is reported by Dataset, not here
         yield from (m for m in metas if isinstance(m, dict))

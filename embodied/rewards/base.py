@@ -108,7 +108,7 @@ class BaseJudge(abc.ABC):
             from safetensors import SafetensorError
 
             errors: tuple[type[Exception], ...] = (OSError, ValueError, KeyError, TypeError)
-            errors += (AttributeError, IndexError, OverflowError, RuntimeError)
+            errors += (AttributeError, IndexError, ArithmeticError, RuntimeError)
             errors += (SafetensorError, StrictDataclassError)
             folder = Path(self.config.model)
             if auto_class is not None and folder.is_dir():

@@ -46,7 +46,7 @@ def _load_checkpoint(path: str | os.PathLike[str], env: Env | None = None, **kwa
         return PDPPolicy.from_pretrained(path, **options)
     except EmbodiedError:
         raise
-    except (RuntimeError, ValueError, TypeError, OverflowError, KeyError) as exc:
+    except (RuntimeError, ValueError, TypeError, ArithmeticError, KeyError, AttributeError) as exc:
         # a config.json whose sizes build no model (a negative width, a None count)
         raise CheckpointError(
             f"PDP checkpoint {str(path)!r}: its config.json describes no model that can be "

@@ -249,7 +249,13 @@ def load_pretrained(
             model = OpenVLAModel(config)
     finally:
         torch.set_default_dtype(prev)
-    load_released_state(model, state)
+    try:
+        load_released_state(model, state)
+    except CheckpointError as exc:  # the weights are not what config.json describes
+        raise CheckpointError(
+            f"{str(path / 'config.json')!r} does not describe the weights beside it: {exc.message}",
+            fix="restore config.json and the weights from the same checkpoint (or re-save it)",
+        ) from exc
     model.to(device=dev, dtype=dt).eval()
     return model, OpenVLAProcessor(config, read_tokenizer(path), action_convention)
 
