@@ -242,8 +242,10 @@ class OpenVLAConfig:
         keys = sorted(self.norm_stats)
         if not keys:
             raise ConfigError(
-                "the checkpoint has no action statistics (norm_stats is empty)",
-                fix="train with `embodied train vla` or add dataset_statistics.json",
+                "the checkpoint has no action statistics (config.json's norm_stats is empty "
+                "and no dataset_statistics.json lies beside it)",
+                fix="restore norm_stats in config.json (`embodied train vla` writes them) or "
+                "add dataset_statistics.json",
             )
         if unnorm_key is None:
             if len(keys) != 1:

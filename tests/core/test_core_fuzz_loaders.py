@@ -364,6 +364,7 @@ REGRESSIONS = [
                  id="vlm-heads-0"),
     pytest.param("openvla", "config.json", "num_hidden_layers", 5, "does not describe the weights",
                  id="vla-more-layers"),
+    pytest.param("openvla", "config.json", "norm_stats", {}, "norm_stats", id="vla-no-stats"),
 ]  # fmt: skip
 
 
