@@ -84,6 +84,8 @@ def config_from_dict(
         hint = hints.get(key, _EMPTY)
         try:  # each value of the type its field declares (a file can hold anything)
             kwargs[key] = _convert(hint, _from_json(hint, value))
+        except FieldError as err:  # a nested config's bad value: keyed "key.field"
+            raise err.nested(_owner(cls), key) from None
         except EmbodiedError:
             raise  # a nested config's own error (unknown key, bad value) names it already
         except (TypeError, ValueError, OverflowError):
@@ -263,3 +265,289 @@ def _describe(hint: Any) -> str:
     if origin in (tuple, list) or origin is collections.abc.Sequence:
         return "a list such as [0.2, 0.4]"
     return words.get(origin, getattr(origin, "__name__", str(origin)))
+
+
+# ---- validation: constraints declared next to each field, checked by one function ----------
+
+
+class FieldError(ConfigError):
+    """A config field (or a rule over several fields) has a bad value.
+
+    The message is ``"<Owner>: <dotted.key>=<value> <problem> (fix: ...)"``; ``key`` and
+    ``detail`` are kept so a parent config can re-raise it with its own dotted prefix.
+
+    Args:
+        message: The full message (as :class:`ConfigError` takes it).
+        fix: How to fix it.
+        key: Dotted key of the field, relative to ``owner``.
+        detail: The message after the key (``"=0 must be > 0"``).
+        owner: Name of the config class the key belongs to.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        fix: str | None = None,
+        *,
+        key: str = "",
+        detail: str = "",
+        owner: str = "",
+    ) -> None:
+        super().__init__(message, fix)
+        self.key = key
+        self.detail = detail
+        self.owner = owner
+
+    @classmethod
+    def make(cls, owner: str, key: str, detail: str, fix: str | None) -> FieldError:
+        """The error for ``key`` of the config ``owner``."""
+        return cls(f"{owner}: {key}{detail}", fix, key=key, detail=detail, owner=owner)
+
+    def nested(self, owner: str, prefix: str) -> FieldError:
+        """The same error as the parent config ``owner`` reports it: key ``prefix.key``."""
+        return FieldError.make(owner, f"{prefix}.{self.key}", self.detail, self.fix)
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """Constraints of one config field (see :func:`checked`)."""
+
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+    choices: Collection[Any] | None = None
+    finite: bool = True
+    min_len: int | None = None
+    max_len: int | None = None
+    fix: str = ""
+
+    def default_fix(self) -> str:
+        """The fix when none is given: the constraints, in words."""
+        if self.choices is not None:
+            return f"use one of {tuple(self.choices)}"
+        words = [
+            f"{word} {bound}"
+            for word, bound in ((">", self.gt), (">=", self.ge), ("<", self.lt), ("<=", self.le))
+            if bound is not None
+        ]
+        if words:
+            return "use a value " + " and ".join(words)
+        if self.min_len is not None or self.max_len is not None:
+            return f"give {self.min_len or 0} to {self.max_len or 'any number of'} item(s)"
+        return "use a finite number"
+
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with ``value`` (``None`` if nothing); a sequence's items are checked
+        one by one against the bounds and the choices, its length against the lengths."""
+        if value is None:
+            return None
+        if isinstance(value, tuple | list):
+            if self.min_len is not None and len(value) < self.min_len:
+                return f"has {len(value)} item(s), fewer than {self.min_len}"
+            if self.max_len is not None and len(value) > self.max_len:
+                return f"has {len(value)} item(s), more than {self.max_len}"
+            for item in value:
+                bad = self._item_problem(item)
+                if bad is not None:
+                    return f"has item {item!r}: each item {bad}"
+            return None
+        if isinstance(value, str):
+            if self.min_len is not None and len(value) < self.min_len:
+                return (
+                    "must not be empty" if self.min_len == 1 else f"is shorter than {self.min_len}"
+                )
+            if self.max_len is not None and len(value) > self.max_len:
+                return f"is longer than {self.max_len} characters"
+        return self._item_problem(value)
+
+    def _item_problem(self, value: Any) -> str | None:
+        if self.choices is not None and value not in self.choices:
+            return f"must be one of {tuple(self.choices)}"
+        bounds = (self.gt, self.ge, self.lt, self.le)
+        if all(b is None for b in bounds) and not isinstance(value, float):
+            return None
+        if isinstance(value, bool):
+            return "must be a number, not a bool"
+        if not isinstance(value, int | float):
+            if all(b is None for b in bounds):
+                return None
+            try:
+                value = float(value)  # numpy scalars
+            except (TypeError, ValueError):
+                return "must be a number"
+        if self.finite and not math.isfinite(value):
+            return "must be finite"
+        for bound, ok, word in (
+            (self.gt, lambda b: value > b, ">"),
+            (self.ge, lambda b: value >= b, ">="),
+            (self.lt, lambda b: value < b, "<"),
+            (self.le, lambda b: value <= b, "<="),
+        ):
+            if bound is not None and not ok(bound):
+                return f"must be {word} {bound}"
+        return None
+
+
+def checked(
+    default: Any = dataclasses.MISSING,
+    *,
+    default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
+    fix: str = "",
+    gt: float | None = None,
+    ge: float | None = None,
+    lt: float | None = None,
+    le: float | None = None,
+    choices: Collection[Any] | None = None,
+    finite: bool = True,
+    min_len: int | None = None,
+    max_len: int | None = None,
+) -> Any:
+    """A dataclass field with its constraints, checked by :func:`validate`.
+
+    Numeric bounds and ``choices`` apply to the value, or to each item of a tuple/list value;
+    ``min_len``/``max_len`` to the length of a tuple, list or string. ``None`` passes (an
+    optional field's "not set"). A float must be finite unless ``finite=False``; an ``int``
+    field refuses ``True``/``False`` whether checked or not.
+
+    Example::
+
+        @dataclass
+        class Net:
+            lr: float = checked(1e-3, gt=0, fix="use e.g. 1e-3")
+            def __post_init__(self) -> None:
+                validate(self)
+
+    Args:
+        default: The default value.
+        default_factory: Or a factory of it (for mutable and nested-config defaults).
+        fix: How to fix a bad value (the error's ``fix:``); default: the constraints in
+            words (``"use a value > 0"``, ``"use one of ('a', 'b')"``).
+        gt: The value must be greater than this.
+        ge: ... greater than or equal to this.
+        lt: ... less than this.
+        le: ... less than or equal to this.
+        choices: The allowed values.
+        finite: Refuse NaN and infinities.
+        min_len: Fewest items (1: non-empty).
+        max_len: Most items.
+
+    Returns:
+        A ``dataclasses.field`` whose metadata holds the :class:`Check`.
+    """
+    check = Check(gt, ge, lt, le, choices, finite, min_len, max_len, fix)
+    return dataclasses.field(
+        default=default, default_factory=default_factory, metadata={"check": check}
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A constraint over several fields of one config, declared in its class's ``rules``.
+
+    The error reads ``"<key>=<value> <problem> (fix: <fix>)"``; ``problem`` and ``fix`` are
+    format templates over the config's attributes (``"must be <= horizon={horizon}"``) or
+    functions of the config.
+
+    Args:
+        key: The field the error names (dotted with the parent's key when nested).
+        ok: True when the config satisfies the rule.
+        problem: What is wrong, after ``key=value``.
+        fix: How to fix it.
+    """
+
+    key: str
+    ok: Callable[[Any], bool]
+    problem: str | Callable[[Any], str]
+    fix: str | Callable[[Any], str]
+
+
+class _Attrs(dict[str, Any]):
+    """The attributes of a config, for ``str.format_map``."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.config = config
+
+    def __missing__(self, key: str) -> Any:
+        return getattr(self.config, key)
+
+
+def _text(template: str | Callable[[Any], str], config: Any) -> str:
+    return template(config) if callable(template) else template.format_map(_Attrs(config))
+
+
+def _owner(config: Any) -> str:
+    cls = config if isinstance(config, type) else type(config)
+    return str(getattr(cls, "config_name", cls.__name__))
+
+
+def validate(config: Any) -> None:
+    """Check every constraint of the dataclass ``config``: call it from ``__post_init__``.
+
+    In order: an ``int`` field holding a bool; each field's :func:`checked` constraints;
+    nested config dataclasses (re-checked, errors keyed ``parent.child``); the class's
+    ``rules`` (a ``ClassVar`` tuple of :class:`Rule`), only once every field is valid.
+
+    Raises:
+        FieldError: (a :class:`ConfigError`) naming the dotted key, the bad value and the fix.
+    """
+    owner = _owner(config)
+    cls: type = type(config)
+    hints = _safe_hints(cls)
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, bool) and _int_hint(hints.get(f.name)):
+            raise FieldError.make(
+                owner, f.name, f"={value!r} must be an integer, not a bool", "give a number"
+            )
+        check = f.metadata.get("check")
+        if isinstance(check, Check):
+            problem = check.problem(value)
+            if problem is not None:
+                raise FieldError.make(
+                    owner, f.name, f"={value!r} {problem}", check.fix or check.default_fix()
+                )
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            try:
+                validate(value)
+            except FieldError as err:
+                raise err.nested(owner, f.name) from None
+    for rule in getattr(cls, "rules", ()):
+        if not rule.ok(config):
+            value = getattr(config, rule.key)
+            detail = f"={value!r} {_text(rule.problem, config)}"
+            raise FieldError.make(owner, rule.key, detail, _text(rule.fix, config))
+
+
+def nested(cls: type[C], value: C | Mapping[str, Any], key: str, parent: Any) -> C:
+    """``value`` as the nested config ``cls`` (built from a mapping), errors keyed ``key.``.
+
+    Args:
+        cls: The nested config dataclass.
+        value: An instance, or its fields as a mapping.
+        key: The parent's field name.
+        parent: The parent config (or its class), which the message names.
+
+    Raises:
+        FieldError: the nested config's error, its key prefixed with ``key.``.
+    """
+    if not isinstance(value, Mapping):
+        return value
+    try:
+        return cls(**value)
+    except FieldError as err:
+        raise err.nested(_owner(parent), key) from None
+
+
+@functools.cache
+def _safe_hints(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # an annotation that does not resolve at run time: no type checks
+        return {}
+
+
+def _int_hint(hint: Any) -> bool:
+    options = typing.get_args(hint) if _is_union(hint) else (hint,)
+    return int in options
