@@ -450,7 +450,8 @@ class Rule:
     functions of the config.
 
     Args:
-        key: The field the error names (dotted with the parent's key when nested).
+        key: The field the error names (dotted with the parent's key when nested); a dotted
+            key names an entry of a dict or nested field (``"dino.patch_size"``).
         ok: True when the config satisfies the rule.
         problem: What is wrong, after ``key=value``.
         fix: How to fix it.
@@ -515,7 +516,7 @@ def validate(config: Any) -> None:
                 raise err.nested(owner, f.name) from None
     for rule in getattr(cls, "rules", ()):
         if not rule.ok(config):
-            value = getattr(config, rule.key)
+            value = _lookup(config, rule.key)
             detail = f"={value!r} {_text(rule.problem, config)}"
             raise FieldError.make(owner, rule.key, detail, _text(rule.fix, config))
 
@@ -538,6 +539,14 @@ def nested(cls: type[C], value: C | Mapping[str, Any], key: str, parent: Any) ->
         return cls(**value)
     except FieldError as err:
         raise err.nested(_owner(parent), key) from None
+
+
+def _lookup(config: Any, key: str) -> Any:
+    """The value at the dotted ``key`` of ``config`` (fields, then dict entries)."""
+    value = config
+    for part in key.split("."):
+        value = value[part] if isinstance(value, Mapping) else getattr(value, part)
+    return value
 
 
 @functools.cache
