@@ -337,11 +337,24 @@ class Check:
             return f"give {self.min_len or 0} to {self.max_len or 'any number of'} item(s)"
         return "use a finite number"
 
-    def problem(self, value: Any) -> str | None:
+    def problem(self, value: Any, number: type | None = None) -> str | None:
         """What is wrong with ``value`` (``None`` if nothing); a sequence's items are checked
-        one by one against the bounds and the choices, its length against the lengths."""
+        one by one against the bounds and the choices, its length against the lengths.
+
+        Args:
+            value: The field's value.
+            number: ``int`` or ``float`` when the field is annotated as that number type:
+                the value must then be one (a bool is not; a float is an int if integral).
+        """
         if value is None:
             return None
+        if number is not None:
+            if isinstance(value, bool):
+                return f"must be {'an integer' if number is int else 'a number'}, not a bool"
+            if not _is_number(value):
+                return f"must be {'an integer' if number is int else 'a number'}"
+            if number is int and not float(value).is_integer():
+                return "must be an integer"
         if isinstance(value, tuple | list):
             if self.min_len is not None and len(value) < self.min_len:
                 return f"has {len(value)} item(s), fewer than {self.min_len}"
@@ -376,7 +389,9 @@ class Check:
                 value = float(value)  # numpy scalars
             except (TypeError, ValueError):
                 return "must be a number"
-        if self.finite and not math.isfinite(value):
+        if math.isnan(value):
+            return "must be a number, not NaN"
+        if self.finite and math.isinf(value):
             return "must be finite"
         for bound, ok, word in (
             (self.gt, lambda b: value > b, ">"),
@@ -407,7 +422,7 @@ def checked(
 
     Numeric bounds and ``choices`` apply to the value, or to each item of a tuple/list value;
     ``min_len``/``max_len`` to the length of a tuple, list or string. ``None`` passes (an
-    optional field's "not set"). A float must be finite unless ``finite=False``; an ``int``
+    optional field's "not set"). A float is never NaN, and finite unless ``finite=False``; an ``int``
     field refuses ``True``/``False`` whether checked or not.
 
     Example::
@@ -428,7 +443,7 @@ def checked(
         lt: ... less than this.
         le: ... less than or equal to this.
         choices: The allowed values.
-        finite: Refuse NaN and infinities.
+        finite: Refuse infinities (NaN is always refused).
         min_len: Fewest items (1: non-empty).
         max_len: Most items.
 
@@ -504,7 +519,7 @@ def validate(config: Any) -> None:
             )
         check = f.metadata.get("check")
         if isinstance(check, Check):
-            problem = check.problem(value)
+            problem = check.problem(value, _number_hint(hints.get(f.name)))
             if problem is not None:
                 raise FieldError.make(
                     owner, f.name, f"={value!r} {problem}", check.fix or check.default_fix()
@@ -515,7 +530,11 @@ def validate(config: Any) -> None:
             except FieldError as err:
                 raise err.nested(owner, f.name) from None
     for rule in getattr(cls, "rules", ()):
-        if not rule.ok(config):
+        try:
+            ok = bool(rule.ok(config))
+        except (TypeError, ValueError, KeyError, ArithmeticError):  # values it cannot judge
+            ok = False
+        if not ok:
             value = _lookup(config, rule.key)
             detail = f"={value!r} {_text(rule.problem, config)}"
             raise FieldError.make(owner, rule.key, detail, _text(rule.fix, config))
@@ -539,6 +558,24 @@ def nested(cls: type[C], value: C | Mapping[str, Any], key: str, parent: Any) ->
         return cls(**value)
     except FieldError as err:
         raise err.nested(_owner(parent), key) from None
+
+
+def _is_number(value: Any) -> bool:
+    """A real number (numpy scalars included), not a bool."""
+    if isinstance(value, bool | str):
+        return False
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, tuple | list | Mapping)
+
+
+def _number_hint(hint: Any) -> type | None:
+    """``int`` or ``float`` when ``hint`` is that number type (optionally ``| None``)."""
+    options = [a for a in (typing.get_args(hint) if _is_union(hint) else (hint,))]
+    options = [a for a in options if a is not type(None)]
+    return options[0] if len(options) == 1 and options[0] in (int, float) else None
 
 
 def _lookup(config: Any, key: str) -> Any:

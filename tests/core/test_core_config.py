@@ -107,7 +107,8 @@ def test_valid_configs_pass() -> None:
         ({"decay": 1.5}, "decay=1.5 must be <= 1", "use a value > 0 and <= 1"),
         ({"mode": "c"}, "mode='c' must be one of ('a', 'b')", "use one of ('a', 'b')"),
         ({"name": ""}, "name='' must not be empty", "name the net"),
-        ({"lr": math.nan}, "lr=nan must be finite", "use e.g. 1e-3"),
+        ({"lr": math.nan}, "lr=nan must be a number, not NaN", "use e.g. 1e-3"),
+        ({"lr": math.inf}, "lr=inf must be finite", "use e.g. 1e-3"),
         ({"lr": "fast"}, "lr='fast' must be a number", "use e.g. 1e-3"),
         ({"lr": True}, "lr=True must be a number, not a bool", "use e.g. 1e-3"),
         ({"n_heads": True}, "n_heads=True must be an integer, not a bool", "give a number"),
@@ -122,9 +123,9 @@ def test_each_constraint_names_key_value_and_fix(
     assert needle in str(info.value) and info.value.fix == fix
 
 
-def test_nan_passes_only_where_not_required_finite() -> None:
+def test_inf_passes_only_where_not_required_finite_and_nan_never() -> None:
     assert math.isinf(Net(limit=math.inf).limit)
-    with pytest.raises(ConfigError, match="limit=nan must be > 0"):
+    with pytest.raises(ConfigError, match="limit=nan must be a number, not NaN"):
         Net(limit=math.nan)
 
 

@@ -115,10 +115,10 @@ def test_budget_presets_and_given_options_merge_field_by_field() -> None:
 @pytest.mark.parametrize(
     ("fields", "named"),
     [
-        ({"n_steps": 0}, "PPO n_steps must be a positive int, got 0"),
-        ({"gamma": 1.5}, "PPO gamma 1.5 must be in (0, 1]"),
-        ({"learning_rate": -1.0}, "PPO learning_rate must be > 0, got -1.0"),
-        ({"ent_coef": -0.1}, "PPO ent_coef must be >= 0, got -0.1"),
+        ({"n_steps": 0}, "PPO: n_steps=0 must be >= 1"),
+        ({"gamma": 1.5}, "PPO: gamma=1.5 must be <= 1"),
+        ({"learning_rate": -1.0}, "PPO: learning_rate=-1.0 must be > 0"),
+        ({"ent_coef": -0.1}, "PPO: ent_coef=-0.1 must be >= 0"),
     ],
 )
 def test_bad_ppo_settings_name_the_field(fields: dict[str, float], named: str) -> None:
