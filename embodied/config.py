@@ -344,11 +344,14 @@ class Check:
         Args:
             value: The field's value.
             number: ``int`` or ``float`` when the field is annotated as that number type:
-                the value must then be one (a bool is not; a float is an int if integral).
+                the value must then be one (a bool is not; a float is an int if integral);
+                ``str`` for a string field.
         """
         if value is None:
             return None
-        if number is not None:
+        if number is str and not isinstance(value, str):
+            return "must be a string"
+        if number in (int, float):
             if isinstance(value, bool):
                 return f"must be {'an integer' if number is int else 'a number'}, not a bool"
             if not _is_number(value):
@@ -494,8 +497,11 @@ def _text(template: str | Callable[[Any], str], config: Any) -> str:
 
 
 def _owner(config: Any) -> str:
+    """How messages name ``config``: its ``config_name`` (a class attribute, or a property of
+    the instance), else its class name."""
     cls = config if isinstance(config, type) else type(config)
-    return str(getattr(cls, "config_name", cls.__name__))
+    name = getattr(config, "config_name", None)
+    return name if isinstance(name, str) else cls.__name__
 
 
 def validate(config: Any) -> None:
@@ -572,10 +578,10 @@ def _is_number(value: Any) -> bool:
 
 
 def _number_hint(hint: Any) -> type | None:
-    """``int`` or ``float`` when ``hint`` is that number type (optionally ``| None``)."""
+    """``int``, ``float`` or ``str`` when ``hint`` is that type (optionally ``| None``)."""
     options = [a for a in (typing.get_args(hint) if _is_union(hint) else (hint,))]
     options = [a for a in options if a is not type(None)]
-    return options[0] if len(options) == 1 and options[0] in (int, float) else None
+    return options[0] if len(options) == 1 and options[0] in (int, float, str) else None
 
 
 def _lookup(config: Any, key: str) -> Any:
