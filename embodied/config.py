@@ -463,16 +463,16 @@ def checked(
 class Rule:
     """A constraint over several fields of one config, declared in its class's ``rules``.
 
-    The error reads ``"<key>=<value> <problem> (fix: <fix>)"``; ``problem`` and ``fix`` are
-    format templates over the config's attributes (``"must be <= horizon={horizon}"``) or
-    functions of the config.
+    The error reads ``"<key>=<value> <problem> (fix: <fix>)"``; ``problem`` is a format
+    template over the config's attributes (``"must be <= horizon={horizon}"``) or a function
+    of the config; ``fix`` is plain text or a function of the config.
 
     Args:
         key: The field the error names (dotted with the parent's key when nested); a dotted
             key names an entry of a dict or nested field (``"dino.patch_size"``).
         ok: True when the config satisfies the rule.
         problem: What is wrong, after ``key=value``.
-        fix: How to fix it.
+        fix: How to fix it (not a template: braces are kept).
     """
 
     key: str
@@ -543,7 +543,8 @@ def validate(config: Any) -> None:
         if not ok:
             value = _lookup(config, rule.key)
             detail = f"={value!r} {_text(rule.problem, config)}"
-            raise FieldError.make(owner, rule.key, detail, _text(rule.fix, config))
+            fix = rule.fix(config) if callable(rule.fix) else rule.fix
+            raise FieldError.make(owner, rule.key, detail, fix)
 
 
 def nested(cls: type[C], value: C | Mapping[str, Any], key: str, parent: Any) -> C:
