@@ -518,6 +518,8 @@ def validate(config: Any) -> None:
     cls: type = type(config)
     hints = _safe_hints(cls)
     for f in dataclasses.fields(config):
+        if not hasattr(config, f.name):  # an init=False field not derived yet
+            continue
         value = getattr(config, f.name)
         if isinstance(value, bool) and _int_hint(hints.get(f.name)):
             raise FieldError.make(
