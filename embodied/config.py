@@ -473,12 +473,15 @@ class Rule:
         ok: True when the config satisfies the rule.
         problem: What is wrong, after ``key=value``.
         fix: How to fix it (not a template: braces are kept).
+        show_value: Print ``key=value``; ``False`` prints the key alone (a secret such as a
+            token must not end up in a log).
     """
 
     key: str
     ok: Callable[[Any], bool]
     problem: str | Callable[[Any], str]
     fix: str | Callable[[Any], str]
+    show_value: bool = True
 
 
 class _Attrs(dict[str, Any]):
@@ -543,8 +546,8 @@ def validate(config: Any) -> None:
         except (TypeError, ValueError, KeyError, ArithmeticError):  # values it cannot judge
             ok = False
         if not ok:
-            value = _lookup(config, rule.key)
-            detail = f"={value!r} {_text(rule.problem, config)}"
+            shown = f"={_lookup(config, rule.key)!r}" if rule.show_value else ""
+            detail = f"{shown} {_text(rule.problem, config)}"
             fix = rule.fix(config) if callable(rule.fix) else rule.fix
             raise FieldError.make(owner, rule.key, detail, fix)
 
