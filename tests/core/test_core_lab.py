@@ -124,7 +124,7 @@ def test_budget_presets_and_given_options_merge_field_by_field() -> None:
 def test_bad_ppo_settings_name_the_field(fields: dict[str, float], named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace("(", r"\(").replace("]", r"\]")):
         PPOSettings(**fields)  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="batch_size 512 > n_steps 256"):
+    with pytest.raises(ConfigError, match="ppo.batch_size=512 > n_steps 256"):
         RLTrainSettings(ppo=dataclasses.replace(CONTROLLER_PPO, batch_size=512))
     with pytest.raises(ConfigError, match=r"unknown PPO setting\(s\) \['lr'\]"):
         merge_ppo_layers(SHIELD_PPO, {"ppo": {"lr": 1e-3}})
