@@ -12,6 +12,26 @@ do the round trip the same way everywhere:
 
 ``check_options`` applies the same rule to the keyword options of a policy or expert
 (``--policy-arg key=value``): known names only, values converted to the annotated types.
+
+Validation is declared next to each field and checked by one function: a field made with
+:func:`checked` carries its bounds, choices, lengths and fix; cross-field constraints are a
+class-level ``rules`` tuple of :class:`Rule`; ``__post_init__`` derives what it derives, then
+calls :func:`validate`. Every refusal is a :class:`FieldError` (a ``ConfigError``, exit code 2
+on the command line) reading ``"<Config>: <dotted.key>=<value> <problem> (fix: ...)"``; a nested
+config's key is prefixed with its parent's field (``PDP: vision.crop_shape=...``)::
+
+    @dataclass
+    class Net:
+        lr: float = checked(1e-3, gt=0, fix="use e.g. 1e-3")
+        d_model: int = checked(64, ge=1)
+        n_heads: int = checked(4, ge=1)
+        rules: ClassVar[tuple[Rule, ...]] = (
+            Rule("d_model", lambda c: c.d_model % c.n_heads == 0,
+                 "is not divisible by n_heads={n_heads}", "pick n_heads that divides d_model"),
+        )
+
+        def __post_init__(self) -> None:
+            validate(self)
 """
 
 from __future__ import annotations
