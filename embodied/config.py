@@ -41,6 +41,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import numbers
 import types
 import typing
 from collections.abc import Callable, Collection, Mapping
@@ -357,70 +358,61 @@ class Check:
             return f"give {self.min_len or 0} to {self.max_len or 'any number of'} item(s)"
         return "use a finite number"
 
-    def problem(self, value: Any, number: type | None = None) -> str | None:
-        """What is wrong with ``value`` (``None`` if nothing); a sequence's items are checked
-        one by one against the bounds and the choices, its length against the lengths.
+    def problem(self, value: Any, hint: Any = None) -> tuple[str, Any, str] | None:
+        """What is wrong with ``value`` of a field annotated ``hint``, or ``None``.
 
-        Args:
-            value: The field's value.
-            number: ``int`` or ``float`` when the field is annotated as that number type:
-                the value must then be one (a bool is not; a float is an int if integral);
-                ``str`` for a string field.
+        The value must be of the annotated type (:func:`_type_problem`); a sequence's length
+        is checked against the lengths, then each item (its type, the bounds, the choices);
+        any other value against the bounds and the choices.
+
+        Returns:
+            ``(key suffix, bad value, problem)``: the suffix is ``"[i]"`` when item ``i`` is
+            the bad value, else ``""``.
         """
+        bad = _type_problem(value, hint)
+        if bad is not None:
+            return "", value, bad
         if value is None:
             return None
-        if number is str and not isinstance(value, str):
-            return "must be a string"
-        if number in (int, float):
-            if isinstance(value, bool):
-                return f"must be {'an integer' if number is int else 'a number'}, not a bool"
-            if not _is_number(value):
-                return f"must be {'an integer' if number is int else 'a number'}"
-            if number is int and not float(value).is_integer():
-                return "must be an integer"
         if isinstance(value, tuple | list):
-            if self.min_len is not None and len(value) < self.min_len:
-                return f"has {len(value)} item(s), fewer than {self.min_len}"
-            if self.max_len is not None and len(value) > self.max_len:
-                return f"has {len(value)} item(s), more than {self.max_len}"
-            for item in value:
-                bad = self._item_problem(item)
+            for limit, too in ((self.min_len, "fewer"), (self.max_len, "more")):
+                if limit is not None and (
+                    len(value) < limit if too == "fewer" else len(value) > limit
+                ):
+                    return "", value, f"has {len(value)} item(s), {too} than {limit}"
+            item_hint = _item_hint(hint)
+            for i, item in enumerate(value):
+                bad = _type_problem(item, item_hint) or self._item_problem(item)
                 if bad is not None:
-                    return f"has item {item!r}: each item {bad}"
+                    return f"[{i}]", item, bad
             return None
         if isinstance(value, str):
             if self.min_len is not None and len(value) < self.min_len:
-                return (
+                short = (
                     "must not be empty" if self.min_len == 1 else f"is shorter than {self.min_len}"
                 )
+                return "", value, short
             if self.max_len is not None and len(value) > self.max_len:
-                return f"is longer than {self.max_len} characters"
-        return self._item_problem(value)
+                return "", value, f"is longer than {self.max_len} characters"
+        bad = self._item_problem(value)
+        return None if bad is None else ("", value, bad)
 
     def _item_problem(self, value: Any) -> str | None:
         if self.choices is not None and value not in self.choices:
             return f"must be one of {tuple(self.choices)}"
         bounds = (self.gt, self.ge, self.lt, self.le)
-        if all(b is None for b in bounds) and not isinstance(value, float):
-            return None
-        if isinstance(value, bool):
-            return "must be a number, not a bool"
-        if not isinstance(value, int | float):
-            if all(b is None for b in bounds):
-                return None
-            try:
-                value = float(value)  # numpy scalars
-            except (TypeError, ValueError):
-                return "must be a number"
-        if math.isnan(value):
+        if not _is_number(value):
+            return None if all(b is None for b in bounds) else "must be a number"
+        number = _as_float(value)
+        if math.isnan(number):
             return "must be a number, not NaN"
-        if self.finite and math.isinf(value):
+        if self.finite and math.isinf(number):
             return "must be finite"
         for bound, ok, word in (
-            (self.gt, lambda b: value > b, ">"),
-            (self.ge, lambda b: value >= b, ">="),
-            (self.lt, lambda b: value < b, "<"),
-            (self.le, lambda b: value <= b, "<="),
+            (self.gt, lambda b: number > b, ">"),
+            (self.ge, lambda b: number >= b, ">="),
+            (self.lt, lambda b: number < b, "<"),
+            (self.le, lambda b: number <= b, "<="),
         ):
             if bound is not None and not ok(bound):
                 return f"must be {word} {bound}"
@@ -527,16 +519,26 @@ def _owner(config: Any) -> str:
     return name if isinstance(name, str) else cls.__name__
 
 
-def validate(config: Any) -> None:
+def validate(config: Any, prefix: str = "") -> None:
     """Check every constraint of the dataclass ``config``: call it from ``__post_init__``.
 
-    In order: an ``int`` field holding a bool; each field's :func:`checked` constraints;
-    nested config dataclasses (re-checked, errors keyed ``parent.child``); the class's
-    ``rules`` (a ``ClassVar`` tuple of :class:`Rule`), only once every field is valid.
+    In order: an ``int`` field holding a bool; each field's :func:`checked` constraints (the
+    annotated type first: a checked field holds what its annotation says); nested config
+    dataclasses (re-checked, errors keyed ``parent.child``); the class's ``rules`` (a
+    ``ClassVar`` tuple of :class:`Rule`), only once every field is valid.
+
+    Args:
+        config: The dataclass instance.
+        prefix: Dotted key of ``config`` inside a larger config (``"joints[2]"``) when it
+            knows it; its errors then name ``prefix.field``.
 
     Raises:
         FieldError: (a :class:`ConfigError`) naming the dotted key, the bad value and the fix.
     """
+
+    def key(name: str) -> str:
+        return f"{prefix}.{name}" if prefix else name
+
     owner = _owner(config)
     cls: type = type(config)
     hints = _safe_hints(cls)
@@ -546,20 +548,24 @@ def validate(config: Any) -> None:
         value = getattr(config, f.name)
         if isinstance(value, bool) and _int_hint(hints.get(f.name)):
             raise FieldError.make(
-                owner, f.name, f"={value!r} must be an integer, not a bool", "give a number"
+                owner, key(f.name), f"={value!r} must be an integer, not a bool", "give a number"
             )
         check = f.metadata.get("check")
         if isinstance(check, Check):
-            problem = check.problem(value, _number_hint(hints.get(f.name)))
+            problem = check.problem(value, hints.get(f.name, _EMPTY))
             if problem is not None:
+                suffix, bad, text = problem
                 raise FieldError.make(
-                    owner, f.name, f"={value!r} {problem}", check.fix or check.default_fix()
+                    owner,
+                    key(f.name) + suffix,
+                    f"={bad!r} {text}",
+                    check.fix or check.default_fix(),
                 )
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             try:
                 validate(value)
             except FieldError as err:
-                raise err.nested(owner, f.name) from None
+                raise err.nested(owner, key(f.name)) from None
     for rule in getattr(cls, "rules", ()):
         try:
             ok = bool(rule.ok(config))
@@ -569,7 +575,7 @@ def validate(config: Any) -> None:
             shown = f"={_lookup(config, rule.key)!r}" if rule.show_value else ""
             detail = f"{shown} {_text(rule.problem, config)}"
             fix = rule.fix(config) if callable(rule.fix) else rule.fix
-            raise FieldError.make(owner, rule.key, detail, fix)
+            raise FieldError.make(owner, key(rule.key), detail, fix)
 
 
 def nested(cls: type[C], value: C | Mapping[str, Any], key: str, parent: Any) -> C:
@@ -594,20 +600,56 @@ def nested(cls: type[C], value: C | Mapping[str, Any], key: str, parent: Any) ->
 
 def _is_number(value: Any) -> bool:
     """A real number (numpy scalars included), not a bool."""
-    if isinstance(value, bool | str):
-        return False
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _as_float(value: Any) -> float:
+    """``value`` (a real number) as a float; an int too large for one is infinite."""
     try:
-        float(value)
-    except (TypeError, ValueError):
-        return False
-    return not isinstance(value, tuple | list | Mapping)
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
-def _number_hint(hint: Any) -> type | None:
-    """``int``, ``float`` or ``str`` when ``hint`` is that type (optionally ``| None``)."""
-    options = [a for a in (typing.get_args(hint) if _is_union(hint) else (hint,))]
-    options = [a for a in options if a is not type(None)]
-    return options[0] if len(options) == 1 and options[0] in (int, float, str) else None
+_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def _type_problem(value: Any, hint: Any) -> str | None:
+    """Why ``value`` is not of the annotated type ``hint`` (``None`` if it is, or if the
+    annotation is not one of the types checked: int, float, str, bool, tuple/list, a config
+    dataclass, each optionally ``| None``)."""
+    if hint is _EMPTY or hint is None or hint is Any:
+        return None
+    options = typing.get_args(hint) if _is_union(hint) else (hint,)
+    if value is None:
+        return None if type(None) in options else "must not be None"
+    kinds = [typing.get_origin(a) or a for a in options if a is not type(None)]
+    if len(kinds) != 1:
+        return None
+    kind = kinds[0]
+    if kind in (int, float):
+        word = _WORDS[kind]
+        if isinstance(value, bool):
+            return f"must be {word}, not a bool"
+        ok = isinstance(value, numbers.Integral if kind is int else numbers.Real)
+        return None if ok else f"must be {word}"
+    if kind in (str, bool):
+        return None if isinstance(value, kind) else f"must be {_WORDS[kind]}"
+    if kind in (tuple, list, collections.abc.Sequence):
+        return None if isinstance(value, tuple | list) else "must be a list"
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        return None if isinstance(value, kind) else f"must be a {kind.__name__}"
+    return None
+
+
+def _item_hint(hint: Any) -> Any:
+    """The item annotation of a ``tuple[X, ...]`` / ``tuple[X, X]`` / ``list[X]`` hint."""
+    options = typing.get_args(hint) if _is_union(hint) else (hint,)
+    for option in options:
+        args = [a for a in typing.get_args(option) if a is not Ellipsis]
+        if args and all(a == args[0] for a in args):
+            return args[0]
+    return _EMPTY
 
 
 def _lookup(config: Any, key: str) -> Any:

@@ -142,7 +142,7 @@ def test_cross_field_rule_is_checked_after_the_fields() -> None:
     [
         ({"size": 0}, "Net: knob.size=0 must be >= 1"),
         ({"dims": ()}, "Net: knob.dims=() has 0 item(s), fewer than 1"),
-        ({"dims": (0, -1)}, "Net: knob.dims=(0, -1) has item -1: each item must be >= 0"),
+        ({"dims": (0, -1)}, "Net: knob.dims[1]=-1 must be >= 0"),
     ],
 )
 def test_nested_config_errors_carry_the_dotted_key(knob: dict[str, object], needle: str) -> None:
@@ -164,3 +164,48 @@ def test_a_nested_config_changed_after_construction_is_checked_by_its_parent() -
 def test_checked_fields_keep_their_defaults_and_round_trip() -> None:
     net = Net(mode="b", knob=Knob(dims=(2,)))
     assert config_from_dict(Net, json.loads(json.dumps(config_to_dict(net))), what="n") == net
+
+
+@dataclass(frozen=True)
+class Typed:
+    count: int = checked(1, ge=0)
+    rate: float = checked(1.0, gt=0)
+    name: str = checked("a")
+    flag: bool = checked(False)
+    sizes: tuple[int, int] = checked((1, 1), gt=0, min_len=2, max_len=2)
+    knob: Knob | None = checked(None)
+
+    def __post_init__(self) -> None:
+        validate(self, prefix="section[2]")
+
+
+@pytest.mark.parametrize(
+    ("kw", "needle"),
+    [
+        ({"count": 1.0}, "count=1.0 must be an integer"),
+        ({"count": None}, "count=None must not be None"),
+        ({"rate": "0.5"}, "rate='0.5' must be a number"),
+        ({"rate": [1.0]}, "rate=[1.0] must be a number"),
+        ({"rate": 10**400}, "must be finite"),
+        ({"name": 5}, "name=5 must be a string"),
+        ({"flag": 1}, "flag=1 must be true or false"),
+        ({"sizes": 96}, "sizes=96 must be a list"),
+        ({"sizes": "ab"}, "sizes='ab' must be a list"),
+        ({"sizes": (96,)}, "sizes=(96,) has 1 item(s), fewer than 2"),
+        ({"sizes": (96, True)}, "sizes[1]=True must be an integer, not a bool"),
+        ({"sizes": (96.5, 96)}, "sizes[0]=96.5 must be an integer"),
+        ({"sizes": (96, 0)}, "sizes[1]=0 must be > 0"),
+        ({"knob": 5}, "knob=5 must be a Knob"),
+    ],
+)
+def test_checked_fields_hold_their_annotated_type(kw: dict[str, object], needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Typed(**kw)  # type: ignore[arg-type]
+    assert f"Typed: section[2].{needle}" in str(info.value) or needle in str(info.value)
+    assert "section[2]." in str(info.value) and info.value.fix
+
+
+def test_a_known_prefix_dots_every_key() -> None:
+    with pytest.raises(ConfigError, match=r"Typed: section\[2\]\.count=-1 must be >= 0"):
+        Typed(count=-1)
+    assert Typed(knob=Knob(), sizes=[2, 3]).sizes == [2, 3]  # type: ignore[arg-type]
