@@ -476,7 +476,8 @@ class Rule:
     """A constraint over several fields of one config, declared in its class's ``rules``.
 
     The error reads ``"<key>=<value> <problem> (fix: <fix>)"``; ``problem`` is a format
-    template over the config's attributes (``"must be <= horizon={horizon}"``) or a function
+    template over the config's attributes (``"must be <= horizon={horizon}"``; ``{_prefix}``
+    is the config's dotted key and a dot when :func:`validate` was given one) or a function
     of the config; ``fix`` is plain text or a function of the config.
 
     Args:
@@ -497,18 +498,21 @@ class Rule:
 
 
 class _Attrs(dict[str, Any]):
-    """The attributes of a config, for ``str.format_map``."""
+    """The attributes of a config, for ``str.format_map`` (and ``_prefix``: the config's own
+    dotted key and a dot, or ``""``)."""
 
-    def __init__(self, config: Any) -> None:
-        super().__init__()
+    def __init__(self, config: Any, prefix: str = "") -> None:
+        super().__init__(_prefix=f"{prefix}." if prefix else "")
         self.config = config
 
     def __missing__(self, key: str) -> Any:
         return getattr(self.config, key)
 
 
-def _text(template: str | Callable[[Any], str], config: Any) -> str:
-    return template(config) if callable(template) else template.format_map(_Attrs(config))
+def _text(template: str | Callable[[Any], str], config: Any, prefix: str = "") -> str:
+    if callable(template):
+        return template(config)
+    return template.format_map(_Attrs(config, prefix))
 
 
 def _owner(config: Any) -> str:
@@ -573,7 +577,7 @@ def validate(config: Any, prefix: str = "") -> None:
             ok = False
         if not ok:
             shown = f"={_lookup(config, rule.key)!r}" if rule.show_value else ""
-            detail = f"{shown} {_text(rule.problem, config)}"
+            detail = f"{shown} {_text(rule.problem, config, prefix)}"
             fix = rule.fix(config) if callable(rule.fix) else rule.fix
             raise FieldError.make(owner, key(rule.key), detail, fix)
 
