@@ -10,8 +10,8 @@ A robot is described by one YAML file (see ``hardware/configs/sim_arm.yaml``)::
     safety: {max_step_rad: 0.1, stale_state_ms: 250, workspace: {low_m: [...], high_m: [...]}}
     ros: {url: "rosbridge://127.0.0.1:9090", command: {topic: /arm/command, ...}}
 
-Every dataclass declares its checks with :mod:`embodied.config` (``checked`` fields, ``Rule``
-s) and validates itself in ``__post_init__`` under its dotted key in the file: each value must
+Every dataclass declares its checks with :mod:`embodied.config` (``checked`` fields and
+``Rule`` objects) and validates itself in ``__post_init__`` under its dotted key in the file: each value must
 be a finite number of the right type (``.inf`` would switch a safety rule off; a bool is not a
 number), each name a non-empty string. Errors are :class:`~embodied.errors.ConfigError`
 naming the full dotted key (``joints[2].max_velocity_rad_s``, ``ros.link_timeout_ms``), the
