@@ -11,11 +11,11 @@ A robot is described by one YAML file (see ``hardware/configs/sim_arm.yaml``)::
     ros: {url: "rosbridge://127.0.0.1:9090", command: {topic: /arm/command, ...}}
 
 Every dataclass declares its checks with :mod:`embodied.config` (``checked`` fields and
-``Rule`` objects) and validates itself in ``__post_init__`` under its dotted key in the file: each value must
-be a finite number of the right type (``.inf`` would switch a safety rule off; a bool is not a
-number), each name a non-empty string. Errors are :class:`~embodied.errors.ConfigError`
-naming the full dotted key (``joints[2].max_velocity_rad_s``, ``ros.link_timeout_ms``), the
-bad value and the fix.
+``Rule`` objects) and validates itself in ``__post_init__`` under its dotted key in the file:
+each value must be a finite number of the right type (``.inf`` would switch a safety rule off;
+a bool is not a number), each name a non-empty string. Errors are
+:class:`~embodied.errors.ConfigError` naming the full dotted key
+(``joints[2].max_velocity_rad_s``, ``ros.link_timeout_ms``), the bad value and the fix.
 """
 
 from __future__ import annotations
