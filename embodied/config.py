@@ -435,10 +435,14 @@ def checked(
 ) -> Any:
     """A dataclass field with its constraints, checked by :func:`validate`.
 
-    Numeric bounds and ``choices`` apply to the value, or to each item of a tuple/list value;
-    ``min_len``/``max_len`` to the length of a tuple, list or string. ``None`` passes (an
-    optional field's "not set"). A float is never NaN, and finite unless ``finite=False``; an ``int``
-    field refuses ``True``/``False`` whether checked or not.
+    The value must first be of the field's annotated type: an ``int`` field an integer (not a
+    bool, not ``2.0``), a ``float`` field a real number (not a bool, not text), a ``str`` or
+    ``bool`` field one, a tuple field a list or tuple (items of the item type), a config field
+    that dataclass; ``None`` only where the annotation allows it (``X | None``; it then passes
+    every constraint). Numeric bounds and ``choices`` apply to the value, or to each item of a
+    tuple/list value (the error then names ``key[i]``); ``min_len``/``max_len`` to the length
+    of a tuple, list or string. A number is never NaN, and finite unless ``finite=False``.
+    An ``int`` field refuses ``True``/``False`` whether checked or not.
 
     Example::
 
