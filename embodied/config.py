@@ -575,6 +575,8 @@ def validate(config: Any, prefix: str = "") -> None:
             except FieldError as err:
                 raise err.nested(owner, key(f.name)) from None
     for rule in getattr(cls, "rules", ()):
+        if not isinstance(rule, Rule):  # a dataclass of another kind with a `rules` attribute
+            continue
         try:
             ok = bool(rule.ok(config))
         except (TypeError, ValueError, KeyError, ArithmeticError):  # values it cannot judge
