@@ -531,9 +531,9 @@ def validate(config: Any, prefix: str = "") -> None:
     """Check every constraint of the dataclass ``config``: call it from ``__post_init__``.
 
     In order: an ``int`` field holding a bool; each field's :func:`checked` constraints (the
-    annotated type first: a checked field holds what its annotation says); nested config
-    dataclasses (re-checked, errors keyed ``parent.child``); the class's ``rules`` (a
-    ``ClassVar`` tuple of :class:`Rule`), only once every field is valid.
+    annotated type first: a checked field holds what its annotation says); nested configs
+    (dataclasses that declare checks; re-checked, errors keyed ``parent.child``); the class's
+    ``rules`` (a ``ClassVar`` tuple of :class:`Rule`), only once every field is valid.
 
     Args:
         config: The dataclass instance.
@@ -569,7 +569,8 @@ def validate(config: Any, prefix: str = "") -> None:
                     f"={bad!r} {text}",
                     check.fix or check.default_fix(),
                 )
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        kind: type = type(value)
+        if kind is not type and _declares_checks(kind):
             try:
                 validate(value)
             except FieldError as err:
@@ -668,6 +669,16 @@ def _lookup(config: Any, key: str) -> Any:
     for part in key.split("."):
         value = value[part] if isinstance(value, Mapping) else getattr(value, part)
     return value
+
+
+@functools.cache
+def _declares_checks(cls: type) -> bool:
+    """Whether ``cls`` is a config dataclass of this mechanism (checked fields or rules)."""
+    if not dataclasses.is_dataclass(cls):
+        return False
+    if any(isinstance(r, Rule) for r in getattr(cls, "rules", ())):
+        return True
+    return any("check" in f.metadata for f in dataclasses.fields(cls))
 
 
 @functools.cache
