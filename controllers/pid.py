@@ -27,14 +27,15 @@ import dataclasses
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from controllers import CONTROLLERS
-from embodied.config import config_from_dict, config_to_dict
+from embodied.config import Rule, checked, config_from_dict, config_to_dict, validate
 from embodied.errors import ConfigError
 
 AntiWindup = Literal["clamping", "back_calculation", "none"]
 _ANTI_WINDUP = ("clamping", "back_calculation", "none")
+_NO_NEGATIVE_GAINS = "use direction=-1 for a reverse-acting loop instead of negative gains"
 
 
 @dataclass
@@ -61,68 +62,44 @@ class PIDConfig:
         kff: Setpoint feedforward gain (output units per setpoint unit).
     """
 
-    kp: float = 1.0
-    ki: float = 0.0
-    kd: float = 0.0
-    output_min: float = -math.inf
-    output_max: float = math.inf
-    rate_limit: float | None = None
-    tau_d: float = 0.0
-    derivative_cutoff_hz: float | None = None
-    anti_windup: AntiWindup = "clamping"
-    tracking_gain: float | None = None
-    direction: int = 1
-    bias: float = 0.0
-    kff: float = 0.0
+    config_name: ClassVar[str] = "PID"
+
+    kp: float = checked(1.0, ge=0, fix=_NO_NEGATIVE_GAINS)
+    ki: float = checked(0.0, ge=0, fix=_NO_NEGATIVE_GAINS)
+    kd: float = checked(0.0, ge=0, fix=_NO_NEGATIVE_GAINS)
+    output_min: float = checked(-math.inf, finite=False, fix="give a number (-inf allowed)")
+    output_max: float = checked(math.inf, finite=False, fix="give a number (inf allowed)")
+    rate_limit: float | None = checked(
+        None, gt=0, finite=False, fix="omit rate_limit (null) for no rate limit"
+    )
+    tau_d: float = checked(0.0, ge=0, fix="use a time constant >= 0 s (0 = unfiltered)")
+    derivative_cutoff_hz: float | None = checked(None, gt=0, fix="use a cutoff > 0 Hz, or omit it")
+    anti_windup: AntiWindup = checked("clamping", choices=_ANTI_WINDUP)
+    tracking_gain: float | None = checked(None, gt=0, fix="use a gain > 0 1/s, or omit it")
+    direction: int = checked(1, choices=(1, -1), fix="use +1, or -1 for a reverse-acting loop")
+    bias: float = checked(0.0, fix="give a finite number")
+    kff: float = checked(0.0, fix="give a finite number")
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "output_min",
+            lambda c: c.output_min < c.output_max,
+            "must be < output_max={output_max}",
+            "swap the limits or widen them",
+        ),
+    )
 
     def __post_init__(self) -> None:
-        for name in ("kp", "ki", "kd", "tau_d", "bias", "kff"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"PID {name} must be a number, got {value!r}")
-            if not math.isfinite(value):
-                raise ConfigError(f"PID {name} must be finite, got {value!r}")
-            setattr(self, name, float(value))
-        for name in ("kp", "ki", "kd", "tau_d"):
-            if getattr(self, name) < 0:
-                raise ConfigError(
-                    f"PID {name} must be >= 0, got {getattr(self, name)}",
-                    fix="use direction=-1 for a reverse-acting loop instead of negative gains",
-                )
-        for name in ("output_min", "output_max"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-                raise ConfigError(f"PID {name} must be a number (inf allowed), got {value!r}")
-            setattr(self, name, float(value))
-        if not self.output_min < self.output_max:
-            raise ConfigError(
-                f"PID output_min {self.output_min} must be < output_max {self.output_max}",
-                fix="swap the limits or widen them",
-            )
+        validate(self)
+        for name in ("kp", "ki", "kd", "tau_d", "bias", "kff", "output_min", "output_max"):
+            setattr(self, name, float(getattr(self, name)))
         if self.rate_limit is not None:
-            if not (isinstance(self.rate_limit, (int, float)) and self.rate_limit > 0):
-                raise ConfigError(
-                    f"PID rate_limit must be > 0 units/s or None, got {self.rate_limit!r}",
-                    fix="omit rate_limit (null) for no rate limit",
-                )
             self.rate_limit = float(self.rate_limit)
         if self.derivative_cutoff_hz is not None:
-            fc = self.derivative_cutoff_hz
-            if not (isinstance(fc, (int, float)) and fc > 0 and math.isfinite(fc)):
-                raise ConfigError(f"PID derivative_cutoff_hz must be > 0 Hz, got {fc!r}")
-            self.derivative_cutoff_hz = float(fc)
+            self.derivative_cutoff_hz = float(self.derivative_cutoff_hz)
             self.tau_d = 1.0 / (2.0 * math.pi * self.derivative_cutoff_hz)
-        if self.anti_windup not in _ANTI_WINDUP:
-            raise ConfigError(
-                f"PID anti_windup {self.anti_windup!r} is not one of {list(_ANTI_WINDUP)}"
-            )
         if self.tracking_gain is not None:
-            kt = self.tracking_gain
-            if not (isinstance(kt, (int, float)) and kt > 0 and math.isfinite(kt)):
-                raise ConfigError(f"PID tracking_gain must be > 0 1/s, got {kt!r}")
-            self.tracking_gain = float(kt)
-        if self.direction not in (1, -1):
-            raise ConfigError(f"PID direction must be +1 or -1, got {self.direction!r}")
+            self.tracking_gain = float(self.tracking_gain)
         self.direction = int(self.direction)
 
     @property

@@ -34,10 +34,11 @@ from __future__ import annotations
 import concurrent.futures as cf
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from embodied.config import Rule, checked, validate
 from embodied.contracts import Env, Knob, Policy, Steerable
 from embodied.errors import CompatibilityError, ConfigError
 from embodied.specs import Observation
@@ -318,7 +319,9 @@ class ChunkingConfig:
         execute_steps: Rows of each chunk executed (None: all).
     """
 
-    execution: str = "policy"
+    config_name: ClassVar[str] = "chunking"
+
+    execution: str = checked("policy", choices=EXECUTIONS)
     threshold: float = 0.5
     merge: str = "weighted_average"
     delay_steps: int | None = None
@@ -326,19 +329,24 @@ class ChunkingConfig:
     starve: str = "repeat_last"
     execute_steps: int | None = None
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "execution",
+            lambda c: c.execution != "policy" or (c.delay_steps is None and not c.rtc),
+            "runs the policy in the loop: delay_steps={delay_steps} and rtc={rtc} need chunked "
+            "execution",
+            "pass --execution sync or --execution async",
+        ),
+        Rule(
+            "rtc",
+            lambda c: not c.rtc or c.execution == "async",
+            "needs asynchronous execution",
+            "pass --execution async",
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if self.execution not in EXECUTIONS:
-            raise ConfigError(
-                f"execution={self.execution!r} is unknown", fix=f"use one of {EXECUTIONS}"
-            )
-        if self.execution == "policy" and (self.delay_steps is not None or self.rtc):
-            raise ConfigError(
-                f"execution='policy' runs the policy in the loop: delay_steps={self.delay_steps} "
-                f"and rtc={self.rtc} need chunked execution",
-                fix="pass --execution sync or --execution async",
-            )
-        if self.rtc and self.execution != "async":
-            raise ConfigError("rtc=True needs asynchronous execution", fix="pass --execution async")
+        validate(self)
 
     def wrap(self, policy: Policy) -> Policy:
         """``policy`` executed as configured (itself for ``execution='policy'``)."""

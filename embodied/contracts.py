@@ -15,11 +15,12 @@ import abc
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
 
+from embodied.config import Rule, validate
 from embodied.errors import CompatibilityError, ConfigError
 from embodied.specs import (
     GRIPPER_CONVENTIONS,
@@ -93,15 +94,30 @@ class Knob:
     units: str = "1"
     description: str = ""
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "default",
+            lambda c: len(c.low) == len(c.high) == len(c.default) >= 1,
+            "and low={low!r}, high={high!r}: lengths differ (or are 0)",
+            "give low, high and default one value per element",
+        ),
+        Rule(
+            "default",
+            lambda c: all(
+                lo <= d <= hi for lo, hi, d in zip(c.low, c.high, c.default, strict=True)
+            ),
+            "outside [low={low!r}, high={high!r}]",
+            "pick a default inside the bounds",
+        ),
+    )
+
+    @property
+    def config_name(self) -> str:
+        """How errors name this knob."""
+        return f"knob {self.name!r}"
+
     def __post_init__(self) -> None:
-        if not (len(self.low) == len(self.high) == len(self.default) >= 1):
-            raise ConfigError(
-                f"knob {self.name!r}: low/high/default lengths differ: "
-                f"{self.low!r} {self.high!r} {self.default!r}"
-            )
-        for lo, hi, d in zip(self.low, self.high, self.default, strict=False):
-            if not lo <= d <= hi:
-                raise ConfigError(f"knob {self.name!r}: default {d} outside [{lo}, {hi}]")
+        validate(self)
 
     @classmethod
     def scalar(cls, name: str, low: float, high: float, default: float = 0.0, **kw: Any) -> Knob:

@@ -63,9 +63,3 @@ class CheckpointError(EmbodiedError, ValueError):
 
 class SafetyFault(EmbodiedError, RuntimeError):
     """A safety rule stopped the loop (stale state, e-stop, disconnect)."""
-
-
-def require(condition: bool, message: str, fix: str | None = None) -> None:
-    """Raise :class:`ConfigError` with ``message`` unless ``condition`` holds."""
-    if not condition:
-        raise ConfigError(message, fix)

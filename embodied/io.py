@@ -154,13 +154,16 @@ def json_default(obj: Any) -> Any:
     """``json.dumps(default=...)`` for numpy values and paths: the project's one converter.
 
     Numpy scalars become Python numbers and bools, numpy arrays (and anything else with a
-    ``tolist()``, e.g. torch tensors) nested lists, paths strings.
+    ``tolist()``, e.g. torch tensors) nested lists, paths strings, bytes (HDF5 attributes,
+    ``np.bytes_``) text decoded as UTF-8 (undecodable bytes replaced).
 
     Raises:
         TypeError: any other object (as ``json.dumps`` itself would).
     """
     if isinstance(obj, Path):
         return str(obj)
+    if isinstance(obj, bytes):
+        return obj.decode("utf-8", "replace")
     tolist = getattr(obj, "tolist", None)
     if callable(tolist):
         return tolist()  # numpy: a scalar's tolist() is its item()

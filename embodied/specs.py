@@ -21,10 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from embodied.config import Rule, checked, validate
 from embodied.errors import ActionError, ConfigError
 
 Observation = dict[str, Any]
@@ -108,6 +109,16 @@ def image_key(camera: str) -> str:
     return f"{IMAGE_PREFIX}{camera}"
 
 
+def _one_per_name(label: str) -> Rule:
+    """The rule that the field ``label`` of a :class:`VectorSpec` has one entry per name."""
+    return Rule(
+        label,
+        lambda c: len(getattr(c, label)) == len(c.names),
+        lambda c: f"has {len(getattr(c, label))} entries but names has {len(c.names)}",
+        "give one entry per named dim",
+    )
+
+
 @dataclass(frozen=True)
 class VectorSpec:
     """A float vector with named, bounded dims.
@@ -124,21 +135,27 @@ class VectorSpec:
     high: tuple[float, ...]
     units: tuple[str, ...]
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        *(_one_per_name(label) for label in ("low", "high", "units")),
+        Rule(
+            "names",
+            lambda c: len(set(c.names)) == len(c.names),
+            "are not unique",
+            "name each dim once",
+        ),
+        Rule(
+            "low",
+            lambda c: all(lo <= hi for lo, hi in zip(c.low, c.high, strict=True)),
+            lambda c: (
+                f"is above high={c.high} (low > high) for dims "
+                f"{[n for n, lo, hi in zip(c.names, c.low, c.high, strict=True) if not lo <= hi]}"
+            ),
+            "give each dim low <= high",
+        ),
+    )
+
     def __post_init__(self) -> None:
-        n = len(self.names)
-        for label, seq in (("low", self.low), ("high", self.high), ("units", self.units)):
-            if len(seq) != n:
-                raise ConfigError(
-                    f"VectorSpec {label} has {len(seq)} entries but names has {n}: {seq!r}",
-                    fix="give one entry per named dim",
-                )
-        if len(set(self.names)) != n:
-            raise ConfigError(f"VectorSpec names are not unique: {self.names!r}")
-        bad = [
-            nm for nm, lo, hi in zip(self.names, self.low, self.high, strict=False) if not lo <= hi
-        ]
-        if bad:
-            raise ConfigError(f"VectorSpec low > high for dims {bad}")
+        validate(self)
 
     @classmethod
     def uniform(cls, names: Sequence[str], low: float, high: float, unit: str) -> VectorSpec:
@@ -215,14 +232,12 @@ class ImageSpec:
             over frames as their renderer or camera delivers them and say so here.
     """
 
-    height: int
-    width: int
-    orientation: str = "upright"
+    height: int = checked(gt=0, fix="give the image size in pixels, e.g. 64")
+    width: int = checked(gt=0, fix="give the image size in pixels, e.g. 64")
+    orientation: str = checked("upright", choices=IMAGE_ORIENTATIONS)
 
     def __post_init__(self) -> None:
-        if self.height <= 0 or self.width <= 0:
-            raise ConfigError(f"image size must be positive, got {self.height}x{self.width}")
-        check_convention("image orientation", self.orientation)
+        validate(self)
 
     @property
     def shape(self) -> tuple[int, int, int]:

@@ -10,24 +10,25 @@ A robot is described by one YAML file (see ``hardware/configs/sim_arm.yaml``)::
     safety: {max_step_rad: 0.1, stale_state_ms: 250, workspace: {low_m: [...], high_m: [...]}}
     ros: {url: "rosbridge://127.0.0.1:9090", command: {topic: /arm/command, ...}}
 
-Every dataclass validates itself in ``__post_init__``: each value must be a finite number of
-the right type (``.inf`` would switch a safety rule off; a bool is not a number), each name a
-non-empty string. Errors are :class:`~embodied.errors.ConfigError` naming the full dotted key
+Every dataclass declares its checks with :mod:`embodied.config` (``checked`` fields and
+``Rule`` objects) and validates itself in ``__post_init__`` under its dotted key in the file:
+each value must be a finite number of the right type (``.inf`` would switch a safety rule off;
+a bool is not a number), each name a non-empty string. Errors are
+:class:`~embodied.errors.ConfigError` naming the full dotted key
 (``joints[2].max_velocity_rad_s``, ``ros.link_timeout_ms``), the bad value and the fix.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import InitVar, dataclass, field
+from dataclasses import InitVar, dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlparse
 
+from embodied.config import Rule, checked, validate
 from embodied.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -52,77 +53,12 @@ ENABLE_TYPES = ("std_srvs/Trigger",)
 _T = TypeVar("_T")
 
 _EXAMPLE = "hardware/configs/sim_arm.yaml"
+_ROBOT = "robot config"
 
 
 def _key(where: str, name: str) -> str:
     """Dotted key of field ``name`` inside the section at ``where`` (``""`` is the root)."""
     return f"{where}.{name}" if where else name
-
-
-def _number(
-    key: str,
-    value: object,
-    unit: str,
-    example: float,
-    *,
-    gt: float | None = None,
-    ge: float | None = None,
-    le: float | None = None,
-) -> float:
-    """``value`` as a float after checking it is a finite real number within the bounds.
-
-    A limit of ``.inf`` would silently switch its safety rule off, so non-finite values are
-    refused everywhere, not only where a bound is given. ``bool`` is an ``int`` in Python but a
-    YAML ``true`` here is a typo, so it is refused too.
-
-    Args:
-        key: Dotted key named in the error, e.g. ``joints[2].max_velocity_rad_s``.
-        value: The value read from the config.
-        unit: Unit named in the error, e.g. ``rad/s``.
-        example: A valid value named in the fix.
-        gt: Exclusive lower bound.
-        ge: Inclusive lower bound.
-        le: Inclusive upper bound.
-
-    Raises:
-        ConfigError: naming ``key``, ``value`` and the valid range.
-    """
-    rule = " and ".join(
-        f"{op} {bound:g}" for op, bound in ((">", gt), (">=", ge), ("<=", le)) if bound is not None
-    )
-    want = f"a finite number{' ' + rule if rule else ''} ({unit}), e.g. {example:g}"
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ConfigError(
-            f"{key} {value!r} is not a number (got {type(value).__name__})",
-            fix=f"set {key} to {want}",
-        )
-    try:
-        number = float(value)
-    except OverflowError:  # an int literal too large for a float
-        number = math.inf
-    if not math.isfinite(number):
-        raise ConfigError(f"{key} {value!r} is not finite", fix=f"set {key} to {want}")
-    if (
-        (gt is not None and not number > gt)
-        or (ge is not None and not number >= ge)
-        or (le is not None and not number <= le)
-    ):
-        raise ConfigError(f"{key} {value!r} must be {rule} ({unit})", fix=f"set {key} to {want}")
-    return number
-
-
-def _integer(key: str, value: object, unit: str, example: int, *, gt: int) -> int:
-    """``value`` checked to be an ``int`` (not a bool, not a float) greater than ``gt``."""
-    want = f"a whole number > {gt} ({unit}), e.g. {example}"
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ConfigError(
-            f"{key} {value!r} is not a whole number (got {type(value).__name__})",
-            fix=f"set {key} to {want}",
-        )
-    number = int(value)
-    if not number > gt:
-        raise ConfigError(f"{key} {value!r} must be > {gt} ({unit})", fix=f"set {key} to {want}")
-    return number
 
 
 def _sequence(key: str, value: object, length: int | None, what: str) -> Sequence[Any]:
@@ -142,48 +78,59 @@ def _sequence(key: str, value: object, length: int | None, what: str) -> Sequenc
     return value
 
 
-def _vector(key: str, value: object, length: int | None, unit: str, what: str) -> tuple[float, ...]:
-    """``value`` as a tuple of finite floats (``length`` of them when given)."""
-    items = _sequence(key, value, length, what)
-    return tuple(_number(f"{key}[{i}]", x, unit, 0.0) for i, x in enumerate(items))
-
-
-def _name(key: str, value: object, example: str) -> str:
-    """``value`` checked to be a non-empty string without surrounding whitespace."""
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(
-            f"{key} {value!r} is not a non-empty string (got {type(value).__name__})",
-            fix=f"set {key} to a name, e.g. {example}",
-        )
-    if value != value.strip():
-        raise ConfigError(
-            f"{key} {value!r} has surrounding whitespace", fix=f"write it as {value.strip()!r}"
-        )
-    return value
-
-
-def _flag(key: str, value: object) -> bool:
-    """``value`` checked to be a YAML boolean (``true``/``false``), not ``1`` or ``"yes"``."""
-    if not isinstance(value, bool):
-        raise ConfigError(
-            f"{key} {value!r} is not a boolean (got {type(value).__name__})",
-            fix=f"set {key} to true or false",
-        )
-    return value
-
-
-def _section(key: str, value: object, cls: type) -> None:
-    """Check that a nested section was built as ``cls`` (direct construction skips ``_build``)."""
-    if not isinstance(value, cls):
-        raise ConfigError(
-            f"{key} {value!r} is not a {cls.__name__}",
-            fix=f"give {key} as a mapping of its keys, as in {_EXAMPLE}",
-        )
-
-
 def _set(obj: object, name: str, value: object) -> None:
     """Store a normalised value on a frozen dataclass (e.g. a list as a tuple, an int as float)."""
     object.__setattr__(obj, name, value)
+
+
+def _floats(obj: object, *names: str) -> None:
+    """Store the (validated) numbers ``names`` of ``obj`` as floats, vectors as float tuples."""
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, tuple | list):
+            _set(obj, name, tuple(float(x) for x in value))
+        elif value is not None:
+            _set(obj, name, float(value))
+
+
+def _number(example: float, unit: str, rule: str = "") -> str:
+    """The fix of a number field: what it takes, in ``unit``, and an example."""
+    return f"set a finite number{' ' + rule if rule else ''} ({unit}), e.g. {example:g}"
+
+
+def _vector(what: str, unit: str) -> str:
+    """The fix of a vector field: how many entries of what, in ``unit``."""
+    return f"write it as a list of finite numbers ({unit}): {what}"
+
+
+def _trimmed(key: str) -> Rule:
+    """The rule that the name ``key`` has no surrounding whitespace."""
+    return Rule(
+        key,
+        lambda c: getattr(c, key) == getattr(c, key).strip(),
+        "has surrounding whitespace",
+        "write it without leading or trailing spaces",
+    )
+
+
+def _topic_type(name: str, allowed: tuple[str, ...]) -> Rule:
+    """The rule that the topic ``name`` of a :class:`RosConfig` (if set) has an allowed type."""
+    return Rule(
+        f"{name}.type",
+        lambda c: getattr(c, name) is None or getattr(c, name).type in allowed,
+        "is not supported",
+        f"use one of {list(allowed)}",
+    )
+
+
+def _url_ok(url: str) -> bool:
+    """Whether ``url`` is ``rosbridge://host:port`` (or ``ws://host:port``)."""
+    try:
+        parsed = urlparse(url)
+        scheme, host, port = parsed.scheme, parsed.hostname, parsed.port
+    except ValueError:  # a malformed IPv6 host, a port that is not a number or out of range
+        return False
+    return scheme in ("rosbridge", "ws") and bool(host) and bool(port)
 
 
 @dataclass(frozen=True)
@@ -199,28 +146,27 @@ class JointConfig:
         where: Dotted key of this joint in the robot config (``joints[2]``), used in errors.
     """
 
-    name: str
-    lower_rad: float
-    upper_rad: float
-    max_velocity_rad_s: float = 1.0
+    config_name: ClassVar[str] = _ROBOT
+
+    name: str = checked(min_len=1, fix="set it to a name, e.g. shoulder_pan")
+    lower_rad: float = checked(fix=_number(-1.5, "rad"))
+    upper_rad: float = checked(fix=_number(1.5, "rad"))
+    max_velocity_rad_s: float = checked(1.0, gt=0, fix=_number(1.5, "rad/s", "> 0"))
     where: InitVar[str] = "joint"
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        _trimmed("name"),
+        Rule(
+            "lower_rad",
+            lambda c: c.lower_rad < c.upper_rad,
+            "is not below {_prefix}upper_rad={upper_rad!r} (joint {name!r})",
+            "set lower_rad < upper_rad (rad)",
+        ),
+    )
+
     def __post_init__(self, where: str) -> None:
-        _name(_key(where, "name"), self.name, "shoulder_pan")
-        lower = _number(_key(where, "lower_rad"), self.lower_rad, "rad", -1.5)
-        upper = _number(_key(where, "upper_rad"), self.upper_rad, "rad", 1.5)
-        if not lower < upper:
-            raise ConfigError(
-                f"{_key(where, 'lower_rad')} {self.lower_rad!r} >= upper_rad {self.upper_rad!r} "
-                f"(joint {self.name!r})",
-                fix=f"set {_key(where, 'lower_rad')} < {_key(where, 'upper_rad')} (rad)",
-            )
-        velocity = _number(
-            _key(where, "max_velocity_rad_s"), self.max_velocity_rad_s, "rad/s", 1.5, gt=0
-        )
-        _set(self, "lower_rad", lower)
-        _set(self, "upper_rad", upper)
-        _set(self, "max_velocity_rad_s", velocity)
+        validate(self, where)
+        _floats(self, "lower_rad", "upper_rad", "max_velocity_rad_s")
 
 
 @dataclass(frozen=True)
@@ -233,17 +179,17 @@ class LinkConfig:
         where: Dotted key of this link in the robot config (``kinematics.links[1]``).
     """
 
-    axis: str
-    offset_m: tuple[float, float, float]
+    config_name: ClassVar[str] = _ROBOT
+
+    axis: str = checked(choices=("x", "y", "z"), fix="set it to x, y or z")
+    offset_m: tuple[float, float, float] = checked(
+        min_len=3, max_len=3, fix=_vector("[x, y, z]", "m")
+    )
     where: InitVar[str] = "link"
 
     def __post_init__(self, where: str) -> None:
-        if not isinstance(self.axis, str) or self.axis not in ("x", "y", "z"):
-            raise ConfigError(
-                f"{_key(where, 'axis')} {self.axis!r} is not one of x, y, z",
-                fix=f"set {_key(where, 'axis')} to x, y or z",
-            )
-        _set(self, "offset_m", _vector(_key(where, "offset_m"), self.offset_m, 3, "m", "[x, y, z]"))
+        validate(self, where)
+        _floats(self, "offset_m")
 
 
 @dataclass(frozen=True)
@@ -256,17 +202,20 @@ class KinematicsConfig:
         where: Dotted key of this section in the robot config.
     """
 
-    base_m: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    links: tuple[LinkConfig, ...] = ()
+    config_name: ClassVar[str] = _ROBOT
+
+    base_m: tuple[float, float, float] = checked(
+        (0.0, 0.0, 0.0), min_len=3, max_len=3, fix=_vector("[x, y, z]", "m")
+    )
+    links: tuple[LinkConfig, ...] = checked(
+        (), fix=f"give one {{axis, offset_m}} per joint, as in {_EXAMPLE}"
+    )
     where: InitVar[str] = "kinematics"
 
     def __post_init__(self, where: str) -> None:
-        _set(self, "base_m", _vector(_key(where, "base_m"), self.base_m, 3, "m", "[x, y, z]"))
-        key = _key(where, "links")
-        links = tuple(_sequence(key, self.links, None, "one {axis, offset_m} per joint"))
-        for i, link in enumerate(links):
-            _section(f"{key}[{i}]", link, LinkConfig)
-        _set(self, "links", links)
+        validate(self, where)
+        _floats(self, "base_m")
+        _set(self, "links", tuple(self.links))
 
 
 @dataclass(frozen=True)
@@ -279,21 +228,28 @@ class WorkspaceConfig:
         where: Dotted key of this section in the robot config.
     """
 
-    low_m: tuple[float, float, float]
-    high_m: tuple[float, float, float]
+    config_name: ClassVar[str] = _ROBOT
+
+    low_m: tuple[float, float, float] = checked(
+        min_len=3, max_len=3, fix=_vector("[min x, min y, min z]", "m")
+    )
+    high_m: tuple[float, float, float] = checked(
+        min_len=3, max_len=3, fix=_vector("[max x, max y, max z]", "m")
+    )
     where: InitVar[str] = "safety.workspace"
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "low_m",
+            lambda c: all(lo < hi for lo, hi in zip(c.low_m, c.high_m, strict=True)),
+            "is not below high_m={high_m!r} on every axis",
+            "give the box corners as low (min x, y, z) and high (max x, y, z)",
+        ),
+    )
+
     def __post_init__(self, where: str) -> None:
-        low = _vector(_key(where, "low_m"), self.low_m, 3, "m", "[min x, min y, min z]")
-        high = _vector(_key(where, "high_m"), self.high_m, 3, "m", "[max x, max y, max z]")
-        if any(lo >= hi for lo, hi in zip(low, high, strict=True)):
-            raise ConfigError(
-                f"{_key(where, 'low_m')} {low!r} is not below {_key(where, 'high_m')} {high!r} "
-                "on every axis",
-                fix="give the box corners as low (min x, y, z) and high (max x, y, z)",
-            )
-        _set(self, "low_m", low)
-        _set(self, "high_m", high)
+        validate(self, where)
+        _floats(self, "low_m", "high_m")
 
 
 @dataclass(frozen=True)
@@ -312,32 +268,19 @@ class SafetyConfig:
         where: Dotted key of this section in the robot config.
     """
 
-    max_step_rad: float = 0.2
-    stale_state_ms: float = 250.0
-    workspace: WorkspaceConfig | None = None
-    velocity_margin: float = 1.0
+    config_name: ClassVar[str] = _ROBOT
+
+    max_step_rad: float = checked(0.2, gt=0, fix=_number(0.15, "rad", "> 0"))
+    stale_state_ms: float = checked(250.0, gt=0, fix=_number(250, "ms", "> 0"))
+    workspace: WorkspaceConfig | None = checked(
+        None, fix=f"give it as a mapping of its keys, as in {_EXAMPLE}"
+    )
+    velocity_margin: float = checked(1.0, gt=0, le=1, fix=_number(1, "fraction", "> 0 and <= 1"))
     where: InitVar[str] = "safety"
 
     def __post_init__(self, where: str) -> None:
-        _set(
-            self,
-            "max_step_rad",
-            _number(_key(where, "max_step_rad"), self.max_step_rad, "rad", 0.15, gt=0),
-        )
-        _set(
-            self,
-            "stale_state_ms",
-            _number(_key(where, "stale_state_ms"), self.stale_state_ms, "ms", 250, gt=0),
-        )
-        if self.workspace is not None:
-            _section(_key(where, "workspace"), self.workspace, WorkspaceConfig)
-        _set(
-            self,
-            "velocity_margin",
-            _number(
-                _key(where, "velocity_margin"), self.velocity_margin, "fraction", 1, gt=0, le=1
-            ),
-        )
+        validate(self, where)
+        _floats(self, "max_step_rad", "stale_state_ms", "velocity_margin")
 
 
 @dataclass(frozen=True)
@@ -350,25 +293,31 @@ class TopicConfig:
         where: Dotted key of this section in the robot config (``ros.command``).
     """
 
-    topic: str
-    type: str
+    config_name: ClassVar[str] = _ROBOT
+
+    topic: str = checked(min_len=1, fix="set it to an absolute ROS name, e.g. /arm/command")
+    type: str = checked(min_len=1, fix="set it to a ROS type, e.g. sensor_msgs/JointState")
     where: InitVar[str] = "topic"
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        _trimmed("topic"),
+        Rule(
+            "topic",
+            lambda c: c.topic.startswith("/") and c.topic != "/",
+            "is not absolute (a ROS name starts with '/')",
+            lambda c: f"write it as '/{c.topic.lstrip('/') or 'name'}'",
+        ),
+        _trimmed("type"),
+        Rule(
+            "type",
+            lambda c: c.type.count("/") == 1 and all(c.type.split("/")),
+            "is not a ROS type 'package/Type'",
+            "e.g. sensor_msgs/JointState",
+        ),
+    )
+
     def __post_init__(self, where: str) -> None:
-        key = _key(where, "topic")
-        _name(key, self.topic, "/arm/command")
-        if not self.topic.startswith("/") or self.topic == "/":
-            raise ConfigError(
-                f"{key} {self.topic!r}: ROS name is not absolute",
-                fix=f"write it as '/{self.topic.lstrip('/') or 'name'}'",
-            )
-        key = _key(where, "type")
-        _name(key, self.type, "package/Type")
-        if self.type.count("/") != 1 or not all(self.type.split("/")):
-            raise ConfigError(
-                f"{key} {self.type!r}: ROS type is not 'package/Type'",
-                fix="e.g. sensor_msgs/JointState",
-            )
+        validate(self, where)
 
     def check_type(self, allowed: Sequence[str], what: str) -> None:
         """Raise unless :attr:`type` is one of ``allowed``; ``what`` is the section's dotted key."""
@@ -376,6 +325,10 @@ class TopicConfig:
             raise ConfigError(
                 f"{what}.type {self.type!r} is not supported", fix=f"use one of {list(allowed)}"
             )
+
+
+_SECONDS = "> 0"
+_TOPIC_FIX = f"give it as a mapping {{topic, type}}, as in {_EXAMPLE}"
 
 
 @dataclass(frozen=True)
@@ -431,102 +384,92 @@ class RosConfig:
         where: Dotted key of this section in the robot config.
     """
 
-    url: str = "rosbridge://127.0.0.1:9090"
-    ros_version: int = 1
-    state: TopicConfig = TopicConfig("/joint_states", "sensor_msgs/JointState", "ros.state")
-    command: TopicConfig = TopicConfig(
-        "/arm/command", "trajectory_msgs/JointTrajectory", "ros.command"
+    config_name: ClassVar[str] = _ROBOT
+
+    url: str = checked(
+        "rosbridge://127.0.0.1:9090", min_len=1, fix="e.g. rosbridge://127.0.0.1:9090"
     )
-    camera: TopicConfig | None = None
-    camera_name: str = "wrist"
-    camera_size: tuple[int, int] = (96, 96)
-    camera_compression: str = "cbor"
-    camera_throttle_rate_ms: int = 0
-    camera_queue_length: int = 1
-    estop: TopicConfig | None = None
-    estop_state: TopicConfig | None = None
-    enable: TopicConfig | None = None
-    enable_on_connect: bool = False
-    link_timeout_ms: float = 100.0
-    connect_timeout_s: float = 10.0
-    resend_window_s: float = 2.0
-    reconnect_initial_s: float = 0.1
-    reconnect_max_s: float = 2.0
-    reconnect_factor: float = 2.0
-    reconnect_grace_s: float = 10.0
+    ros_version: int = checked(1, choices=(1, 2), fix="set ros_version: 1 or 2")
+    state: TopicConfig = checked(
+        default_factory=lambda: TopicConfig("/joint_states", "sensor_msgs/JointState", "ros.state"),
+        fix=_TOPIC_FIX,
+    )
+    command: TopicConfig = checked(
+        default_factory=lambda: TopicConfig(
+            "/arm/command", "trajectory_msgs/JointTrajectory", "ros.command"
+        ),
+        fix=_TOPIC_FIX,
+    )
+    camera: TopicConfig | None = checked(None, fix=_TOPIC_FIX)
+    camera_name: str = checked("wrist", min_len=1, fix="set it to a name, e.g. wrist")
+    camera_size: tuple[int, int] = checked(
+        (96, 96),
+        gt=0,
+        min_len=2,
+        max_len=2,
+        fix="write it as [height, width] in pixels, e.g. [96, 96]",
+    )
+    camera_compression: str = checked(
+        "cbor", choices=CAMERA_COMPRESSIONS, fix=f"use one of {list(CAMERA_COMPRESSIONS)}"
+    )
+    camera_throttle_rate_ms: int = checked(0, ge=0, fix="set a whole number >= 0 (ms), e.g. 100")
+    camera_queue_length: int = checked(1, ge=0, fix="set a whole number >= 0 (frames), e.g. 1")
+    estop: TopicConfig | None = checked(None, fix=_TOPIC_FIX)
+    estop_state: TopicConfig | None = checked(None, fix=_TOPIC_FIX)
+    enable: TopicConfig | None = checked(None, fix=_TOPIC_FIX)
+    enable_on_connect: bool = checked(False, fix="set it to true or false")
+    link_timeout_ms: float = checked(100.0, gt=0, fix=_number(100, "ms", _SECONDS))
+    connect_timeout_s: float = checked(10.0, gt=0, fix=_number(10, "s", _SECONDS))
+    resend_window_s: float = checked(2.0, gt=0, fix=_number(2, "s", _SECONDS))
+    reconnect_initial_s: float = checked(0.1, gt=0, fix=_number(0.1, "s", _SECONDS))
+    reconnect_max_s: float = checked(2.0, gt=0, fix=_number(1, "s", _SECONDS))
+    reconnect_factor: float = checked(2.0, ge=1, fix=_number(2, "factor", ">= 1"))
+    reconnect_grace_s: float = checked(10.0, gt=0, fix=_number(10, "s", _SECONDS))
     where: InitVar[str] = "ros"
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "url",
+            lambda c: _url_ok(c.url),
+            "is not rosbridge://host:port",
+            "e.g. rosbridge://127.0.0.1:9090",
+        ),
+        _trimmed("url"),
+        _topic_type("state", STATE_TYPES),
+        _topic_type("command", COMMAND_TYPES),
+        _topic_type("camera", CAMERA_TYPES),
+        _topic_type("estop", ESTOP_TYPES),
+        _topic_type("estop_state", ESTOP_STATE_TYPES),
+        _topic_type("enable", ENABLE_TYPES),
+        _trimmed("camera_name"),
+        Rule(
+            "camera_compression",
+            lambda c: c.camera_compression != "cbor-raw" or c.ros_version == 1,
+            "carries the ROS 1 wire form; ros_version is 2",
+            "set camera_compression: cbor",
+        ),
+        Rule(
+            "reconnect_initial_s",
+            lambda c: c.reconnect_initial_s <= c.reconnect_max_s,
+            "is above reconnect_max_s={reconnect_max_s!r}",
+            "the first reconnect delay must not exceed the largest one (s)",
+        ),
+    )
+
     def __post_init__(self, where: str) -> None:
-        _name(_key(where, "url"), self.url, "rosbridge://127.0.0.1:9090")
-        self.host_port()  # validates the url
-        key = _key(where, "ros_version")
-        # 1.0 == 1 and True == 1 in Python, but a version is a whole number
-        version = self.ros_version
-        if (
-            isinstance(version, bool)
-            or not isinstance(version, numbers.Integral)
-            or version not in (1, 2)
-        ):
-            raise ConfigError(f"{key} {version!r} must be 1 or 2", fix=f"set {key}: 1 or 2")
-        _set(self, "ros_version", int(version))
-        for name, allowed, optional in (
-            ("state", STATE_TYPES, False),
-            ("command", COMMAND_TYPES, False),
-            ("camera", CAMERA_TYPES, True),
-            ("estop", ESTOP_TYPES, True),
-            ("estop_state", ESTOP_STATE_TYPES, True),
-            ("enable", ENABLE_TYPES, True),
-        ):
-            topic = getattr(self, name)
-            if topic is None and optional:
-                continue
-            _section(_key(where, name), topic, TopicConfig)
-            topic.check_type(allowed, _key(where, name))
-        _name(_key(where, "camera_name"), self.camera_name, "wrist")
-        key = _key(where, "camera_size")
-        size = _sequence(key, self.camera_size, 2, "[height, width] in pixels")
-        _set(
+        validate(self, where)
+        _set(self, "ros_version", int(self.ros_version))
+        _set(self, "camera_size", tuple(int(x) for x in self.camera_size))
+        _floats(
             self,
-            "camera_size",
-            tuple(_integer(f"{key}[{i}]", x, "pixels", 96, gt=0) for i, x in enumerate(size)),
-        )
-        key = _key(where, "camera_compression")
-        if self.camera_compression not in CAMERA_COMPRESSIONS:
-            raise ConfigError(
-                f"{key} {self.camera_compression!r} is not supported",
-                fix=f"use one of {list(CAMERA_COMPRESSIONS)}",
-            )
-        if self.camera_compression == "cbor-raw" and self.ros_version != 1:
-            raise ConfigError(
-                f"{key} 'cbor-raw' carries the ROS 1 wire form; ros_version is 2",
-                fix=f"set {key}: cbor",
-            )
-        for name, unit, example in (
-            ("camera_throttle_rate_ms", "ms", 100),
-            ("camera_queue_length", "frames", 1),
-        ):
-            _set(self, name, _integer(_key(where, name), getattr(self, name), unit, example, gt=-1))
-        _flag(_key(where, "enable_on_connect"), self.enable_on_connect)
-        for name, unit, example in (
-            ("link_timeout_ms", "ms", 100),
-            ("connect_timeout_s", "s", 10),
-            ("resend_window_s", "s", 2),
-            ("reconnect_initial_s", "s", 0.1),
-            ("reconnect_max_s", "s", 1),
-            ("reconnect_grace_s", "s", 10),
-        ):
-            _set(self, name, _number(_key(where, name), getattr(self, name), unit, example, gt=0))
-        _set(
-            self,
+            "link_timeout_ms",
+            "connect_timeout_s",
+            "resend_window_s",
+            "reconnect_initial_s",
+            "reconnect_max_s",
             "reconnect_factor",
-            _number(_key(where, "reconnect_factor"), self.reconnect_factor, "factor", 2, ge=1),
+            "reconnect_grace_s",
         )
-        if self.reconnect_initial_s > self.reconnect_max_s:
-            raise ConfigError(
-                f"{_key(where, 'reconnect_initial_s')} {self.reconnect_initial_s!r} is above "
-                f"{_key(where, 'reconnect_max_s')} {self.reconnect_max_s!r}",
-                fix="the first reconnect delay must not exceed the largest one (s)",
-            )
 
     def host_port(self) -> tuple[str, int]:
         """(host, port) parsed from :attr:`url`."""
@@ -561,80 +504,91 @@ class RobotConfig:
         where: Dotted key of the robot in its file; ``""`` (keys are named from the root).
     """
 
-    name: str
-    joints: tuple[JointConfig, ...]
-    control_rate_hz: float = 20.0
-    kinematics: KinematicsConfig | None = None
-    safety: SafetyConfig = field(default_factory=SafetyConfig)
-    ros: RosConfig = field(default_factory=RosConfig)
-    home_rad: tuple[float, ...] | None = None
-    command_timeout_ms: float = 200.0
+    config_name: ClassVar[str] = _ROBOT
+
+    name: str = checked(min_len=1, fix="set it to a name, e.g. sim_arm")
+    joints: tuple[JointConfig, ...] = checked(
+        min_len=1,
+        fix=f"list the joints, one {{name, lower_rad, upper_rad, ...}} each, as in {_EXAMPLE}",
+    )
+    control_rate_hz: float = checked(20.0, gt=0, fix=_number(20, "Hz", "> 0"))
+    kinematics: KinematicsConfig | None = checked(
+        None, fix=f"give it as a mapping of its keys, as in {_EXAMPLE}"
+    )
+    safety: SafetyConfig = checked(
+        default_factory=SafetyConfig, fix=f"give it as a mapping of its keys, as in {_EXAMPLE}"
+    )
+    ros: RosConfig = checked(
+        default_factory=RosConfig, fix=f"give it as a mapping of its keys, as in {_EXAMPLE}"
+    )
+    home_rad: tuple[float, ...] | None = checked(
+        None, fix="write it as a list of finite numbers (rad): one position per joint"
+    )
+    command_timeout_ms: float = checked(200.0, gt=0, fix=_number(200, "ms", "> 0"))
     where: InitVar[str] = ""
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        _trimmed("name"),
+        Rule(
+            "joints",
+            lambda c: len({j.name for j in c.joints}) == len(c.joints),
+            lambda c: f"of robot {c.name!r} has duplicate names {[j.name for j in c.joints]}",
+            "give every joint its own JointState name",
+        ),
+        Rule(
+            "kinematics.links",
+            lambda c: c.kinematics is None or len(c.kinematics.links) == len(c.joints),
+            lambda c: (
+                f"has {len(c.kinematics.links)} links but the robot has {len(c.joints)} joints"
+            ),
+            "give one link per joint, in joint order",
+        ),
+        Rule(
+            "safety.workspace",
+            lambda c: c.safety.workspace is None or c.kinematics is not None,
+            "needs forward kinematics",
+            "add a kinematics: section (or drop safety.workspace)",
+            show_value=False,
+        ),
+        Rule(
+            "home_rad",
+            lambda c: c.home_rad is None or len(c.home_rad) == len(c.joints),
+            lambda c: f"has {len(c.home_rad)} entries, not one per joint ({len(c.joints)})",
+            "write it as a list of finite numbers (rad): one position per joint",
+        ),
+        Rule(
+            "home_rad",
+            lambda c: (
+                c.home_rad is None
+                or all(
+                    j.lower_rad <= q <= j.upper_rad
+                    for j, q in zip(c.joints, c.home_rad, strict=True)
+                )
+            ),
+            lambda c: (
+                "puts a joint outside its limits: "
+                + ", ".join(
+                    f"home_rad[{i}] ({j.name!r}: [{j.lower_rad:g}, {j.upper_rad:g}] rad)"
+                    for i, (j, q) in enumerate(zip(c.joints, c.home_rad, strict=True))
+                    if not j.lower_rad <= q <= j.upper_rad
+                )
+            ),
+            "set each position within its joint's limits",
+        ),
+        Rule(
+            "ros.command.type",
+            lambda c: c.ros.command.type != "geometry_msgs/Twist",
+            lambda c: f"drives a mobile base, not this joint-space robot {c.name!r}",
+            "use trajectory_msgs/JointTrajectory or std_msgs/Float64MultiArray here",
+        ),
+    )
+
     def __post_init__(self, where: str) -> None:
-        _name(_key(where, "name"), self.name, "sim_arm")
-        key = _key(where, "joints")
-        joints = tuple(
-            _sequence(key, self.joints, None, "one {name, lower_rad, upper_rad, ...} per joint")
-        )
-        if not joints:
-            raise ConfigError(
-                f"{key} [] of robot {self.name!r} is empty",
-                fix=f"list the joints, as in {_EXAMPLE}",
-            )
-        for i, joint in enumerate(joints):
-            _section(f"{key}[{i}]", joint, JointConfig)
-        _set(self, "joints", joints)
-        names = [j.name for j in joints]
-        if len(set(names)) != len(names):
-            raise ConfigError(
-                f"{key} of robot {self.name!r} has duplicate names {names}",
-                fix="give every joint its own JointState name",
-            )
-        _set(
-            self,
-            "control_rate_hz",
-            _number(_key(where, "control_rate_hz"), self.control_rate_hz, "Hz", 20, gt=0),
-        )
-        if self.kinematics is not None:
-            _section(_key(where, "kinematics"), self.kinematics, KinematicsConfig)
-            if len(self.kinematics.links) != len(joints):
-                raise ConfigError(
-                    f"{_key(where, 'kinematics.links')} has {len(self.kinematics.links)} links "
-                    f"but the robot has {len(joints)} joints",
-                    fix="give one link per joint, in joint order",
-                )
-        _section(_key(where, "safety"), self.safety, SafetyConfig)
-        _section(_key(where, "ros"), self.ros, RosConfig)
-        if self.safety.workspace is not None and self.kinematics is None:
-            raise ConfigError(
-                f"{_key(where, 'safety.workspace')} needs forward kinematics",
-                fix="add a kinematics: section (or drop safety.workspace)",
-            )
-        key = _key(where, "home_rad")
+        validate(self, where)
+        _set(self, "joints", tuple(self.joints))
         if self.home_rad is None:
-            home = tuple((j.lower_rad + j.upper_rad) / 2 for j in joints)
-        else:
-            home = _vector(key, self.home_rad, len(joints), "rad", "one position per joint")
-        for i, (j, q) in enumerate(zip(joints, home, strict=True)):
-            if not j.lower_rad <= q <= j.upper_rad:
-                raise ConfigError(
-                    f"{key}[{i}] {q!r} of joint {j.name!r} is outside its limits "
-                    f"[{j.lower_rad:g}, {j.upper_rad:g}] rad",
-                    fix=f"set {key}[{i}] within the joint's limits",
-                )
-        _set(self, "home_rad", home)
-        _set(
-            self,
-            "command_timeout_ms",
-            _number(_key(where, "command_timeout_ms"), self.command_timeout_ms, "ms", 200, gt=0),
-        )
-        if self.ros.command.type == "geometry_msgs/Twist":
-            raise ConfigError(
-                f"{_key(where, 'ros.command.type')} 'geometry_msgs/Twist': Twist commands drive a "
-                f"mobile base, not this joint-space robot {self.name!r}",
-                fix="use trajectory_msgs/JointTrajectory or std_msgs/Float64MultiArray here",
-            )
+            _set(self, "home_rad", tuple((j.lower_rad + j.upper_rad) / 2 for j in self.joints))
+        _floats(self, "home_rad", "control_rate_hz", "command_timeout_ms")
 
     @property
     def joint_names(self) -> tuple[str, ...]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from embodied.config import config_from_dict, config_to_dict
+from embodied.config import Rule, checked, config_from_dict, config_to_dict, validate
 from embodied.errors import ConfigError
 
 OBS_NAMES = ("error", "integral", "derivative", "alpha_prev", "progress")
@@ -48,64 +48,54 @@ class RLControllerConfig:
         hidden_sizes: Hidden layer widths of the actor (and critic) MLP, tanh activations.
     """
 
-    output_min: float = -1.0
-    output_max: float = 1.0
-    initial_output: float = 0.0
-    max_delta: float = 0.2
-    error_scale: float = 0.1
-    integral_limit_s: float = 5.0
-    derivative_time_s: float = 0.1
-    obs_clip: float = 10.0
-    horizon_steps: int = 200
-    lambda_delta: float = 0.1
-    beta_success: float = 1.0
-    setpoint_low: float = 0.05
-    setpoint_high: float = 0.2
-    hidden_sizes: tuple[int, ...] = field(default=(64, 64))
+    config_name: ClassVar[str] = "RL controller"
+
+    output_min: float = checked(-1.0, fix="use the knob's low bound, e.g. -1.0")
+    output_max: float = checked(1.0, fix="use the knob's high bound, e.g. 1.0")
+    initial_output: float = checked(0.0, fix="use a command inside [output_min, output_max]")
+    max_delta: float = checked(0.2, gt=0, fix="use e.g. 0.2")
+    error_scale: float = checked(0.1, gt=0, fix="use e.g. 0.1")
+    integral_limit_s: float = checked(5.0, gt=0, fix="use e.g. 5.0")
+    derivative_time_s: float = checked(0.1, gt=0, fix="use e.g. 0.1")
+    obs_clip: float = checked(10.0, gt=0, fix="use e.g. 10.0")
+    horizon_steps: int = checked(200, ge=1, fix="use the inner episode length, e.g. 200")
+    lambda_delta: float = checked(0.1, ge=0, fix="use e.g. 0.1")
+    beta_success: float = checked(1.0, ge=0, fix="use e.g. 1.0")
+    setpoint_low: float = checked(0.05, fix="use e.g. 0.05")
+    setpoint_high: float = checked(0.2, fix="use e.g. 0.2")
+    hidden_sizes: tuple[int, ...] = checked((64, 64), ge=1, min_len=1, fix="use e.g. (64, 64)")
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "output_min",
+            lambda c: c.output_min < c.output_max,
+            "must be < output_max={output_max}",
+            "swap or widen the command bounds",
+        ),
+        Rule(
+            "initial_output",
+            lambda c: c.output_min <= c.initial_output <= c.output_max,
+            "outside [{output_min}, {output_max}]",
+            "use a command inside [output_min, output_max]",
+        ),
+        Rule(
+            "setpoint_low",
+            lambda c: c.setpoint_low <= c.setpoint_high,
+            "must be <= setpoint_high={setpoint_high}",
+            "swap setpoint_low and setpoint_high",
+        ),
+        Rule(
+            "hidden_sizes",
+            lambda c: all(isinstance(h, int) and not isinstance(h, bool) for h in c.hidden_sizes),
+            "must be positive ints",
+            "use e.g. (64, 64)",
+        ),
+    )
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            if f.name == "hidden_sizes":
-                continue
-            v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ConfigError(f"RL controller {f.name} must be a finite number, got {v!r}")
-        if not self.output_min < self.output_max:
-            raise ConfigError(
-                f"RL controller output_min {self.output_min} must be < output_max {self.output_max}"
-            )
-        if not self.output_min <= self.initial_output <= self.output_max:
-            raise ConfigError(
-                f"RL controller initial_output {self.initial_output} outside "
-                f"[{self.output_min}, {self.output_max}]"
-            )
-        for name in (
-            "max_delta",
-            "error_scale",
-            "integral_limit_s",
-            "derivative_time_s",
-            "obs_clip",
-        ):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"RL controller {name} must be > 0, got {getattr(self, name)}")
-        for name in ("lambda_delta", "beta_success"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"RL controller {name} must be >= 0, got {getattr(self, name)}")
-        if int(self.horizon_steps) != self.horizon_steps or self.horizon_steps < 1:
-            raise ConfigError(
-                f"RL controller horizon_steps must be a positive int, got {self.horizon_steps}"
-            )
+        self.hidden_sizes = tuple(self.hidden_sizes)
+        validate(self)
         self.horizon_steps = int(self.horizon_steps)
-        if not self.setpoint_low <= self.setpoint_high:
-            raise ConfigError(
-                f"RL controller setpoint_low {self.setpoint_low} > setpoint_high {self.setpoint_high}"
-            )
-        sizes = tuple(self.hidden_sizes)
-        if not sizes or any(not isinstance(h, int) or isinstance(h, bool) or h < 1 for h in sizes):
-            raise ConfigError(
-                f"RL controller hidden_sizes must be positive ints, got {self.hidden_sizes!r}"
-            )
-        self.hidden_sizes = sizes
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict."""
@@ -189,32 +179,19 @@ class PPOSettings:
         ent_coef: Entropy bonus coefficient (0: no exploration bonus).
     """
 
-    n_steps: int = 2048
-    batch_size: int = 64
-    n_epochs: int = 10
-    learning_rate: float = 3e-4
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_range: float = 0.2
-    ent_coef: float = 0.0
+    config_name: ClassVar[str] = "PPO"
+
+    n_steps: int = checked(2048, ge=1, fix="e.g. n_steps=2048")
+    batch_size: int = checked(64, ge=1, fix="e.g. batch_size=64")
+    n_epochs: int = checked(10, ge=1, fix="e.g. n_epochs=10")
+    learning_rate: float = checked(3e-4, gt=0, fix="e.g. learning_rate=0.0003")
+    gamma: float = checked(0.99, gt=0, le=1, fix="e.g. gamma=0.99")
+    gae_lambda: float = checked(0.95, gt=0, le=1, fix="e.g. gae_lambda=0.95")
+    clip_range: float = checked(0.2, gt=0, fix="e.g. clip_range=0.2")
+    ent_coef: float = checked(0.0, ge=0, fix="e.g. ent_coef=0")
 
     def __post_init__(self) -> None:
-        for name in ("n_steps", "batch_size", "n_epochs"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(
-                    f"PPO {name} must be a positive int, got {v!r}", fix=f"e.g. {name}=64"
-                )
-        for name in ("gamma", "gae_lambda"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and 0 < v <= 1):
-                raise ConfigError(f"PPO {name} {v!r} must be in (0, 1]", fix=f"e.g. {name}=0.99")
-        for name in ("learning_rate", "clip_range"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and 0 < v < math.inf):
-                raise ConfigError(f"PPO {name} must be > 0, got {v!r}", fix=f"e.g. {name}=0.0003")
-        if not (isinstance(self.ent_coef, int | float) and 0 <= self.ent_coef < math.inf):
-            raise ConfigError(f"PPO ent_coef must be >= 0, got {self.ent_coef!r}", fix="e.g. 0")
+        validate(self)
 
     def sb3_kwargs(self) -> dict[str, Any]:
         """The settings as keyword arguments of ``stable_baselines3.PPO`` (and subclasses)."""

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from controllers.rl.configuration_rl import PPOSettings
 from controllers.rl.env import SteeringEnv
 from controllers.rl.modeling_rl import MLPActor, RLController, actor_state_from_sb3
-from embodied.errors import ConfigError
+from embodied.config import Rule, checked, validate
 
 CONTROLLER_PPO = PPOSettings(n_steps=256, gamma=0.98)
 """PPO settings of the RL steering controller's training: short rollouts (episodes are a few
@@ -33,22 +33,26 @@ class RLTrainSettings:
         extra: More keyword arguments for ``stable_baselines3.PPO``.
     """
 
-    total_timesteps: int = 4096
+    config_name: ClassVar[str] = "RL training"
+
+    total_timesteps: int = checked(4096, ge=1, fix="use e.g. 100000")
     ppo: PPOSettings = CONTROLLER_PPO
     log_std_init: float = -0.5
     seed: int = 0
     tensorboard_log: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "ppo.batch_size",
+            lambda c: c.ppo.batch_size <= c.ppo.n_steps,
+            "> n_steps {ppo.n_steps}",
+            "use batch_size <= n_steps",
+        ),
+    )
+
     def __post_init__(self) -> None:
-        v = self.total_timesteps
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ConfigError(f"PPO total_timesteps must be a positive int, got {v!r}")
-        if self.ppo.batch_size > self.ppo.n_steps:
-            raise ConfigError(
-                f"PPO batch_size {self.ppo.batch_size} > n_steps {self.ppo.n_steps}",
-                fix="use batch_size <= n_steps",
-            )
+        validate(self)
 
 
 def quiet_logger(model: Any) -> Any:

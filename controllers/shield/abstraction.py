@@ -16,10 +16,11 @@ import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from embodied.config import Rule, checked, validate
 from embodied.errors import ConfigError
 
 Measure = Callable[[Any], Sequence[float] | np.ndarray]
@@ -41,32 +42,31 @@ class BinSpec:
         units: Unit string of the quantity (``"1"`` for dimensionless).
     """
 
-    name: str
-    edges: tuple[float, ...]
+    name: str = checked(min_len=1, fix="name the quantity")
+    edges: tuple[float, ...] = checked(
+        min_len=1,
+        fix="give at least one finite interior edge (two bins); the outer bins are open-ended",
+    )
     units: str = "1"
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "edges",
+            lambda c: all(a < b for a, b in itertools.pairwise(c.edges)),
+            "are not strictly increasing",
+            "sort the edges and remove duplicates",
+        ),
+    )
+
+    @property
+    def config_name(self) -> str:
+        """How errors name these bins."""
+        return f"bins {self.name!r}"
+
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ConfigError(
-                f"bin name must be a non-empty string, got {self.name!r}", fix="name the quantity"
-            )
-        edges = tuple(float(e) for e in self.edges)
-        object.__setattr__(self, "edges", edges)  # lists from JSON become tuples
-        if not edges:
-            raise ConfigError(
-                f"bins {self.name!r}: edges is empty",
-                fix="give at least one interior edge (two bins)",
-            )
-        if not all(math.isfinite(e) for e in edges):
-            raise ConfigError(
-                f"bins {self.name!r}: edges {list(edges)} are not all finite",
-                fix="give finite interior edges; the outer bins are already open-ended",
-            )
-        if any(b <= a for a, b in itertools.pairwise(edges)):
-            raise ConfigError(
-                f"bins {self.name!r}: edges {list(edges)} are not strictly increasing",
-                fix="sort the edges and remove duplicates",
-            )
+        if isinstance(self.edges, tuple | list):  # lists from JSON become tuples
+            object.__setattr__(self, "edges", tuple(float(e) for e in self.edges))
+        validate(self)
 
     @property
     def n_bins(self) -> int:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from controllers.shield.abstraction import BinSpec
-from controllers.shield.pac import check_bound
-from embodied.config import config_from_dict, config_to_dict
+from controllers.shield.pac import BOUNDS
+from embodied.config import Rule, checked, config_from_dict, config_to_dict, validate
 from embodied.errors import ConfigError
 
 AMBIGUITY = ("l1", "interval")
@@ -51,56 +50,48 @@ class ShieldConfig:
         tolerance: Unbounded horizon: stop iterating when values change by less than this.
     """
 
-    bins: tuple[BinSpec, ...]
-    horizon: int | None = 10
-    risk_bound: float = 0.05
-    delta: float = 0.05
-    bound: str = "anytime"
+    config_name: ClassVar[str] = "shield"
+
+    bins: tuple[BinSpec, ...] = checked(
+        min_len=1, fix="give one BinSpec(name, edges) per measured quantity"
+    )
+    horizon: int | None = checked(
+        10, ge=1, le=MAX_HORIZON, fix="e.g. horizon=10 (control steps), or None for unbounded"
+    )
+    risk_bound: float = checked(0.05, ge=0, lt=1, fix="e.g. 0.05")
+    delta: float = checked(0.05, gt=0, lt=1, fix="e.g. 0.05")
+    bound: str = checked(
+        "anytime",
+        choices=BOUNDS,
+        fix="use 'anytime' (valid for adaptively collected counts) or 'fixed_n'",
+    )
     spec: str = "G !bad"
-    ambiguity: str = "l1"
-    automaton: str = "auto"
-    tolerance: float = 1e-10
+    ambiguity: str = checked(
+        "l1", choices=AMBIGUITY, fix="use 'l1' (exact) or 'interval' (as Storm checks it)"
+    )
+    automaton: str = checked("auto", choices=AUTOMATON, fix="use 'auto'")
+    tolerance: float = checked(1e-10, gt=0, lt=1, fix="e.g. 1e-10")
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "bins",
+            lambda c: len({b.name for b in c.bins}) == len(c.bins),
+            lambda c: f"has duplicate names {[b.name for b in c.bins]}",
+            "name each once",
+        ),
+        Rule(
+            "spec",
+            lambda c: isinstance(c.spec, str) and bool(c.spec.strip()),
+            "must be a non-empty LTLf formula",
+            "e.g. spec='G !bad'",
+        ),
+    )
 
     def __post_init__(self) -> None:
         self.bins = tuple(_bin_spec(b) for b in self.bins)
-        if not self.bins:
-            raise ConfigError(
-                "shield bins is empty", fix="give one BinSpec(name, edges) per measured quantity"
-            )
-        names = [b.name for b in self.bins]
-        if len(set(names)) != len(names):
-            raise ConfigError(f"shield bins has duplicate names {names}", fix="name each once")
+        validate(self)
         if self.horizon is not None:
-            if isinstance(self.horizon, bool) or int(self.horizon) != self.horizon:
-                raise ConfigError(
-                    f"shield horizon must be a positive int or None, got {self.horizon!r}",
-                    fix="e.g. horizon=10 (control steps)",
-                )
-            if not 1 <= self.horizon <= MAX_HORIZON:
-                raise ConfigError(
-                    f"shield horizon must be 1..{MAX_HORIZON} steps, got {self.horizon!r}",
-                    fix="e.g. horizon=10, or None for an unbounded horizon",
-                )
             self.horizon = int(self.horizon)
-        _number("risk_bound", self.risk_bound, 0.0, 1.0, closed_low=True, fix="e.g. 0.05")
-        _number("delta", self.delta, 0.0, 1.0, closed_low=False, fix="e.g. 0.05")
-        check_bound(self.bound)
-        _number("tolerance", self.tolerance, 0.0, 1.0, closed_low=False, fix="e.g. 1e-10")
-        if not isinstance(self.spec, str) or not self.spec.strip():
-            raise ConfigError(
-                f"shield spec must be a non-empty LTLf formula, got {self.spec!r}",
-                fix="e.g. spec='G !bad'",
-            )
-        if self.ambiguity not in AMBIGUITY:
-            raise ConfigError(
-                f"shield ambiguity {self.ambiguity!r} is not one of {list(AMBIGUITY)}",
-                fix="use 'l1' (exact) or 'interval' (as Storm checks it)",
-            )
-        if self.automaton not in AUTOMATON:
-            raise ConfigError(
-                f"shield automaton {self.automaton!r} is not one of {list(AUTOMATON)}",
-                fix="use 'auto'",
-            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict."""
@@ -130,11 +121,3 @@ def _bin_spec(value: Any) -> BinSpec:
         f"shield bins entry {value!r} is not a BinSpec",
         fix="use BinSpec(name, edges, units) or (name, edges)",
     )
-
-
-def _number(name: str, value: Any, low: float, high: float, *, closed_low: bool, fix: str) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (low <= value if closed_low else low < value) and value < high
-    if not ok:
-        interval = f"{'[' if closed_low else '('}{low:g}, {high:g})"
-        raise ConfigError(f"shield {name} must be in {interval}, got {value!r}", fix=fix)

@@ -22,13 +22,14 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import h5py
 import numpy as np
 
 import policies
 import sim
+from embodied.config import Rule, checked, validate
 from embodied.datasets import DatasetWriter
 from embodied.datasets.hdf5 import (
     _SHARD_RE,
@@ -106,8 +107,10 @@ class CollectConfig:
         attempts: ``max_attempts``, or ``3 * episodes + 10`` when it is None.
     """
 
-    env: str
-    episodes: int = 10
+    config_name: ClassVar[str] = "collect"
+
+    env: str = checked(min_len=1, fix="e.g. mujoco:reach_around")
+    episodes: int = checked(10, ge=1, fix="e.g. --episodes 10")
     policy: str = "expert"
     seed: int = 0
     speed: float | str | None = None
@@ -115,69 +118,59 @@ class CollectConfig:
     scene: str | None = None
     camera: bool | None = None
     cameras: tuple[str, ...] = ()
-    image_size: int | None = None
+    image_size: int | None = checked(
+        None, ge=1, fix="e.g. --image-size 64, or leave it out for the task's"
+    )
     keep_failures: bool = False
     max_attempts: int | None = None
-    action_noise: float = 0.0
-    noise_time_constant: float = 0.0
-    init_states: str = "fixed"
-    workers: int = 1
+    action_noise: float = checked(0.0, ge=0, fix="e.g. --action-noise 0.3, or 0 for none")
+    noise_time_constant: float = checked(
+        0.0, ge=0, fix="e.g. --noise-time-constant 0.3, or 0 for none"
+    )
+    init_states: str = checked(
+        "fixed",
+        choices=("fixed", "sampled"),
+        fix="pass --init-states fixed (LIBERO's evaluation scenes) or sampled",
+    )
+    workers: int = checked(1, ge=1, fix="e.g. --workers 2")
     policy_kwargs: Mapping[str, Any] = field(default_factory=dict)
     attempts: int = field(init=False)
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "max_attempts",
+            lambda c: c.attempts >= c.episodes,
+            "is below episodes={episodes}",
+            lambda c: f"pass --max-attempts {c.episodes} or more",
+        ),
+        Rule(
+            "cameras",
+            lambda c: not c.cameras or c.camera is not False,
+            "with camera=False records nothing",
+            "drop --no-camera to record those cameras",
+        ),
+        Rule(
+            "init_states",
+            lambda c: c.init_states == "fixed" or c.env.startswith("libero:"),
+            "is for LIBERO envs, not {env}",
+            "drop --init-states (other envs draw their scene from --seed)",
+        ),
+        Rule(
+            "workers",
+            lambda c: c.workers == 1 or c.env.startswith("libero:"),
+            "is for parallel collection per task of a LIBERO suite, not for {env}",
+            "drop --workers (or collect a LIBERO suite, e.g. libero:libero_object)",
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if not self.env:
-            raise ConfigError("env must name an env id, got ''", fix="e.g. mujoco:reach_around")
-        if self.episodes <= 0:
-            raise ConfigError(
-                f"episodes must be positive, got {self.episodes}", fix="e.g. --episodes 10"
-            )
-        if self.image_size is not None and self.image_size <= 0:
-            raise ConfigError(
-                f"image_size must be positive (px), got {self.image_size}",
-                fix="e.g. --image-size 64, or leave it out for the task's",
-            )
-        attempts = self.max_attempts if self.max_attempts is not None else 3 * self.episodes + 10
-        if attempts < self.episodes:
-            raise ConfigError(
-                f"max_attempts {attempts} is below episodes {self.episodes}",
-                fix=f"pass --max-attempts {self.episodes} or more",
-            )
+        attempts = self.max_attempts
+        if attempts is None and isinstance(self.episodes, int):
+            attempts = 3 * self.episodes + 10
         object.__setattr__(self, "attempts", attempts)
         object.__setattr__(self, "cameras", tuple(self.cameras))
-        if self.cameras and self.camera is False:
-            raise ConfigError(
-                f"cameras={list(self.cameras)} with camera=False records nothing",
-                fix="drop --no-camera to record those cameras",
-            )
+        validate(self)
         parse_speed(self.speed)  # raises on a bad value
-        if self.init_states not in ("fixed", "sampled"):
-            raise ConfigError(
-                f"init_states must be 'fixed' or 'sampled', got {self.init_states!r}",
-                fix="pass --init-states fixed (LIBERO's evaluation scenes) or sampled",
-            )
-        if self.init_states != "fixed" and not self.env.startswith("libero:"):
-            raise ConfigError(
-                f"init_states={self.init_states!r} is for LIBERO envs, not {self.env}",
-                fix="drop --init-states (other envs draw their scene from --seed)",
-            )
-        for key, value in (
-            ("action_noise", self.action_noise),
-            ("noise_time_constant", self.noise_time_constant),
-        ):
-            if not (math.isfinite(value) and value >= 0):
-                raise ConfigError(
-                    f"{key} must be a finite number >= 0, got {value}",
-                    fix=f"e.g. --{key.replace('_', '-')} 0.3, or 0 for none",
-                )
-        if self.workers < 1:
-            raise ConfigError(f"workers must be >= 1, got {self.workers}", fix="e.g. --workers 2")
-        if self.workers > 1 and not self.env.startswith("libero:"):
-            raise ConfigError(
-                f"workers={self.workers}: parallel collection is per task of a LIBERO suite, "
-                f"not for {self.env}",
-                fix="drop --workers (or collect a LIBERO suite, e.g. libero:libero_object)",
-            )
         object.__setattr__(self, "policy_kwargs", dict(self.policy_kwargs))
 
     def env_kwargs(self) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -33,6 +33,7 @@ import policies
 from controllers.shield import RobustShield, ShieldFilter
 from controllers.shield.abstraction import Measure
 from embodied.concepts import make_concept
+from embodied.config import Rule, checked, validate
 from embodied.contracts import ActionFilter
 from embodied.datasets import DatasetWriter, EpisodeData
 from embodied.errors import ActionError, ConfigError, EmbodiedError, SafetyFault
@@ -73,11 +74,15 @@ class DeployConfig:
             (foxglove-sdk websocket server; 0 picks a free port; off when unset).
     """
 
-    policy: str
+    config_name: ClassVar[str] = "deploy"
+
+    policy: str = checked(min_len=1, fix="e.g. --policy hold")
     dry_run: bool = False
-    rate_hz: float | None = None
-    max_seconds: float = 30.0
-    episodes: int = 1
+    rate_hz: float | None = checked(
+        None, gt=0, fix="e.g. --rate 20, or leave it out for the robot config's control_rate_hz"
+    )
+    max_seconds: float = checked(30.0, gt=0, fix="e.g. --max-seconds 30")
+    episodes: int = checked(1, ge=1, fix="e.g. --episodes 1")
     controller: str | os.PathLike[str] | None = None
     instruction: str = ""
     policy_kwargs: Mapping[str, Any] = field(default_factory=dict)
@@ -85,43 +90,30 @@ class DeployConfig:
     shield: str | os.PathLike[str] | None = None
     shield_measure: str | None = None
     record: str | os.PathLike[str] | None = None
-    foxglove: int | None = None
+    foxglove: int | None = checked(
+        None, ge=0, le=65535, fix="e.g. --foxglove 8765 (Foxglove's default), or 0 for a free port"
+    )
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "shield_measure",
+            lambda c: c.shield_measure is None or c.shield is not None,
+            "given without a shield",
+            "add --shield <folder of a saved shield>, or drop --shield-measure",
+        ),
+        Rule(
+            "shield_measure",
+            lambda c: c.shield_measure is None or _is_import_path(c.shield_measure),
+            "is not module:function",
+            "e.g. --shield-measure embodied.apps.lab.shield:stopping_offsets",
+        ),
+    )
 
     def __post_init__(self) -> None:
-        if not self.policy:
-            raise ConfigError("policy must name a policy, got ''", fix="e.g. --policy hold")
-        if not (isinstance(self.max_seconds, int | float) and 0 < self.max_seconds < math.inf):
-            raise ConfigError(
-                f"max_seconds {self.max_seconds!r} must be > 0 and finite (s)",
-                fix="e.g. --max-seconds 30",
-            )
-        if not (isinstance(self.episodes, int) and self.episodes >= 1):
-            raise ConfigError(f"episodes {self.episodes!r} must be >= 1", fix="e.g. --episodes 1")
-        if self.rate_hz is not None and not (
-            isinstance(self.rate_hz, int | float) and 0 < self.rate_hz < math.inf
-        ):
-            raise ConfigError(
-                f"rate_hz {self.rate_hz!r} must be > 0 and finite (Hz)",
-                fix="e.g. --rate 20, or leave it out for the robot config's control_rate_hz",
-            )
+        validate(self)
         object.__setattr__(self, "policy_kwargs", dict(self.policy_kwargs))
         if self.record is not None:
             check_record_path(self.record)
-        if self.foxglove is not None and not 0 <= self.foxglove <= 65535:
-            raise ConfigError(
-                f"foxglove port {self.foxglove!r} outside 0..65535",
-                fix="e.g. --foxglove 8765 (Foxglove's default), or 0 for a free port",
-            )
-        if self.shield_measure is not None and self.shield is None:
-            raise ConfigError(
-                f"shield_measure {self.shield_measure!r} given without a shield",
-                fix="add --shield <folder of a saved shield>, or drop --shield-measure",
-            )
-        if self.shield_measure is not None and not _is_import_path(self.shield_measure):
-            raise ConfigError(
-                f"shield_measure {self.shield_measure!r} is not module:function",
-                fix="e.g. --shield-measure embodied.apps.lab.shield:stopping_offsets",
-            )
 
 
 def _is_import_path(text: str) -> bool:

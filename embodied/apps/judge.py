@@ -12,12 +12,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import policies
 import sim
 from embodied.apps.plotting import plot_reliability
-from embodied.errors import ConfigError
+from embodied.config import Rule, checked, validate
 from embodied.loop import rollout
 from embodied.rewards import load_judge
 from embodied.rewards.judging import judge_episodes
@@ -45,7 +45,7 @@ class JudgeAgreementConfig:
     episodes: str | os.PathLike[str] | None = None
     env: str | None = None
     policy: str = "expert"
-    n: int = 4
+    n: int = checked(4, ge=1, fix="--n 4 (episodes to roll out)")
     seed: int = 0
     judge: str = "minijudge"
     template: str | None = None
@@ -53,21 +53,27 @@ class JudgeAgreementConfig:
     per_frame: bool = False
     device: str = "auto"
 
+    config_name: ClassVar[str] = "judge agreement"
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "episodes",
+            lambda c: (c.episodes is None) != (c.env is None),
+            "and env={env!r}: pass exactly one of --episodes DIR or --env ENV_ID",
+            "e.g. `embodied judge --env mujoco:arm_reach --n 4`",
+        ),
+        Rule(
+            "judge", lambda c: bool(c.judges()), "names no judge", "e.g. --judge oracle,minijudge"
+        ),
+        Rule(
+            "device",
+            lambda c: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", c.device) is not None,
+            "is unknown",
+            "use auto, cpu or cuda[:N]",
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if (self.episodes is None) == (self.env is None):
-            raise ConfigError(
-                "pass exactly one of --episodes DIR or --env ENV_ID (episodes "
-                f"{self.episodes!r}, env {self.env!r})",
-                fix="e.g. `embodied judge --env mujoco:arm_reach --n 4`",
-            )
-        if self.n < 1:
-            raise ConfigError(f"n must be >= 1 (episodes to roll out), got {self.n}", fix="--n 4")
-        if not self.judges():
-            raise ConfigError(
-                f"judge {self.judge!r} names no judge", fix="e.g. --judge oracle,minijudge"
-            )
-        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
-            raise ConfigError(f"device {self.device!r} unknown", fix="use auto, cpu or cuda[:N]")
+        validate(self)
 
     def judges(self) -> list[str]:
         """The judge specs in ``judge``, in order."""

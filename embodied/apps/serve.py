@@ -31,18 +31,18 @@ import contextlib
 import hmac
 import http
 import logging
-import math
 import threading
 import time
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 import policies
 from embodied.apps.tune.configuration_tune import is_loopback
+from embodied.config import Rule, checked, validate
 from embodied.contracts import Env, Policy, Steerable
 from embodied.errors import CompatibilityError, ConfigError, EmbodiedError
 from embodied.wire import (
@@ -82,29 +82,33 @@ class ServeConfig:
     policy: str
     env: str | None = None
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: int = checked(8000, ge=0, le=65535, fix="pass --port 0..65535")
     api_key: str | None = None
     insecure: bool = False
-    max_message_mb: float = 64.0
+    max_message_mb: float = checked(64.0, gt=0, fix="pass e.g. --max-message-mb 64")
     policy_kwargs: Mapping[str, Any] = field(default_factory=dict)
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
+    config_name: ClassVar[str] = "serve"
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "api_key",
+            lambda c: c.api_key is None or len(c.api_key) >= 8,
+            "is shorter than 8 characters",
+            "pass a longer --api-key",
+            show_value=False,
+        ),
+        Rule(
+            "host",
+            lambda c: is_loopback(c.host) or c.api_key is not None or c.insecure,
+            "serves the policy beyond this machine without a key",
+            "pass --api-key SECRET (clients send it as openpi's does), --insecure on a "
+            "trusted network, or bind --host 127.0.0.1",
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if not 0 <= int(self.port) <= 65535:
-            raise ConfigError(f"port={self.port}: not a TCP port", fix="pass --port 0..65535")
-        if not (math.isfinite(self.max_message_mb) and self.max_message_mb > 0):
-            raise ConfigError(
-                f"max_message_mb={self.max_message_mb}: must be a positive number",
-                fix="pass e.g. --max-message-mb 64",
-            )
-        if self.api_key is not None and len(self.api_key) < 8:
-            raise ConfigError("api_key is shorter than 8 characters", fix="pass a longer --api-key")
-        if not is_loopback(self.host) and self.api_key is None and not self.insecure:
-            raise ConfigError(
-                f"host={self.host!r} serves the policy beyond this machine without a key",
-                fix="pass --api-key SECRET (clients send it as openpi's does), --insecure on a "
-                "trusted network, or bind --host 127.0.0.1",
-            )
+        validate(self)
 
 
 def knob_metadata(policy: Policy) -> dict[str, dict[str, Any]]:

@@ -37,10 +37,11 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from embodied.config import Rule, checked, nested, validate
 from embodied.datasets.hdf5 import DatasetWriter, EpisodeData
 from embodied.errors import ConfigError, DatasetError
 from embodied.recording import (
@@ -238,9 +239,14 @@ def _read_mcap(path: Path, wanted: set[str] | None) -> Recording:
 class Stream:
     """A mapped topic: ``topic``, the ``field`` path in its message and the ``align`` rule."""
 
+    config_name: ClassVar[str] = "stream"
+
     topic: str
     field: str = ""
-    align: str = "previous"
+    align: str = checked("previous", choices=ALIGN_RULES)
+
+    def __post_init__(self) -> None:
+        validate(self)
 
 
 @dataclass(frozen=True)
@@ -271,51 +277,37 @@ class BagMapping:
     state: Stream
     action: Stream
     cameras: Mapping[str, Stream] = field(default_factory=dict)
+    config_name: ClassVar[str] = "mapping"
+
     clock: str | None = None
-    rate_hz: float | None = None
-    max_skew_s: float = 0.05
+    rate_hz: float | None = checked(None, gt=0, fix="e.g. rate_hz: 20")
+    max_skew_s: float = checked(0.05, ge=0, fix="e.g. max_skew_s: 0.05")
     instruction: str = ""
     instruction_topic: str | None = None
     instruction_field: str = "data"
-    split: str = "gap"
-    gap_s: float = 1.0
+    split: str = checked("gap", choices=SPLIT_RULES, fix="episodes: {split: gap} or {split: topic}")
+    gap_s: float = checked(1.0, gt=0, fix="episodes: {gap_s: 1.0}")
     split_topic: str | None = None
     env: Mapping[str, Any] | None = None
     success: bool | None = None
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "clock",
+            lambda c: (c.clock is None) != (c.rate_hz is None),
+            "and rate_hz={rate_hz!r}: give exactly one",
+            "clock: <the command topic> (one step per command), or rate_hz: 20",
+        ),
+        Rule(
+            "split_topic",
+            lambda c: c.split != "topic" or bool(c.split_topic),
+            "names no topic for episodes.split 'topic'",
+            "episodes: {split: topic, topic: /episode_start}",
+        ),
+    )
+
     def __post_init__(self) -> None:
-        for key, stream in [("state", self.state), ("action", self.action)] + [
-            (f"cameras.{k}", v) for k, v in self.cameras.items()
-        ]:
-            if stream.align not in ALIGN_RULES:
-                raise ConfigError(
-                    f"mapping {key}.align {stream.align!r} is not a rule",
-                    fix=f"use one of {list(ALIGN_RULES)}",
-                )
-        if (self.clock is None) == (self.rate_hz is None):
-            raise ConfigError(
-                f"mapping: clock {self.clock!r} and rate_hz {self.rate_hz!r}: give exactly one",
-                fix="clock: <the command topic> (one step per command), or rate_hz: 20",
-            )
-        if self.rate_hz is not None and not 0 < self.rate_hz < float("inf"):
-            raise ConfigError(f"mapping rate_hz {self.rate_hz!r} must be > 0 (Hz)", fix="e.g. 20")
-        if not 0 <= self.max_skew_s < float("inf"):
-            raise ConfigError(
-                f"mapping max_skew_s {self.max_skew_s!r} must be >= 0 and finite (s)",
-                fix="e.g. 0.05",
-            )
-        if self.split not in SPLIT_RULES:
-            raise ConfigError(
-                f"mapping episodes.split {self.split!r} is not a rule",
-                fix=f"use one of {list(SPLIT_RULES)}",
-            )
-        if self.split == "topic" and not self.split_topic:
-            raise ConfigError(
-                "mapping episodes.split 'topic' names no topic",
-                fix="episodes: {split: topic, topic: /episode_start}",
-            )
-        if not 0 < self.gap_s < float("inf"):
-            raise ConfigError(f"mapping episodes.gap_s {self.gap_s!r} must be > 0 (s)", fix="1.0")
+        validate(self)
 
     def topics(self) -> set[str]:
         """Every topic the mapping reads."""
@@ -348,9 +340,12 @@ def _stream(data: Any, key: str, source: str) -> Stream:
         raise ConfigError(
             f"{source}: {key} has unknown keys {extra}", fix=f"use {sorted(_STREAM_KEYS)}"
         )
-    return Stream(
-        str(data["topic"]), str(data.get("field", "")), str(data.get("align", "previous"))
-    )
+    fields = {
+        "topic": str(data["topic"]),
+        "field": str(data.get("field", "")),
+        "align": str(data.get("align", "previous")),
+    }
+    return nested(Stream, fields, key, BagMapping)
 
 
 def load_mapping(path: str | os.PathLike[str]) -> BagMapping:

@@ -140,22 +140,3 @@ def success_labels(length: int, success_step: int) -> np.ndarray:
     if success_step >= 0:
         labels[success_step:] = True
     return labels
-
-
-def check_clip_settings(n_context: int, batch_size: int, threshold: float) -> None:
-    """Validate the settings every judge config shares.
-
-    Args:
-        n_context: Earlier frames per clip (>= 0).
-        batch_size: Clips per forward pass (>= 1).
-        threshold: Success probability threshold, in (0, 1).
-
-    Raises:
-        ConfigError: naming the field and its bad value.
-    """
-    if n_context < 0:
-        raise ConfigError(f"n_context must be >= 0, got {n_context}")
-    if batch_size < 1:
-        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-    if not 0.0 < threshold < 1.0:
-        raise ConfigError(f"threshold must be in (0, 1), got {threshold}")

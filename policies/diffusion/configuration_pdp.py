@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from embodied.config import config_from_dict, config_to_dict
+from embodied.config import Rule, checked, config_from_dict, config_to_dict, nested, validate
 from embodied.errors import ConfigError
 
 DENOISERS = ("mlp", "unet", "film_mlp")
@@ -31,11 +31,6 @@ MANIFOLD_ARCHITECTURES = ("reference", "compact")
 of the horizon's length, epochs of shuffled batches, constant Adam lr, soft-DTW divergence on
 rolled batch pairs). ``compact``: the project's smaller VAE on demonstrations resampled to
 ``seq_len`` steps (all pairs, warm-up + cosine lr, grad clipping)."""
-
-
-def _check(cond: bool, message: str, fix: str) -> None:
-    if not cond:
-        raise ConfigError(message, fix=fix)
 
 
 @dataclass
@@ -67,61 +62,45 @@ class ManifoldConfig:
         dropout: Transformer dropout (``reference``: 0.1).
     """
 
-    z_dim: int = 2
+    config_name: ClassVar[str] = "manifold"
+
+    z_dim: int = checked(
+        2, ge=1, fix="set z_dim >= 1 (or PDPConfig.z_dim=0 to train without a manifold)"
+    )
     seq_len: int = 16
-    d_model: int = 64
-    n_heads: int = 4
-    n_layers: int = 2
-    decoder_hidden: int = 128
-    kl_weight: float = 1e-3
-    geo_weight: float = 1.0
-    sdtw_gamma: float = 0.01
-    path_points: int = 24
+    d_model: int = checked(64, ge=1, fix="use e.g. 64")
+    n_heads: int = checked(4, ge=1, fix="use e.g. 4 (it must divide d_model)")
+    n_layers: int = checked(2, ge=1, fix="use e.g. 2")
+    decoder_hidden: int = checked(128, ge=1, fix="use e.g. 128")
+    kl_weight: float = checked(1e-3, ge=0, fix="use e.g. 1e-3 (the paper's)")
+    geo_weight: float = checked(1.0, ge=0, fix="use e.g. 1.0 (the paper's)")
+    sdtw_gamma: float = checked(0.01, gt=0, fix="use e.g. 0.01")
+    path_points: int = checked(24, ge=2, fix="use e.g. 24")
     standardize_z: bool = True
-    lr: float = 1e-3
-    steps: int = 400
-    batch_size: int = 32
-    architecture: str = "compact"
-    epochs: int = 5000
-    dropout: float = 0.1
+    lr: float = checked(1e-3, gt=0, fix="use e.g. 1e-3")
+    steps: int = checked(400, ge=0, fix="use steps >= 0")
+    batch_size: int = checked(32, ge=2, fix="L_geo needs pairs: use batch_size >= 2")
+    architecture: str = checked("compact", choices=MANIFOLD_ARCHITECTURES)
+    epochs: int = checked(5000, ge=0, fix="use epochs >= 0")
+    dropout: float = checked(0.1, ge=0, lt=1, fix="use a dropout in [0, 1), e.g. 0.1")
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "seq_len",
+            lambda c: c.architecture == "reference" or c.seq_len >= 4,
+            "is < 4 (architecture={architecture!r})",
+            "use seq_len >= 4",
+        ),
+        Rule(
+            "d_model",
+            lambda c: c.d_model % c.n_heads == 0,
+            "is not divisible by n_heads={n_heads}",
+            "pick n_heads that divides d_model",
+        ),
+    )
 
     def __post_init__(self) -> None:
-        _check(
-            self.architecture in MANIFOLD_ARCHITECTURES,
-            f"manifold architecture={self.architecture!r} is unknown",
-            f"use one of {MANIFOLD_ARCHITECTURES}",
-        )
-        _check(
-            self.epochs >= 0 and 0.0 <= self.dropout < 1.0,
-            f"bad manifold epochs={self.epochs} / dropout={self.dropout}",
-            "use epochs >= 0 and dropout in [0, 1)",
-        )
-        _check(
-            self.z_dim >= 1,
-            f"manifold z_dim={self.z_dim} must be >= 1",
-            "set z_dim >= 1 (or PDPConfig.z_dim=0 to train without a manifold)",
-        )
-        _check(
-            self.architecture == "reference" or self.seq_len >= 4,
-            f"manifold seq_len={self.seq_len} is < 4",
-            "use seq_len >= 4",
-        )
-        _check(
-            self.d_model % self.n_heads == 0,
-            f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}",
-            "pick n_heads that divides d_model",
-        )
-        _check(self.sdtw_gamma > 0, f"sdtw_gamma={self.sdtw_gamma} must be > 0", "use e.g. 0.01")
-        _check(
-            self.batch_size >= 2,
-            f"manifold batch_size={self.batch_size} < 2",
-            "L_geo needs pairs: use batch_size >= 2",
-        )
-        _check(
-            self.steps >= 0 and self.lr > 0,
-            f"bad steps={self.steps} / lr={self.lr}",
-            "use steps >= 0 and lr > 0",
-        )
+        validate(self)
 
     @property
     def n_tokens(self) -> int:
@@ -164,55 +143,45 @@ class VisionConfig:
             which conditions only the denoiser; ``False`` is that encoder.
     """
 
+    config_name: ClassVar[str] = "vision"
+
     cameras: tuple[str, ...] = ()
     image_shape: tuple[int, int] = (0, 0)
     crop_shape: tuple[int, int] | None = None
     crop_is_random: bool = True
-    backbone_width: int = 64
-    backbone_stages: int = 4
+    backbone_width: int = checked(64, ge=4, fix="use backbone_width >= 4 (ResNet-18: 64)")
+    backbone_stages: int = checked(4, ge=1, le=4, fix="use 1..4 stages (ResNet-18: 4)")
     use_group_norm: bool = True
-    num_keypoints: int = 32
-    feature_dim: int = 64
+    num_keypoints: int = checked(32, ge=1, fix="use a positive size (lerobot: 32)")
+    feature_dim: int = checked(64, ge=1, fix="use a positive size (lerobot: 64)")
     feature_relu: bool = False
     use_separate_rgb_encoder_per_camera: bool = False
     text_model: str = ""
-    text_dim: int = 384
-    language_dim: int = 64
+    text_dim: int = checked(384, ge=1, fix="use the sentence encoder's size (384)")
+    language_dim: int = checked(64, ge=1, fix="use a positive projection size, e.g. 64")
     language_film: bool = True
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "cameras",
+            lambda c: len(set(c.cameras)) == len(c.cameras) and all(c.cameras),
+            "must be distinct non-empty names",
+            "name each camera once, e.g. --camera front --camera top",
+        ),
+        Rule(
+            "crop_shape",
+            lambda c: not c.cameras or _crop_fits(c.image_shape, c.crop),
+            "does not fit image_shape={image_shape}",
+            "use a crop of at least 8 px inside the image, e.g. 76x76 for 84x84",
+        ),
+    )
 
     def __post_init__(self) -> None:
         self.cameras = tuple(str(c) for c in self.cameras)
         self.image_shape = (int(self.image_shape[0]), int(self.image_shape[1]))
         if self.crop_shape is not None:
             self.crop_shape = (int(self.crop_shape[0]), int(self.crop_shape[1]))
-        _check(
-            len(set(self.cameras)) == len(self.cameras) and all(self.cameras),
-            f"vision cameras={list(self.cameras)} must be distinct non-empty names",
-            "name each camera once, e.g. --camera front --camera top",
-        )
-        if self.cameras:
-            h, w = self.image_shape
-            ch, cw = self.crop
-            _check(
-                h >= 8 and w >= 8 and 8 <= ch <= h and 8 <= cw <= w,
-                f"vision crop_shape={self.crop_shape} does not fit image_shape={self.image_shape}",
-                "use a crop of at least 8 px inside the image, e.g. 76x76 for 84x84",
-            )
-        _check(
-            self.backbone_width >= 4 and 1 <= self.backbone_stages <= 4,
-            f"bad backbone_width={self.backbone_width} / backbone_stages={self.backbone_stages}",
-            "use backbone_width >= 4 (ResNet-18: 64) and 1..4 stages",
-        )
-        _check(
-            self.num_keypoints >= 1 and self.feature_dim >= 1,
-            f"bad num_keypoints={self.num_keypoints} / feature_dim={self.feature_dim}",
-            "use positive sizes (lerobot: 32 keypoints, 64 features)",
-        )
-        _check(
-            self.text_dim >= 1 and self.language_dim >= 1,
-            f"bad text_dim={self.text_dim} / language_dim={self.language_dim}",
-            "use the sentence encoder's size (384) and a positive projection size",
-        )
+        validate(self)
 
     @property
     def crop(self) -> tuple[int, int]:
@@ -231,6 +200,12 @@ class VisionConfig:
         return n_obs_steps * len(self.cameras) * self.feature_dim + (
             self.language_dim if self.text_model else 0
         )
+
+
+def _crop_fits(image: tuple[int, int], crop: tuple[int, int]) -> bool:
+    """At least 8 px of image and of crop, the crop inside the image."""
+    (h, w), (ch, cw) = image, crop
+    return h >= 8 and w >= 8 and 8 <= ch <= h and 8 <= cw <= w
 
 
 ACTION_SPACES = ("native", "position_targets")
@@ -286,6 +261,18 @@ VARIANT_PRESETS: dict[str, dict[str, Any]] = {
 """Field values of each :data:`VARIANTS` entry (``receding`` = the dataclass defaults).
 The reference's horizon is the demonstrations' length: :func:`train_pdp` sets ``horizon``
 and ``n_action_steps`` from the data unless given."""
+
+
+def _unet_factor(config: PDPConfig) -> int:
+    """The U-Net's total down-sampling: ``horizon`` must be a multiple of it."""
+    return int(2 ** (len(config.unet_channels) - 1))
+
+
+def _indices_ok(dims: tuple[int, ...] | None, size: int, *, distinct: bool) -> bool:
+    """``dims`` is a non-empty tuple of indices into a vector of ``size`` (distinct ones)."""
+    if not dims or not all(0 <= i < size for i in dims):
+        return False
+    return not distinct or len(set(dims)) == len(dims)
 
 
 BETA_SCHEDULES = ("linear", "scaled_linear", "squaredcos_cap_v2", "sigmoid")
@@ -366,31 +353,33 @@ class PDPConfig:
             state-only by default.
     """
 
-    state_dim: int = 4
-    action_dim: int = 2
-    n_obs_steps: int = 2
-    horizon: int = 8
-    n_action_steps: int = 4
-    z_dim: int = 2
-    z_bound: float = 3.0
-    denoiser: str = "mlp"
-    hidden_dim: int = 256
-    n_blocks: int = 3
-    cond_dim: int = 128
-    unet_channels: tuple[int, ...] = (64, 128)
-    kernel_size: int = 5
-    time_embed_dim: int = 64
-    num_train_timesteps: int = 100
-    num_inference_steps: int = 20
-    beta_schedule: str = "squaredcos_cap_v2"
+    config_name: ClassVar[str] = "PDP"
+
+    state_dim: int = checked(4, ge=1, fix="derive it from the dataset (PDPConfig.for_dataset)")
+    action_dim: int = checked(2, ge=1, fix="derive it from the dataset (PDPConfig.for_dataset)")
+    n_obs_steps: int = checked(2, ge=1, fix="use n_obs_steps >= 1")
+    horizon: int = checked(8, ge=1, fix="use horizon >= 1")
+    n_action_steps: int = checked(4, ge=1, fix="execute at least one action per chunk")
+    z_dim: int = checked(2, ge=0, fix="use 2 (PDP) or 0 (plain DP)")
+    z_bound: float = checked(3.0, gt=0, fix="use e.g. 3.0")
+    denoiser: str = checked("mlp", choices=DENOISERS)
+    hidden_dim: int = checked(256, ge=1, fix="use e.g. 256")
+    n_blocks: int = checked(3, ge=1, fix="use e.g. 3")
+    cond_dim: int = checked(128, ge=1, fix="use e.g. 128")
+    unet_channels: tuple[int, ...] = checked((64, 128), ge=1, min_len=1, fix="use e.g. (64, 128)")
+    kernel_size: int = checked(5, ge=1, fix="use e.g. 5")
+    time_embed_dim: int = checked(64, ge=1, fix="use e.g. 64")
+    num_train_timesteps: int = checked(100, ge=1, fix="use e.g. 100")
+    num_inference_steps: int = checked(20, ge=1, fix="use e.g. 8 DDIM steps")
+    beta_schedule: str = checked("squaredcos_cap_v2", choices=BETA_SCHEDULES)
     clip_sample: bool = True
-    lr: float = 2e-3
-    weight_decay: float = 1e-6
-    batch_size: int = 128
-    steps: int = 10000
-    ema_decay: float = 0.995
-    warmup_steps: int = 100
-    grad_clip: float = 1.0
+    lr: float = checked(2e-3, gt=0, fix="use e.g. 2e-3")
+    weight_decay: float = checked(1e-6, ge=0, fix="use e.g. 1e-6")
+    batch_size: int = checked(128, ge=1, fix="use e.g. 128")
+    steps: int = checked(10000, ge=0, fix="use steps >= 0")
+    ema_decay: float = checked(0.995, ge=0, lt=1, fix="use e.g. 0.995")
+    warmup_steps: int = checked(100, ge=0, fix="use warmup_steps >= 0")
+    grad_clip: float = checked(1.0, ge=0, fix="use grad_clip >= 0 (0 = no clipping)")
     manifold: ManifoldConfig = field(default_factory=ManifoldConfig)
     path_dims: tuple[int, ...] | None = None
     obs_dims: tuple[int, ...] | None = None
@@ -398,133 +387,113 @@ class PDPConfig:
     action_names: tuple[str, ...] = ()
     env_id: str = ""
     seed: int = 0
-    variant: str = "receding"
-    z_mlp_dims: tuple[int, ...] = (16, 32)
+    variant: str = checked("receding", choices=VARIANTS)
+    z_mlp_dims: tuple[int, ...] = checked(
+        (16, 32), ge=1, min_len=1, fix="use e.g. (16, 32) as in the reference"
+    )
     recompute_eps: bool = False
-    optimizer: str = "adamw"
-    lr_schedule: str = "warmup_cosine"
-    min_lr: float = 1e-5
-    action_space: str = "native"
-    control_dt: float = 0.0
+    optimizer: str = checked("adamw", choices=OPTIMIZERS)
+    lr_schedule: str = checked("warmup_cosine", choices=LR_SCHEDULES)
+    min_lr: float = checked(1e-5, ge=0, fix="use 0 <= min_lr <= lr")
+    action_space: str = checked("native", choices=ACTION_SPACES)
+    control_dt: float = checked(0.0, ge=0, fix="use the dataset's control period in s")
     vision: VisionConfig = field(default_factory=VisionConfig)
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "n_action_steps",
+            lambda c: c.n_action_steps <= c.horizon,
+            "must lie in [1, horizon={horizon}]",
+            "execute at most the predicted chunk: n_action_steps <= horizon",
+        ),
+        Rule(
+            "horizon",
+            lambda c: c.denoiser != "unet" or c.horizon % _unet_factor(c) == 0,
+            lambda c: (
+                f"is not divisible by 2**(levels-1)={_unet_factor(c)} "
+                f"for unet_channels={c.unet_channels}"
+            ),
+            lambda c: (
+                f"use a horizon that is a multiple of {_unet_factor(c)} or fewer U-Net levels"
+            ),
+        ),
+        Rule(
+            "kernel_size",
+            lambda c: c.denoiser != "unet" or c.kernel_size % 2 == 1,
+            "must be odd for the U-Net",
+            "use e.g. 5",
+        ),
+        Rule(
+            "num_inference_steps",
+            lambda c: c.num_inference_steps <= c.num_train_timesteps,
+            "must lie in [1, num_train_timesteps={num_train_timesteps}]",
+            "use e.g. 8 DDIM steps with 100 training steps",
+        ),
+        Rule(
+            "min_lr",
+            lambda c: c.min_lr <= c.lr,
+            "must be <= lr={lr}",
+            "use 0 <= min_lr <= lr",
+        ),
+        Rule(
+            "path_dims",
+            lambda c: _indices_ok(c.path_dims, c.state_dim, distinct=False),
+            "out of range for state_dim={state_dim}",
+            "give indices of the end-effector position inside the state vector",
+        ),
+        Rule(
+            "control_dt",
+            lambda c: c.action_space != "position_targets" or c.control_dt > 0,
+            "must be > 0 for action_space='position_targets'",
+            "train on a velocity-action dataset that records its control rate, or use "
+            "action_space='native'",
+        ),
+        Rule(
+            "path_dims",
+            lambda c: (
+                c.action_space != "position_targets" or len(c.path_dims or ()) == c.action_dim
+            ),
+            "must have one path dim per action dim (action_dim={action_dim}) for "
+            "action_space='position_targets'",
+            "train on a velocity-action dataset whose path dims match its actions, or use "
+            "action_space='native'",
+        ),
+        Rule(
+            "obs_dims",
+            lambda c: _indices_ok(c.obs_dims, c.state_dim, distinct=True),
+            "invalid for state_dim={state_dim}",
+            "give distinct indices of state dims (or None for all)",
+        ),
+        Rule(
+            "state_names",
+            lambda c: not c.state_names or len(c.state_names) == c.state_dim,
+            lambda c: f"has {len(c.state_names)} entries but state_dim={c.state_dim}",
+            "give one name per state dim or none",
+        ),
+        Rule(
+            "action_names",
+            lambda c: not c.action_names or len(c.action_names) == c.action_dim,
+            lambda c: f"has {len(c.action_names)} entries but action_dim={c.action_dim}",
+            "give one name per action dim or none",
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if isinstance(self.manifold, Mapping):
-            self.manifold = ManifoldConfig(**self.manifold)
-        if isinstance(self.vision, Mapping):
-            self.vision = VisionConfig(**self.vision)
+        self.manifold = nested(ManifoldConfig, self.manifold, "manifold", self)
+        self.vision = nested(VisionConfig, self.vision, "vision", self)
         self.unet_channels = tuple(int(c) for c in self.unet_channels)
         self.z_mlp_dims = tuple(int(c) for c in self.z_mlp_dims)
-        for key, value, known in (
-            ("variant", self.variant, VARIANTS),
-            ("optimizer", self.optimizer, OPTIMIZERS),
-            ("lr_schedule", self.lr_schedule, LR_SCHEDULES),
-            ("action_space", self.action_space, ACTION_SPACES),
-            ("beta_schedule", self.beta_schedule, BETA_SCHEDULES),
-        ):
-            _check(value in known, f"PDP {key}={value!r} is unknown", f"use one of {known}")
-        _check(
-            self.grad_clip >= 0 and 0 <= self.min_lr <= self.lr,
-            f"bad grad_clip={self.grad_clip} / min_lr={self.min_lr} (lr={self.lr})",
-            "use grad_clip >= 0 (0 = no clipping) and 0 <= min_lr <= lr",
-        )
-        _check(
-            len(self.z_mlp_dims) >= 1 and min(self.z_mlp_dims) >= 1,
-            f"z_mlp_dims={self.z_mlp_dims} must be >= 1 sizes",
-            "use e.g. (16, 32) as in the reference",
-        )
         self.state_names = tuple(self.state_names)
         self.action_names = tuple(self.action_names)
-        _check(
-            self.state_dim >= 1 and self.action_dim >= 1,
-            f"state_dim={self.state_dim}, action_dim={self.action_dim} must be >= 1",
-            "derive them from the dataset (PDPConfig.for_dataset)",
-        )
-        _check(
-            self.n_obs_steps >= 1,
-            f"n_obs_steps={self.n_obs_steps} must be >= 1",
-            "use n_obs_steps >= 1",
-        )
-        _check(self.horizon >= 1, f"horizon={self.horizon} must be >= 1", "use horizon >= 1")
-        _check(
-            1 <= self.n_action_steps <= self.horizon,
-            f"n_action_steps={self.n_action_steps} must lie in [1, horizon={self.horizon}]",
-            "execute at most the predicted chunk: n_action_steps <= horizon",
-        )
-        _check(self.z_dim >= 0, f"z_dim={self.z_dim} must be >= 0", "use 2 (PDP) or 0 (plain DP)")
-        _check(self.z_bound > 0, f"z_bound={self.z_bound} must be > 0", "use e.g. 3.0")
-        _check(
-            self.denoiser in DENOISERS,
-            f"unknown denoiser {self.denoiser!r}",
-            f"use one of {DENOISERS}",
-        )
-        if self.denoiser == "unet":
-            factor = 2 ** (len(self.unet_channels) - 1)
-            _check(
-                len(self.unet_channels) >= 1 and self.horizon % factor == 0,
-                f"horizon={self.horizon} is not divisible by 2**(levels-1)={factor} "
-                f"for unet_channels={self.unet_channels}",
-                f"use a horizon that is a multiple of {factor} or fewer U-Net levels",
-            )
-            _check(
-                self.kernel_size % 2 == 1,
-                f"kernel_size={self.kernel_size} must be odd",
-                "use e.g. 5",
-            )
-        _check(
-            1 <= self.num_inference_steps <= self.num_train_timesteps,
-            f"num_inference_steps={self.num_inference_steps} must lie in "
-            f"[1, num_train_timesteps={self.num_train_timesteps}]",
-            "use e.g. 8 DDIM steps with 100 training steps",
-        )
-        _check(
-            0.0 <= self.ema_decay < 1.0,
-            f"ema_decay={self.ema_decay} outside [0, 1)",
-            "use e.g. 0.995",
-        )
-        _check(
-            self.batch_size >= 1 and self.steps >= 0 and self.lr > 0,
-            f"bad batch_size={self.batch_size} / steps={self.steps} / lr={self.lr}",
-            "use positive values",
-        )
-        if self.path_dims is None:
+        if self.path_dims is None and isinstance(self.state_dim, int):
             self.path_dims = tuple(range(min(2, self.state_dim)))
-        self.path_dims = tuple(int(i) for i in self.path_dims)
-        bad = [i for i in self.path_dims if not 0 <= i < self.state_dim]
-        _check(
-            not bad and len(self.path_dims) >= 1,
-            f"path_dims {self.path_dims} out of range for state_dim={self.state_dim}",
-            "give indices of the end-effector position inside the state vector",
-        )
-        if self.action_space == "position_targets":
-            _check(
-                self.control_dt > 0 and len(self.path_dims) == self.action_dim,
-                f"action_space='position_targets' needs control_dt > 0 (got {self.control_dt}) "
-                f"and one path dim per action dim (path_dims={self.path_dims}, "
-                f"action_dim={self.action_dim})",
-                "train on a velocity-action dataset that records its control rate, or use "
-                "action_space='native'",
-            )
-        self.obs_dims = (
-            tuple(range(self.state_dim))
-            if self.obs_dims is None
-            else tuple(int(i) for i in self.obs_dims)
-        )
-        bad = [i for i in self.obs_dims if not 0 <= i < self.state_dim]
-        _check(
-            not bad and len(self.obs_dims) >= 1 and len(set(self.obs_dims)) == len(self.obs_dims),
-            f"obs_dims {self.obs_dims} invalid for state_dim={self.state_dim}",
-            "give distinct indices of state dims (or None for all)",
-        )
-        for label, names, dim in (
-            ("state", self.state_names, self.state_dim),
-            ("action", self.action_names, self.action_dim),
-        ):
-            _check(
-                not names or len(names) == dim,
-                f"{label}_names has {len(names)} entries but {label}_dim={dim}",
-                f"give one name per {label} dim or none",
-            )
+        if self.path_dims is not None:
+            self.path_dims = tuple(int(i) for i in self.path_dims)
+        if self.obs_dims is None and isinstance(self.state_dim, int):
+            self.obs_dims = tuple(range(self.state_dim))
+        if self.obs_dims is not None:
+            self.obs_dims = tuple(int(i) for i in self.obs_dims)
+        validate(self)
         if self.z_dim > 0 and self.manifold.z_dim != self.z_dim:
             self.manifold = dataclasses.replace(self.manifold, z_dim=self.z_dim)
 
@@ -556,11 +525,8 @@ class PDPConfig:
         Raises:
             ConfigError: ``variant`` is unknown.
         """
-        _check(
-            variant in VARIANT_PRESETS,
-            f"PDP variant={variant!r} is unknown",
-            f"use one of {VARIANTS}",
-        )
+        if variant not in VARIANT_PRESETS:
+            raise ConfigError(f"PDP variant={variant!r} is unknown", fix=f"use one of {VARIANTS}")
         preset = VARIANT_PRESETS[variant]
         kw: dict[str, Any] = {**preset, **fields, "variant": variant}
         kw["manifold"] = {**preset.get("manifold", {}), **dict(fields.get("manifold", {}))}
@@ -607,17 +573,13 @@ class TrainSpeedConfig:
             one per tensor group).
     """
 
-    autocast: str = "auto"
+    autocast: str = checked("auto", choices=AUTOCAST_MODES)
     channels_last: bool = True
     compile: bool = False
     fused_optimizer: bool = True
 
     def __post_init__(self) -> None:
-        _check(
-            self.autocast in AUTOCAST_MODES,
-            f"autocast={self.autocast!r} is unknown",
-            f"use one of {AUTOCAST_MODES}",
-        )
+        validate(self)
 
     @classmethod
     def plain(cls) -> TrainSpeedConfig:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from embodied.errors import ConfigError
+from embodied.config import checked, validate
 
 SCHEDULES = ("exp", "linear", "ones", "zeros")
 """Soft masks over the rows after the frozen prefix: ``exp`` (the paper's), ``linear``
@@ -45,24 +46,14 @@ class RTCConfig:
             (:data:`JACOBIANS`).
     """
 
-    schedule: str = "exp"
-    max_guidance_weight: float = 5.0
-    jacobian: str = "vjp"
+    config_name: ClassVar[str] = "rtc"
+
+    schedule: str = checked("exp", choices=SCHEDULES)
+    max_guidance_weight: float = checked(5.0, gt=0, fix="pass e.g. 5 (the paper's beta)")
+    jacobian: str = checked("vjp", choices=JACOBIANS)
 
     def __post_init__(self) -> None:
-        if self.jacobian not in JACOBIANS:
-            raise ConfigError(
-                f"rtc jacobian={self.jacobian!r} is unknown", fix=f"use one of {JACOBIANS}"
-            )
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(
-                f"rtc schedule={self.schedule!r} is unknown", fix=f"use one of {SCHEDULES}"
-            )
-        if not (math.isfinite(self.max_guidance_weight) and self.max_guidance_weight > 0):
-            raise ConfigError(
-                f"rtc max_guidance_weight={self.max_guidance_weight}: must be a positive number",
-                fix="pass e.g. 5 (the paper's beta)",
-            )
+        validate(self)
 
 
 def prefix_weights(delay: int, overlap: int, horizon: int, schedule: str = "exp") -> torch.Tensor:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from embodied.config import config_from_dict, config_to_dict
+from embodied.config import Rule, checked, config_from_dict, config_to_dict, validate
 from embodied.errors import CheckpointError, ConfigError
 
 DINO_MEAN = (0.485, 0.456, 0.406)
@@ -111,6 +111,34 @@ def _norm_stats_action_dim(norm_stats: dict[str, Any]) -> dict[str, int]:
     return dims
 
 
+def _backbone_rules(label: str) -> tuple[Rule, ...]:
+    """The rules of the backbone config ``label`` (``dino`` or ``siglip``)."""
+
+    def sub(config: OpenVLAConfig) -> dict[str, Any]:
+        return dict(getattr(config, label))
+
+    return (
+        Rule(
+            "image_size",
+            lambda c: c.image_size % int(sub(c)["patch_size"]) == 0,
+            lambda c: f"is not a multiple of the {label} patch size {sub(c)['patch_size']}",
+            "pick an image_size divisible by both patch sizes",
+        ),
+        Rule(
+            f"{label}.hidden_size",
+            lambda c: sub(c)["hidden_size"] % sub(c)["num_attention_heads"] == 0,
+            lambda c: f"is not divisible by num_attention_heads={sub(c)['num_attention_heads']}",
+            "use the released backbone's sizes",
+        ),
+        Rule(
+            f"{label}.num_hidden_layers",
+            lambda c: int(sub(c)["num_hidden_layers"]) >= 2,
+            "must be >= 2 (features come from the second-to-last layer)",
+            "use the released backbone's layers (or at least 2)",
+        ),
+    )
+
+
 @dataclass
 class OpenVLAConfig:
     """Architecture and action interface of an OpenVLA model.
@@ -138,20 +166,48 @@ class OpenVLAConfig:
         name: Free-form model name for reports.
     """
 
+    config_name: ClassVar[str] = "OpenVLA config"
+
     dino: dict[str, Any] = field(default_factory=dict)
     siglip: dict[str, Any] = field(default_factory=dict)
     text: dict[str, Any] = field(default_factory=dict)
-    image_size: int = 224
-    pad_to_multiple_of: int = 64
-    n_action_bins: int = 256
+    image_size: int = checked(224, gt=0, fix="use e.g. 224 (released checkpoints)")
+    pad_to_multiple_of: int = checked(64, ge=0, fix="use the tokenizer's padding (OpenVLA: 64)")
+    n_action_bins: int = checked(256, ge=2, fix="use e.g. 256 (OpenVLA)")
     norm_stats: dict[str, Any] = field(default_factory=dict)
     action_prefix_token_id: int | None = None
     center_crop: bool = False
-    crop_area: float = 0.9
-    image_pipeline: str = "resize"
-    image_means: tuple[tuple[float, float, float], ...] = (DINO_MEAN, SIGLIP_MEAN)
-    image_stds: tuple[tuple[float, float, float], ...] = (DINO_STD, SIGLIP_STD)
+    crop_area: float = checked(0.9, gt=0, le=1, fix="use e.g. 0.9 (LIBERO)")
+    image_pipeline: str = checked(
+        "resize",
+        choices=tuple(IMAGE_PIPELINES),
+        fix="use 'libero_reference' for LIBERO's raw frames, 'resize' otherwise",
+    )
+    image_means: tuple[tuple[float, float, float], ...] = checked(
+        (DINO_MEAN, SIGLIP_MEAN), min_len=2, max_len=2, fix="give one triple per backbone (2)"
+    )
+    image_stds: tuple[tuple[float, float, float], ...] = checked(
+        (DINO_STD, SIGLIP_STD), min_len=2, max_len=2, fix="give one triple per backbone (2)"
+    )
     name: str = "openvla"
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        *_backbone_rules("dino"),
+        *_backbone_rules("siglip"),
+        Rule(
+            "dino.patch_size",
+            lambda c: c.dino["patch_size"] == c.siglip["patch_size"],
+            "!= siglip patch {siglip[patch_size]}: fused features are concatenated per patch",
+            "use the same patch size for both backbones",
+        ),
+        Rule(
+            "n_action_bins",
+            lambda c: c.text_vocab_size > c.n_action_bins,
+            "must be below the text vocabulary {text_vocab_size} (= vocab_size "
+            "{text[vocab_size]} - pad_to_multiple_of {pad_to_multiple_of})",
+            "grow the tokenizer vocabulary",
+        ),
+    )
 
     def __post_init__(self) -> None:
         self.dino = {**TIMM_BACKBONES["vit_large_patch14_reg4_dinov2.lvd142m"], **self.dino}
@@ -159,46 +215,7 @@ class OpenVLAConfig:
         self.text = {**LLAMA2_7B, **self.text}
         self.image_means = tuple(tuple(float(v) for v in m) for m in self.image_means)  # type: ignore[misc]
         self.image_stds = tuple(tuple(float(v) for v in s) for s in self.image_stds)  # type: ignore[misc]
-        if self.image_size <= 0:
-            raise ConfigError(f"image_size must be positive, got {self.image_size}")
-        for label, sub in (("dino", self.dino), ("siglip", self.siglip)):
-            if self.image_size % int(sub["patch_size"]):
-                raise ConfigError(
-                    f"image_size {self.image_size} is not a multiple of the {label} patch size "
-                    f"{sub['patch_size']}",
-                    fix="pick an image_size divisible by both patch sizes",
-                )
-            if sub["hidden_size"] % sub["num_attention_heads"]:
-                raise ConfigError(f"{label} hidden_size not divisible by num_attention_heads")
-            if int(sub["num_hidden_layers"]) < 2:
-                raise ConfigError(
-                    f"{label} needs >= 2 layers (features come from the second-to-last layer), "
-                    f"got {sub['num_hidden_layers']}"
-                )
-        if self.dino["patch_size"] != self.siglip["patch_size"]:
-            raise ConfigError(
-                f"dino patch {self.dino['patch_size']} != siglip patch {self.siglip['patch_size']}"
-                ": fused features are concatenated per patch",
-                fix="use the same patch size for both backbones",
-            )
-        if self.n_action_bins < 2:
-            raise ConfigError(f"n_action_bins must be >= 2, got {self.n_action_bins}")
-        if self.text_vocab_size <= self.n_action_bins:
-            raise ConfigError(
-                f"text vocabulary {self.text_vocab_size} (= vocab_size {self.text['vocab_size']}"
-                f" - pad_to_multiple_of {self.pad_to_multiple_of}) must exceed n_action_bins "
-                f"{self.n_action_bins}",
-                fix="grow the tokenizer vocabulary",
-            )
-        if not 0.0 < self.crop_area <= 1.0:
-            raise ConfigError(f"crop_area must be in (0, 1], got {self.crop_area}")
-        if self.image_pipeline not in IMAGE_PIPELINES:
-            raise ConfigError(
-                f"unknown image_pipeline {self.image_pipeline!r}; options: {list(IMAGE_PIPELINES)}",
-                fix="use 'libero_reference' for LIBERO's raw frames, 'resize' otherwise",
-            )
-        if len(self.image_means) != 2 or len(self.image_stds) != 2:
-            raise ConfigError("image_means/image_stds need one triple per backbone (2)")
+        validate(self)
         _norm_stats_action_dim(self.norm_stats)
 
     # ----- derived -----
@@ -409,14 +426,15 @@ class BCSettings:
         log_every: Steps between progress callbacks.
     """
 
-    steps: int = 1500
-    batch_size: int = 32
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
+    config_name: ClassVar[str] = "BC settings"
+
+    steps: int = checked(1500, gt=0, fix="use e.g. 1500")
+    batch_size: int = checked(32, gt=0, fix="use e.g. 32")
+    lr: float = checked(1e-3, gt=0, fix="use e.g. 1e-3")
+    weight_decay: float = checked(0.01, ge=0, fix="use e.g. 0.01")
+    grad_clip: float = checked(1.0, ge=0, fix="use e.g. 1.0")
     seed: int = 0
-    log_every: int = 100
+    log_every: int = checked(100, gt=0, fix="use e.g. 100")
 
     def __post_init__(self) -> None:
-        if self.steps <= 0 or self.batch_size <= 0 or self.lr <= 0 or self.log_every <= 0:
-            raise ConfigError(f"BC settings must be positive: {self}")
+        validate(self)

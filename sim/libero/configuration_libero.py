@@ -24,10 +24,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
-from embodied.config import config_from_dict, config_to_dict
-from embodied.errors import ConfigError, UnknownNameError
+from embodied.config import Rule, checked, config_from_dict, config_to_dict, validate
+from embodied.errors import UnknownNameError
 
 SUITES: tuple[str, ...] = (
     "libero_spatial",
@@ -96,39 +96,39 @@ class LiberoProtocol:
     """
 
     max_steps_by_suite: Mapping[str, int] = field(default_factory=lambda: DEFAULT_MAX_STEPS)
-    num_wait_steps: int = 10
-    trials_per_task: int = 50
-    control_rate_hz: float = 20.0
-    render_size: int = 256
+    num_wait_steps: int = checked(10, ge=0, fix="use the reference's 10")
+    trials_per_task: int = checked(50, ge=1, fix="use the reference's 50")
+    control_rate_hz: float = checked(20.0, gt=0, fix="use the OSC controller's 20 Hz")
+    render_size: int = checked(256, ge=16, fix="use >= 16 pixels, e.g. the reference's 256")
     seed: int = 7
-    env_seed: int = 0
+    env_seed: int = checked(0, ge=0, lt=2**32, fix="use the reference's 0 (a numpy seed)")
     reseed_on_reset: bool = False
 
+    config_name: ClassVar[str] = "LIBERO protocol"
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "max_steps_by_suite",
+            lambda c: set(c.max_steps_by_suite) <= set(SUITES),
+            lambda c: f"names unknown suites {sorted(set(c.max_steps_by_suite) - set(SUITES))}",
+            f"use only the suites {list(SUITES)}",
+        ),
+        Rule(
+            "max_steps_by_suite",
+            lambda c: all(
+                isinstance(v, int) and not isinstance(v, bool) and v > 0
+                for v in c.max_steps_by_suite.values()
+            ),
+            "must map each suite to a positive int of policy steps",
+            "e.g. {'libero_spatial': 220}",
+        ),
+    )
+
     def __post_init__(self) -> None:
-        steps = dict(self.max_steps_by_suite)
-        unknown = sorted(set(steps) - set(SUITES))
-        if unknown:
-            raise ConfigError(
-                f"max_steps_by_suite names unknown suites {unknown}; suites: {list(SUITES)}"
-            )
-        merged = {**DEFAULT_MAX_STEPS, **steps}
-        bad = {k: v for k, v in merged.items() if not (isinstance(v, int) and v > 0)}
-        if bad:
-            raise ConfigError(f"max_steps_by_suite must be positive ints, got {bad}")
-        object.__setattr__(self, "max_steps_by_suite", MappingProxyType(merged))
-        if self.num_wait_steps < 0:
-            raise ConfigError(f"num_wait_steps must be >= 0, got {self.num_wait_steps}")
-        if self.trials_per_task <= 0:
-            raise ConfigError(f"trials_per_task must be positive, got {self.trials_per_task}")
-        if not self.control_rate_hz > 0:
-            raise ConfigError(f"control_rate_hz must be positive, got {self.control_rate_hz}")
-        if self.render_size < 16:
-            raise ConfigError(f"render_size must be >= 16 pixels, got {self.render_size}")
-        if not 0 <= self.env_seed < 2**32:
-            raise ConfigError(
-                f"env_seed must be in [0, 2**32) (a numpy seed), got {self.env_seed}",
-                fix="use the reference's 0",
-            )
+        object.__setattr__(
+            self, "max_steps_by_suite", {**DEFAULT_MAX_STEPS, **dict(self.max_steps_by_suite)}
+        )
+        validate(self)
+        object.__setattr__(self, "max_steps_by_suite", MappingProxyType(self.max_steps_by_suite))
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle through the init arguments (mapping proxies do not pickle)."""

@@ -124,10 +124,10 @@ def test_help_shows_each_field_doc_and_default(command: str) -> None:
 @pytest.mark.parametrize(
     ("args", "named"),
     [
-        (["--episodes", "0"], "episodes must be positive, got 0"),
-        (["--episodes", "3", "--max-attempts", "2"], "max_attempts 2 is below episodes 3"),
+        (["--episodes", "0"], "episodes=0 must be >= 1"),
+        (["--episodes", "3", "--max-attempts", "2"], "max_attempts=2 is below episodes=3"),
         (["--speed", "fast"], "speed 'fast'"),
-        (["--image-size", "0"], "image_size must be positive (px), got 0"),
+        (["--image-size", "0"], "image_size=0 must be >= 1"),
     ],
 )
 def test_collect_bad_value_exits_2_naming_the_key(
@@ -148,10 +148,10 @@ def test_collect_bad_value_exits_2_naming_the_key(
 @pytest.mark.parametrize(
     ("args", "named"),
     [
-        (["--max-seconds", "0"], "max_seconds 0.0 must be > 0"),
-        (["--max-seconds", "inf"], "max_seconds inf must be > 0"),
-        (["--episodes", "0"], "episodes 0 must be >= 1"),
-        (["--rate", "-5"], "rate_hz -5.0 must be > 0"),
+        (["--max-seconds", "0"], "max_seconds=0.0 must be > 0"),
+        (["--max-seconds", "inf"], "max_seconds=inf must be finite"),
+        (["--episodes", "0"], "episodes=0 must be >= 1"),
+        (["--rate", "-5"], "rate_hz=-5.0 must be > 0"),
     ],
 )
 def test_deploy_bad_value_exits_2_naming_the_key(
@@ -171,10 +171,10 @@ def test_deploy_bad_value_exits_2_naming_the_key(
 @pytest.mark.parametrize(
     ("args", "named"),
     [
-        (["--env", "mujoco:arm_reach", "--n", "0"], "n must be >= 1"),
-        (["--env", "mujoco:arm_reach", "--judge", ","], "judge ',' names no judge"),
-        (["--env", "mujoco:arm_reach", "--device", "gpu"], "device 'gpu'"),
-        ([], "episodes None, env None"),
+        (["--env", "mujoco:arm_reach", "--n", "0"], "n=0 must be >= 1"),
+        (["--env", "mujoco:arm_reach", "--judge", ","], "judge=',' names no judge"),
+        (["--env", "mujoco:arm_reach", "--device", "gpu"], "device='gpu'"),
+        ([], "episodes=None and env=None"),
     ],
 )
 def test_judge_bad_value_exits_2_naming_the_key(
@@ -197,5 +197,5 @@ def test_collect_is_callable_from_python(tmp_path: Path) -> None:
     assert (result.kept, result.last_shard) == (2, 1) and result.attempts >= 2
     metas = [ep.attrs["meta"] for ep in Dataset(tmp_path / "d")]
     assert [m["seed"] for m in metas] == [0, 1] and all(0.3 <= m["speed"] <= 0.4 for m in metas)
-    with pytest.raises(ConfigError, match="max_attempts 1 is below episodes 2"):
+    with pytest.raises(ConfigError, match="max_attempts=1 is below episodes=2"):
         CollectConfig("mujoco:reach_around", episodes=2, max_attempts=1)

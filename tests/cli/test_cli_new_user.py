@@ -103,7 +103,7 @@ def test_train_steps_zero_is_refused(
 def test_videos_need_an_out_folder_and_existing_episodes() -> None:
     with pytest.raises(ConfigError, match="no out folder"):
         EvalConfig(envs="mujoco:reach_around", episodes=2, video_episodes=(0,))
-    with pytest.raises(ConfigError, match=r"video_episodes \[5\] name episodes past the last"):
+    with pytest.raises(ConfigError, match=r"video_episodes=\(5,\) name episodes past the last"):
         EvalConfig(envs="mujoco:reach_around", episodes=2, video_episodes=(5,), out="x")
 
 

@@ -44,9 +44,9 @@ def test_help_lists_every_field_with_its_doc_and_default() -> None:
 def test_bad_value_is_a_usage_error_naming_the_key(tmp_path: Path) -> None:
     runner = CliRunner()
     for option, value, named in [
-        ("--head", "bogus", "head 'bogus'"),
-        ("--n-val", "0", "n_val 0"),
-        ("--threshold-tnr", "95", "threshold_tnr 95.0"),
+        ("--head", "bogus", "head='bogus'"),
+        ("--n-val", "0", "n_val=0"),
+        ("--threshold-tnr", "95", "threshold_tnr=95.0"),
     ]:
         argv = ["train", "minijudge", "--out", str(tmp_path / "j"), option, value]
         result = runner.invoke(app, argv, env={"COLUMNS": "200"})

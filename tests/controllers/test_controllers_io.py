@@ -48,7 +48,7 @@ def test_fixed_round_trip(tmp_path: Path) -> None:
     [
         ("kp: 1.0\n", ConfigError, "no 'type'"),
         ("type: pidd\nkp: 1\n", UnknownNameError, "pidd"),
-        ("type: pid\nkp: -2\n", ConfigError, "kp must be >= 0"),
+        ("type: pid\nkp: -2\n", ConfigError, "kp=-2"),
         ("type: pid\nkpp: 1\n", ConfigError, "kpp"),
         ("type: fixed\nvalu: 1\n", ConfigError, "valu"),
         ("type: pid\nanti_windup: clamp\n", ConfigError, "clamp"),

@@ -115,7 +115,7 @@ def test_an_old_name_prints_one_deprecation_line_on_stderr(tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stderr[-2000:]
     argv = ("latency", "--methods", "nosuch", "--out", str(tmp_path / "x"))
     proc = embodied(*argv, check=False)
-    assert proc.returncode == 2 and "methods ['nosuch'] are unknown" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "methods[0]='nosuch' must be one of" in proc.stderr, proc.stderr
     notes = [line for line in proc.stderr.splitlines() if line.startswith("note:")]
     assert notes == [
         "note: `embodied latency` is deprecated and goes in 0.2.0; use `embodied lab latency`"

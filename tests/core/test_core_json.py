@@ -117,3 +117,27 @@ def test_scalar_outcome_converts_numpy_scalars_as_before() -> None:
     }
     assert math.isnan(out["nan"])
     assert [type(out[k]) for k in ("blocked", "dist", "name", "steps")] == [bool, float, str, int]
+
+
+def _old_lerobot_writer(obj: Any) -> Any:
+    """``embodied/datasets/lerobot/writer.py``'s former ``_json_default``."""
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, bytes):
+        return obj.decode("utf-8", "replace")
+    return str(obj)
+
+
+def test_json_default_decodes_bytes_as_the_lerobot_writer_did() -> None:
+    attrs = {
+        **VALUES,
+        "bytes": b"env \xff args",
+        "np_bytes": np.bytes_(b"front"),
+        "in_array": np.array([b"a", b"b"]),
+        "object": Thing(),
+    }
+    assert json_default(b"caf\xc3\xa9") == "café"
+    old = json.dumps(attrs, default=_old_lerobot_writer, ensure_ascii=False)
+    assert json.dumps(plain_json(attrs, fallback=str), ensure_ascii=False) == old

@@ -115,16 +115,16 @@ def test_budget_presets_and_given_options_merge_field_by_field() -> None:
 @pytest.mark.parametrize(
     ("fields", "named"),
     [
-        ({"n_steps": 0}, "PPO n_steps must be a positive int, got 0"),
-        ({"gamma": 1.5}, "PPO gamma 1.5 must be in (0, 1]"),
-        ({"learning_rate": -1.0}, "PPO learning_rate must be > 0, got -1.0"),
-        ({"ent_coef": -0.1}, "PPO ent_coef must be >= 0, got -0.1"),
+        ({"n_steps": 0}, "PPO: n_steps=0 must be >= 1"),
+        ({"gamma": 1.5}, "PPO: gamma=1.5 must be <= 1"),
+        ({"learning_rate": -1.0}, "PPO: learning_rate=-1.0 must be > 0"),
+        ({"ent_coef": -0.1}, "PPO: ent_coef=-0.1 must be >= 0"),
     ],
 )
 def test_bad_ppo_settings_name_the_field(fields: dict[str, float], named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace("(", r"\(").replace("]", r"\]")):
         PPOSettings(**fields)  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="batch_size 512 > n_steps 256"):
+    with pytest.raises(ConfigError, match="ppo.batch_size=512 > n_steps 256"):
         RLTrainSettings(ppo=dataclasses.replace(CONTROLLER_PPO, batch_size=512))
     with pytest.raises(ConfigError, match=r"unknown PPO setting\(s\) \['lr'\]"):
         merge_ppo_layers(SHIELD_PPO, {"ppo": {"lr": 1e-3}})

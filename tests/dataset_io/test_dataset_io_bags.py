@@ -300,7 +300,7 @@ def test_rosbag1_imports_through_a_mapping(tmp_path: Path) -> None:
         ("s|/arm/command|/arm/commandz|", "topic /arm/commandz is not in"),
         ("s|points\\[0\\].positions|points[0].positionz|", "has no field 'points[0].positionz'"),
         ('s|field: position,|field: "velocity[7]",|', "index 7 out of range"),
-        ("s|align: previous|align: later|", "align 'later' is not a rule"),
+        ("s|align: previous|align: later|", "state.align='later' must be one of"),
         ("s|clock: /arm/command|clock: /arm/command\\nrate_hz: 20|", "give exactly one"),
         ("s|episodes:|episodez:|", "unknown keys ['episodez']"),
     ],

@@ -33,7 +33,7 @@ def test_manifold_z_dim_follows_policy() -> None:
         ({"denoiser": "transformer"}, "'transformer'"),
         ({"num_inference_steps": 200}, "num_inference_steps=200"),
         ({"path_dims": (0, 9)}, "path_dims"),
-        ({"state_names": ("a",)}, "state_names has 1"),
+        ({"state_names": ("a",)}, "state_names=('a',) has 1"),
         ({"z_dim": -1}, "z_dim=-1"),
     ],
 )

@@ -41,7 +41,7 @@ def test_default_episodes_without_a_protocol_is_ten() -> None:
     ("kwargs", "needle"),
     [
         ({"envs": ()}, "at least one env"),
-        ({"episodes": 0}, "episodes must be positive"),
+        ({"episodes": 0}, "episodes=0 must be >= 1"),
         ({"workers": -1}, "workers"),
         ({"video_episodes": (-1,)}, "video_episodes"),
         ({"max_steps": 0}, "max_steps"),

@@ -65,7 +65,7 @@ CASES: list[tuple[str, Any, str]] = [
     ("name", None, "None"),
     ("joints", 5, "5"),
     ("joints", None, "None"),
-    ("joints", [], "[]"),
+    ("joints", [], "()"),
     ("joints", "shoulder", "'shoulder'"),
     ("joints[0]", 5, "5"),
     ("control_rate_hz", "fast", "'fast'"),
@@ -309,7 +309,7 @@ def test_cli_deploy_refuses_infinite_max_step(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
-    assert "safety.max_step_rad inf" in proc.stderr and "fix:" in proc.stderr, proc.stderr
+    assert "safety.max_step_rad=inf" in proc.stderr and "fix:" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (out / "episodes").exists()  # refused before anything ran
 

@@ -179,7 +179,10 @@ def test_workspace_needs_kinematics(config):
 @pytest.mark.parametrize(
     ("patch", "message"),
     [
-        ({"joints": [{"name": "a", "lower_rad": 1, "upper_rad": -1}]}, "lower_rad 1 >= upper_rad"),
+        (
+            {"joints": [{"name": "a", "lower_rad": 1, "upper_rad": -1}]},
+            r"joints\[0\].lower_rad=1 is not below joints\[0\].upper_rad=-1",
+        ),
         (
             {"joints": [{"name": "a", "lower_rad": -1, "upper_rad": 1, "speed": 2}]},
             "unknown key\\(s\\) \\['speed'\\]",
@@ -187,14 +190,14 @@ def test_workspace_needs_kinematics(config):
         ({"ros": {"url": "http://x:1"}}, "is not rosbridge://host:port"),
         (
             {"ros": {"command": {"topic": "/c", "type": "std_msgs/String"}}},
-            "ros.command.type 'std_msgs/String' is not supported",
+            "ros.command.type='std_msgs/String' is not supported",
         ),
         (
             {"ros": {"state": {"topic": "joint_states", "type": "sensor_msgs/JointState"}}},
             "is not absolute",
         ),
-        ({"safety": {"max_step_rad": 0}}, "max_step_rad 0 must be > 0"),
-        ({"control_rate_hz": -5}, "control_rate_hz -5 must be > 0"),
+        ({"safety": {"max_step_rad": 0}}, "max_step_rad=0 must be > 0"),
+        ({"control_rate_hz": -5}, "control_rate_hz=-5 must be > 0"),
         ({"home_rad": [5.0]}, "outside its limits"),
     ],
 )

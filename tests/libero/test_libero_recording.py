@@ -292,7 +292,7 @@ def test_placement_seeded_scenes_are_new_reproducible_and_replay(tmp_path: Path)
 def test_collect_init_states_option_is_checked() -> None:
     from embodied.apps.collect import CollectConfig
 
-    with pytest.raises(ConfigError, match="init_states must be"):
+    with pytest.raises(ConfigError, match="init_states='random' must be one of"):
         CollectConfig(env=TASK, init_states="random")
     with pytest.raises(ConfigError, match="for LIBERO envs"):
         CollectConfig(env="mujoco:arm_reach", init_states="sampled")

@@ -133,12 +133,12 @@ def test_d2r_arm_that_kept_the_generic_instruction_is_the_judge_arm(
 @pytest.mark.parametrize(
     ("options", "named"),
     [
-        ({"arms": "oracle,bogus"}, "arms 'oracle,bogus'"),
-        ({"arms": "judge_d2r"}, "d2r_instruction is ''"),
-        ({"timesteps": 0}, "timesteps 0"),
-        ({"eval_seed0": 1, "seeds": 3}, "eval_seed0 1 overlaps"),
-        ({"ppo": {"gamma": 1.5}}, "gamma 1.5"),
-        ({"ppo": {"n_steps": 0}}, "n_steps must be a positive int, got 0"),
+        ({"arms": "oracle,bogus"}, "arms='oracle,bogus' names unknown arms ['bogus']"),
+        ({"arms": "judge_d2r"}, "d2r_instruction='' is empty"),
+        ({"timesteps": 0}, "timesteps=0"),
+        ({"eval_seed0": 1, "seeds": 3}, "eval_seed0=1 overlaps"),
+        ({"ppo": {"gamma": 1.5}}, "gamma=1.5"),
+        ({"ppo": {"n_steps": 0}}, "n_steps=0 must be >= 1"),
         ({"ppo": {"bogus": 1}}, "unknown PPO setting(s) ['bogus']"),
     ],
 )

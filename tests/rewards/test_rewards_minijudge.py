@@ -192,13 +192,13 @@ def test_flatten_head_roundtrip_and_config_errors(tmp_path: Path, minijudge: Min
     np.testing.assert_allclose(
         again.score_batch([clip128] * 2, texts), film.score_batch([clip128] * 2, texts), atol=1e-6
     )
-    with pytest.raises(ConfigError, match="film_layer 7"):
+    with pytest.raises(ConfigError, match="film_layer=7"):
         MiniJudgeConfig(film_layer=7)
-    with pytest.raises(ConfigError, match="head 'mlp'"):
+    with pytest.raises(ConfigError, match="head='mlp'"):
         MiniJudgeConfig(head="mlp")
-    with pytest.raises(ConfigError, match=r"strides \(2, 2\)"):
+    with pytest.raises(ConfigError, match=r"strides=\(2, 2\)"):
         MiniJudgeConfig(strides=(2, 2))
-    with pytest.raises(ConfigError, match="image_size 100"):
+    with pytest.raises(ConfigError, match="image_size=100"):
         MiniJudgeConfig(image_size=100)
 
 

@@ -34,7 +34,7 @@ def test_latency_experiment_runs_every_cell(tmp_path: Path) -> None:
     assert math.isfinite(res["cells"]["rtc@4"]["boundary_jump"])
     assert (tmp_path / "latency.png").stat().st_size > 0
     assert "| rtc |" in (tmp_path / "latency.md").read_text() == markdown(res)
-    with pytest.raises(ConfigError, match="methods \\['bidirectional'\\]"):
+    with pytest.raises(ConfigError, match=r"methods\[0\]='bidirectional' must be one of"):
         LatencyConfig(methods=("bidirectional",))
     with pytest.raises(ConfigError, match="eval_seed=10 may overlap"):
         LatencyConfig(eval_seed=10)

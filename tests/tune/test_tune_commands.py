@@ -72,7 +72,7 @@ def test_good_commands_are_typed(ctx: ValidationContext) -> None:
         ({"cmd": "setpoint", "value": "inf"}, "must be finite"),
         ({"cmd": "setpoint", "value": 0.5}, "setpoint 0.5 outside [0, 0.3]"),
         ({"cmd": "setpoint", "value": -0.1}, "outside"),
-        ({"cmd": "gains", "params": {"kp": -1}}, "PID kp must be >= 0, got -1.0"),
+        ({"cmd": "gains", "params": {"kp": -1}}, "PID: kp=-1.0 must be >= 0"),
         ({"cmd": "gains", "params": {"kp": "abc"}}, "pid kp must be a number, got 'abc'"),
         ({"cmd": "gains", "params": {"ki": "nan"}}, "must be finite"),
         ({"cmd": "gains", "params": {"kq": 1}}, "has no parameter 'kq'"),
@@ -84,7 +84,7 @@ def test_good_commands_are_typed(ctx: ValidationContext) -> None:
         ({"cmd": "gains", "params": {"output_max": 5}}, "outside the knob range"),
         ({"cmd": "gains", "params": {"output_min": None}}, "outside the knob range"),
         ({"cmd": "gains", "params": {"output_min": ""}}, "output_min must be a number"),
-        ({"cmd": "gains", "params": {"rate_limit": 0}}, "rate_limit must be > 0"),
+        ({"cmd": "gains", "params": {"rate_limit": 0}}, "rate_limit=0.0 must be > 0"),
         (
             {"cmd": "gains", "type": "fixed", "params": {"value": 2}},
             "fixed value 2 outside [-1, 1]",
@@ -133,7 +133,7 @@ def test_server_refuses_non_loopback_without_token() -> None:
 
 
 def test_tune_config_validates() -> None:
-    with pytest.raises(ConfigError, match="controller 'lqr'"):
+    with pytest.raises(ConfigError, match="controller='lqr'"):
         TuneConfig(controller="lqr")
     with pytest.raises(ConfigError, match="settle_band"):
         TuneConfig(settle_band=1.5)

@@ -90,7 +90,7 @@ def test_websocket_refuses_bad_commands_before_the_controller(server: Any) -> No
         for raw, needle in [
             ("not json", "not valid JSON"),
             (json.dumps([1, 2]), "must be a JSON object"),
-            (json.dumps({"cmd": "gains", "params": {"kp": -1}}), "kp must be >= 0"),
+            (json.dumps({"cmd": "gains", "params": {"kp": -1}}), "kp=-1.0 must be >= 0"),
             (json.dumps({"cmd": "gains", "params": {"kp": "abc"}}), "must be a number"),
             (json.dumps({"cmd": "setpoint", "value": 7}), "setpoint 7 outside"),
             ("x" * 5000, "exceeds"),

@@ -181,7 +181,7 @@ def test_cli_step_test_prints_the_page_figures(tmp_path: Path) -> None:
     bad = subprocess.run(
         [*exe, "--host", "0.0.0.0"], capture_output=True, text=True, env=env, timeout=60
     )
-    assert bad.returncode == 2 and "refusing to bind '0.0.0.0' without a token" in bad.stderr
+    assert bad.returncode == 2 and "host='0.0.0.0' is refused without a token" in bad.stderr
 
 
 def _wait(cond: object, timeout_s: float = 30.0) -> None:

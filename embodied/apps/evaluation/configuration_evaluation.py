@@ -13,13 +13,18 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import policies
 from embodied.chunking import ChunkingConfig
+from embodied.config import Rule, checked, validate
 from embodied.contracts import Env, Policy
-from embodied.errors import ConfigError
 from embodied.recording import check_record_path
+
+_RESERVED_ROLLOUT_KWARGS = frozenset(
+    {"seed", "reset_options", "max_steps", "steering", "callbacks"}
+)
+"""Rollout arguments the harness sets itself (an :class:`EvalVariant` may not)."""
 
 SCENES = ("fixed", "sampled")
 """Values of :attr:`EvalConfig.scenes`."""
@@ -66,21 +71,34 @@ class EvalVariant:
         rollout_kwargs: Extra kwargs for :func:`embodied.loop.rollout` (e.g. ``safety``).
     """
 
-    name: str = "default"
+    config_name: ClassVar[str] = "variant"
+
+    name: str = checked("default", min_len=1, fix="name the variant, e.g. 'pid'")
     steering: Callable[[Env, Policy], Any] | None = None
     policy_kwargs: Mapping[str, Any] = field(default_factory=dict)
     rollout_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "name",
+            lambda c: "/" not in c.name,
+            "must not contain '/' (it names a folder)",
+            "name the variant without '/', e.g. 'pid_0.3'",
+        ),
+        Rule(
+            "rollout_kwargs",
+            lambda c: not _RESERVED_ROLLOUT_KWARGS & set(c.rollout_kwargs),
+            lambda c: (
+                f"of variant {c.name!r} sets "
+                f"{sorted(_RESERVED_ROLLOUT_KWARGS & set(c.rollout_kwargs))}, which the harness "
+                "controls"
+            ),
+            "set seeds via EvalConfig.seed, steps via EvalConfig.max_steps",
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if not self.name or "/" in self.name:
-            raise ConfigError(f"variant name {self.name!r} must be non-empty without '/'")
-        reserved = {"seed", "reset_options", "max_steps", "steering", "callbacks"}
-        clash = sorted(reserved & set(self.rollout_kwargs))
-        if clash:
-            raise ConfigError(
-                f"variant {self.name!r} rollout_kwargs sets {clash}, which the harness controls",
-                fix="set seeds via EvalConfig.seed, steps via EvalConfig.max_steps",
-            )
+        validate(self)
 
     def describe(self) -> dict[str, Any]:
         """JSON form for result files."""
@@ -135,87 +153,90 @@ class EvalConfig:
         env_ids: ``envs`` as a tuple.
     """
 
+    config_name: ClassVar[str] = "evaluation"
+
     envs: Sequence[str] | str
-    episodes: int | None = None
-    workers: int = 1
+    episodes: int | None = checked(None, ge=1, fix="pass a positive number of episodes")
+    workers: int = checked(1, ge=0, fix="0 runs inline")
     out: str | os.PathLike[str] | None = None
-    video_episodes: Sequence[int] = ()
+    video_episodes: Sequence[int] = checked((), ge=0, fix="pass episode indices >= 0")
     seed: int = 0
     env_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    max_steps: int | None = None
+    max_steps: int | None = checked(None, ge=1, fix="pass a positive step limit, or none")
     variants: Sequence[EvalVariant] = (EvalVariant(),)
     backend: str = "local"
-    max_retries: int = 2
-    start_method: str = "forkserver"
+    max_retries: int = checked(2, ge=0, fix="use e.g. 2 (0: never rerun)")
+    start_method: str = checked(
+        "forkserver",
+        choices=("forkserver", "spawn"),
+        fix="use 'forkserver' or 'spawn': fork copies simulator and GL state into workers "
+        "and breaks them",
+    )
     preflight: bool = True
     judge: str | None = None
-    max_episode_errors: int | None = None
-    scenes: str = "fixed"
+    max_episode_errors: int | None = checked(
+        None, ge=0, fix="0 stops at the first failed episode; None never stops"
+    )
+    scenes: str = checked(
+        "fixed",
+        choices=SCENES,
+        fix=f"use one of {SCENES}: fixed init states (the benchmark) or sampled ones",
+    )
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
     record: str | os.PathLike[str] | None = None
     env_ids: tuple[str, ...] = field(init=False)
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "envs",
+            lambda c: bool(c.env_ids) and all(isinstance(e, str) and e for e in c.env_ids),
+            "must name at least one env id",
+            "e.g. envs=('libero:libero_spatial',) or 'mujoco:reach_around'",
+        ),
+        Rule(
+            "record",
+            lambda c: c.record is None or c.workers == 0,
+            "with workers={workers}: one process writes a recording",
+            "add --workers 0 (the episodes run in this process)",
+        ),
+        Rule(
+            "video_episodes",
+            lambda c: all(isinstance(v, int) for v in c.video_episodes),
+            "must be episode indices (ints)",
+            "pass episode indices >= 0",
+        ),
+        Rule(
+            "video_episodes",
+            lambda c: not c.video_episodes or c.out is not None,
+            "but no out folder to write them to",
+            "pass --out DIR (videos go to DIR/videos/) or drop --video-episodes",
+        ),
+        Rule(
+            "video_episodes",
+            lambda c: c.episodes is None or all(v < c.episodes for v in c.video_episodes),
+            lambda c: (
+                "name episodes past the last one "
+                f"(episodes={c.episodes}: indices 0..{c.episodes - 1})"
+            ),
+            lambda c: f"pass --video-episodes indices below {c.episodes}",
+        ),
+        Rule(
+            "variants",
+            lambda c: bool(c.variants) and len({v.name for v in c.variants}) == len(c.variants),
+            lambda c: f"must be non-empty with unique names, got {[v.name for v in c.variants]}",
+            "name each variant once",
+        ),
+    )
+
     def __post_init__(self) -> None:
         ids = (self.envs,) if isinstance(self.envs, str) else tuple(self.envs)
-        if not ids or not all(isinstance(e, str) and e for e in ids):
-            raise ConfigError(
-                f"envs must name at least one env id, got {self.envs!r}",
-                fix="e.g. envs=('libero:libero_spatial',) or 'mujoco:reach_around'",
-            )
         object.__setattr__(self, "env_ids", tuple(dict.fromkeys(ids)))
-        if self.episodes is not None and self.episodes <= 0:
-            raise ConfigError(f"episodes must be positive, got {self.episodes}")
-        if self.workers < 0:
-            raise ConfigError(f"workers must be >= 0, got {self.workers}", fix="0 runs inline")
+        object.__setattr__(self, "variants", tuple(self.variants))
+        if all(isinstance(v, int) for v in self.video_episodes):
+            object.__setattr__(self, "video_episodes", tuple(sorted(set(self.video_episodes))))
+        validate(self)
         if self.record is not None:
             check_record_path(self.record)
-            if self.workers != 0:
-                raise ConfigError(
-                    f"record {str(self.record)!r} with workers={self.workers}: one process "
-                    "writes a recording",
-                    fix="add --workers 0 (the episodes run in this process)",
-                )
-        bad = [v for v in self.video_episodes if not isinstance(v, int) or v < 0]
-        if bad:
-            raise ConfigError(f"video_episodes must be episode indices >= 0, got {bad}")
-        object.__setattr__(self, "video_episodes", tuple(sorted(set(self.video_episodes))))
-        if self.video_episodes and self.out is None:
-            raise ConfigError(
-                f"video_episodes={list(self.video_episodes)} but no out folder to write them to",
-                fix="pass --out DIR (videos go to DIR/videos/) or drop --video-episodes",
-            )
-        n = self.episodes
-        too_late = [v for v in self.video_episodes if n is not None and v >= n]
-        if too_late and n is not None:
-            raise ConfigError(
-                f"video_episodes {too_late} name episodes past the last one "
-                f"(episodes={n}: indices 0..{n - 1})",
-                fix=f"pass --video-episodes indices below {n}",
-            )
-        if self.max_steps is not None and self.max_steps <= 0:
-            raise ConfigError(f"max_steps must be positive, got {self.max_steps}")
-        variants = tuple(self.variants)
-        names = [v.name for v in variants]
-        if not variants or len(set(names)) != len(names):
-            raise ConfigError(f"variants must be non-empty with unique names, got {names}")
-        object.__setattr__(self, "variants", variants)
-        if self.max_retries < 0:
-            raise ConfigError(f"max_retries must be >= 0, got {self.max_retries}")
-        if self.max_episode_errors is not None and self.max_episode_errors < 0:
-            raise ConfigError(
-                f"max_episode_errors must be >= 0 or None, got {self.max_episode_errors}",
-                fix="0 stops at the first failed episode; None never stops",
-            )
-        if self.scenes not in SCENES:
-            raise ConfigError(
-                f"scenes={self.scenes!r} is unknown",
-                fix=f"use one of {SCENES}: fixed init states (the benchmark) or sampled ones",
-            )
-        if self.start_method not in ("forkserver", "spawn"):
-            raise ConfigError(
-                f"start_method {self.start_method!r} not allowed; use 'forkserver' or 'spawn'",
-                fix="fork copies simulator and GL state into workers and breaks them",
-            )
         object.__setattr__(
             self, "env_kwargs", {k: dict(v) for k, v in dict(self.env_kwargs).items()}
         )

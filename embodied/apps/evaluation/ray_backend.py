@@ -41,7 +41,7 @@ import secrets
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from embodied.apps.evaluation.backends import (
     BACKENDS,
@@ -53,6 +53,7 @@ from embodied.apps.evaluation.backends import (
 )
 from embodied.apps.evaluation.configuration_evaluation import EpisodeSpec
 from embodied.apps.evaluation.worker import EpisodeRecord, EpisodeRunner
+from embodied.config import checked, validate
 from embodied.errors import ConfigError, EmbodiedError
 from embodied.threads import single_thread
 
@@ -192,8 +193,10 @@ class RayBackend:
         num_cpus: CPUs of a private local instance (default: ``max(workers, os.cpu_count())``).
     """
 
-    workers: int = 1
-    max_retries: int = 2
+    config_name: ClassVar[str] = "ray backend"
+
+    workers: int = checked(1, ge=1, fix="use workers >= 1")
+    max_retries: int = checked(2, ge=0, fix="use e.g. 2 (0: never rerun)")
     start_method: str = "spawn"
     address: str | None = None
     poll_s: float = 0.5
@@ -203,10 +206,7 @@ class RayBackend:
     _saved_auth_env: dict[str, str | None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.workers < 1:
-            raise ConfigError(f"ray backend needs workers >= 1, got {self.workers}")
-        if self.max_retries < 0:
-            raise ConfigError(f"max_retries must be >= 0, got {self.max_retries}")
+        validate(self)
         if self.address is None:
             self.address = os.environ.get("EMBODIED_RAY_ADDRESS") or None
 

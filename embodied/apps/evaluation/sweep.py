@@ -32,7 +32,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from embodied.apps.evaluation.stats import wilson_interval
 from embodied.apps.evaluation.worker import EpisodeRecord, EpisodeRunner, record_fields
 from embodied.apps.plotting import plt, save_figure
 from embodied.concepts import make_concept
+from embodied.config import Rule, checked, validate
 from embodied.contracts import Env, Policy
 from embodied.errors import CompatibilityError, ConfigError
 from embodied.io import write_json, write_text
@@ -158,52 +159,60 @@ class SweepConfig:
     setpoint: float | None = None
     policy_kwargs: Mapping[str, Any] = field(default_factory=dict)
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    episodes: int = 2
+    episodes: int = checked(2, ge=1, fix="use e.g. --episodes 2")
     seed: int = 0
     max_steps: int | None = None
-    settle_s: float = 0.0
-    workers: int = 1
+    settle_s: float = checked(0.0, ge=0, fix="use a time >= 0 s, e.g. 1.0")
+    workers: int = checked(1, ge=0, fix="use e.g. --workers 2 (0 runs inline)")
     backend: str = "local"
     address: str | None = None
-    max_retries: int = 2
+    max_retries: int = checked(2, ge=0, fix="use e.g. 2 (0: never rerun)")
     out: str | Path | None = None
     points: tuple[dict[str, Any], ...] = field(init=False)
 
+    config_name: ClassVar[str] = "sweep"
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule("grid", lambda c: bool(c.grid), "needs at least one axis", "e.g. --grid kp=1,2,4"),
+        Rule(
+            "grid",
+            lambda c: all(v and len(set(map(repr, v))) == len(v) for v in c.grid.values()),
+            lambda c: (
+                "needs distinct values on every axis, not "
+                f"{next(n for n, v in c.grid.items() if not v or len(set(map(repr, v))) != len(v))!r}"
+            ),
+            "e.g. --grid kp=1,2,4",
+        ),
+        Rule(
+            "grid",
+            lambda c: not any(ch in name for name in c.grid for ch in "/,="),
+            "has an axis name with '/', ',' or '='",
+            "name the axes after the parameters they set, e.g. kp",
+        ),
+        Rule(
+            "grid",
+            lambda c: all(isinstance(v, int | float) for v in c.grid.get("setpoint", ())),
+            "has setpoint values that are not numbers: setpoint values must be numbers "
+            "(concept units)",
+            "e.g. --grid setpoint=0.08,0.12",
+        ),
+        Rule(
+            "setpoint",
+            lambda c: "setpoint" in c.grid or c.setpoint is not None,
+            "and no grid axis 'setpoint': the sweep has no setpoint",
+            "e.g. --setpoint 0.12 or --grid setpoint=0.08,0.12",
+        ),
+        Rule(
+            "address",
+            lambda c: c.address is None or c.backend == "ray",
+            "is only used by the ray backend, not {backend!r}",
+            "add --backend ray or drop --address",
+        ),
+    )
+
     def __post_init__(self) -> None:
         grid = {str(k): tuple(v) for k, v in dict(self.grid).items()}
-        if not grid:
-            raise ConfigError("a sweep needs at least one grid axis", fix="e.g. --grid kp=1,2,4")
-        for name, values in grid.items():
-            if not values or len(set(map(repr, values))) != len(values):
-                raise ConfigError(
-                    f"grid axis {name!r} needs distinct values, got {list(values)}",
-                    fix=f"e.g. --grid {name}=1,2,4",
-                )
-            if "/" in name or "," in name or "=" in name:
-                raise ConfigError(f"grid axis name {name!r} may not contain '/', ',' or '='")
-        bad = [v for v in grid.get("setpoint", ()) if not isinstance(v, int | float)]
-        if bad:
-            raise ConfigError(
-                f"setpoint values must be numbers (concept units), got {bad}",
-                fix="e.g. --grid setpoint=0.08,0.12",
-            )
-        if "setpoint" not in grid and self.setpoint is None:
-            raise ConfigError(
-                "the sweep has no setpoint: give --setpoint or a grid axis 'setpoint'",
-                fix="e.g. --setpoint 0.12 or --grid setpoint=0.08,0.12",
-            )
-        for key in ("episodes", "workers", "max_retries"):
-            low = 1 if key == "episodes" else 0
-            if getattr(self, key) < low:
-                raise ConfigError(f"{key} must be >= {low}, got {getattr(self, key)}")
-        if not self.settle_s >= 0:
-            raise ConfigError(f"settle_s must be >= 0 s, got {self.settle_s}")
-        if self.address is not None and self.backend != "ray":
-            raise ConfigError(
-                f"address {self.address!r} is only used by the ray backend, not {self.backend!r}",
-                fix="add --backend ray or drop --address",
-            )
         object.__setattr__(self, "grid", grid)
+        validate(self)
         names = list(grid)
         pts = tuple(
             dict(zip(names, combo, strict=True)) for combo in itertools.product(*grid.values())

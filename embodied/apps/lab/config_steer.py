@@ -7,13 +7,12 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from embodied.apps.training.config_vla import TinyVLAConfig
-from embodied.errors import ConfigError
+from embodied.config import Rule, checked, validate
 
 
 @dataclass(frozen=True)
@@ -107,68 +106,56 @@ class ExperimentSettings:
             closest mean speed regardless of success (the earlier rule).
     """
 
-    setpoint: float = 0.06
-    episodes: int = 30
+    config_name: ClassVar[str] = "steer experiment"
+
+    setpoint: float = checked(0.06, gt=0, fix="use a positive speed in m/s, e.g. 0.06")
+    episodes: int = checked(30, ge=1, fix="use e.g. 30")
     seed: int = 10_000
     tuning_seed: int = 5_000
     alpha_limit: float = 4.0
     sweep_alphas: tuple[float, ...] = (-4.0, -2.0, -1.0, -0.75, -0.625, -0.5, -0.25, 0.0)
-    sweep_episodes: int = 10
+    sweep_episodes: int = checked(10, ge=0, fix="use e.g. 10")
     haeon_coefs: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
     haeon_words: tuple[str, ...] = ("slowly",)
     haeon_neurons: int = 10
     haeon_top_k: int = 10
     pid: dict[str, Any] = field(default_factory=dict)
-    rl_timesteps: int = 100_000
+    rl_timesteps: int = checked(100_000, ge=0, fix="use e.g. 100000")
     rl_seed: int = 1_000_000
     concept_tau_s: float = 0.1
     band: float = 0.1
     reset_options: dict[str, Any] = field(default_factory=dict)
-    min_success_ratio: float = 0.9
-    setpoints: tuple[float, ...] = ()
-    setpoint_change_s: float = 0.0
-    pid_fit: str = "working_range"
+    min_success_ratio: float = checked(
+        0.9, ge=0, le=1, fix="use 0.9 (keep 90 % of unsteered success) or 0 (ignore success)"
+    )
+    setpoints: tuple[float, ...] = checked(
+        (), gt=0, fix="give positive speeds in m/s, e.g. --setpoints 0.06,0.1,0.15"
+    )
+    setpoint_change_s: float = checked(0.0, ge=0, fix="e.g. 1.0, or 0 for no setpoint-change rows")
+    pid_fit: str = checked(
+        "working_range", choices=("working_range", "half_range"), fix="use working_range"
+    )
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "sweep_alphas",
+            lambda c: all(abs(a) <= c.alpha_limit for a in c.sweep_alphas),
+            "exceed alpha_limit={alpha_limit}",
+            "raise --alpha-limit or lower the sweep alphas",
+        ),
+        Rule(
+            "haeon_coefs",
+            lambda c: not c.haeon_coefs or len(c.haeon_coefs) == len(c.sweep_alphas),
+            lambda c: (
+                f"has {len(c.haeon_coefs)} Häon constants but {len(c.sweep_alphas)} "
+                "sweep alphas: the baselines get the same tuning budget"
+            ),
+            "give as many --haeon-coefs as --sweep-alphas (or none to skip the Häon row)",
+        ),
+    )
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.setpoint) and self.setpoint > 0):
-            raise ConfigError(f"setpoint must be a positive speed in m/s, got {self.setpoint}")
-        if self.episodes <= 0:
-            raise ConfigError(f"episodes must be positive, got {self.episodes}")
-        for sp in self.setpoints:
-            if not (math.isfinite(sp) and sp > 0):
-                raise ConfigError(
-                    f"setpoints {list(self.setpoints)}: {sp!r} is not a positive speed in m/s",
-                    fix="e.g. --setpoints 0.06,0.1,0.15",
-                )
-        if not (math.isfinite(self.setpoint_change_s) and self.setpoint_change_s >= 0):
-            raise ConfigError(
-                f"setpoint_change_s {self.setpoint_change_s!r} must be a time >= 0 s",
-                fix="e.g. 1.0, or 0 for no setpoint-change rows",
-            )
-        if self.pid_fit not in ("working_range", "half_range"):
-            raise ConfigError(
-                f"pid_fit {self.pid_fit!r} is not working_range or half_range",
-                fix="use working_range",
-            )
-        if not 0.0 <= self.min_success_ratio <= 1.0:
-            raise ConfigError(
-                f"min_success_ratio {self.min_success_ratio!r} must be a fraction in [0, 1]",
-                fix="use 0.9 (keep 90 % of unsteered success) or 0 (ignore success)",
-            )
-        if self.sweep_episodes < 0 or self.rl_timesteps < 0:
-            raise ConfigError("sweep_episodes and rl_timesteps must be >= 0")
-        for a in self.sweep_alphas:
-            if abs(a) > self.alpha_limit:
-                raise ConfigError(
-                    f"sweep alpha {a} exceeds alpha_limit {self.alpha_limit}",
-                    fix="raise --alpha-limit or lower the sweep alphas",
-                )
-        if self.haeon_coefs and len(self.haeon_coefs) != len(self.sweep_alphas):
-            raise ConfigError(
-                f"{len(self.haeon_coefs)} Häon constants but {len(self.sweep_alphas)} sweep alphas: "
-                "the baselines get the same tuning budget",
-                fix="give as many --haeon-coefs as --sweep-alphas (or none to skip the Häon row)",
-            )
+        validate(self)
 
     def targets(self) -> tuple[float, ...]:
         """The setpoints evaluated (m/s): ``setpoints``, or ``(setpoint,)``."""
@@ -200,32 +187,33 @@ class DialSettings:
         alpha_limit: Knob bounds (+/-).
     """
 
+    config_name: ClassVar[str] = "steer dial"
+
     methods: tuple[str, ...] = ("mean_difference", "paired", "probe")
     alphas: tuple[float, ...] = (-2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0)
-    episodes: int = 10
+    episodes: int = checked(10, ge=1, fix="use episodes >= 1")
     tuning_seed: int = 5_000
-    demonstrations: int = 48
+    demonstrations: int = checked(48, ge=2, fix="use demonstrations >= 2")
     min_success: float = 0.9
     alpha_limit: float = 4.0
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "alphas", lambda c: 0.0 in c.alphas, "lack 0 (the unsteered point)", "add 0 to --alphas"
+        ),
+        Rule(
+            "alphas",
+            lambda c: all(abs(a) <= c.alpha_limit for a in c.alphas),
+            "exceed alpha_limit={alpha_limit}",
+            "raise --alpha-limit or lower the alphas",
+        ),
+        Rule(
+            "tuning_seed",
+            lambda c: c.tuning_seed >= c.demonstrations,
+            lambda c: f"overlaps the demonstration seeds 0..{c.demonstrations - 1}",
+            lambda c: f"use --tuning-seed {max(5000, c.demonstrations)}",
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if 0.0 not in self.alphas:
-            raise ConfigError(
-                f"alphas {list(self.alphas)} lack 0 (the unsteered point)", fix="add 0 to --alphas"
-            )
-        if any(abs(a) > self.alpha_limit for a in self.alphas):
-            raise ConfigError(
-                f"alphas {list(self.alphas)} exceed alpha_limit {self.alpha_limit}",
-                fix="raise --alpha-limit or lower the alphas",
-            )
-        if self.episodes < 1 or self.demonstrations < 2:
-            raise ConfigError(
-                f"episodes {self.episodes} / demonstrations {self.demonstrations} too few",
-                fix="use episodes >= 1 and demonstrations >= 2",
-            )
-        if self.tuning_seed < self.demonstrations:
-            raise ConfigError(
-                f"tuning_seed {self.tuning_seed} overlaps the demonstration seeds "
-                f"0..{self.demonstrations - 1}",
-                fix=f"use --tuning-seed {max(5000, self.demonstrations)}",
-            )
+        validate(self)

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -37,6 +37,7 @@ import numpy as np
 from controllers.rl.configuration_rl import PPOSettings
 from controllers.rl.training_rl import quiet_logger
 from embodied.apps.lab.stats import format_pm, format_rate, markdown_table, mean_std, rate
+from embodied.config import Rule, checked, validate
 from embodied.errors import ConfigError
 from embodied.io import atomic_path, write_json, write_text
 
@@ -72,44 +73,46 @@ class JudgeRLConfig:
     judge: str = "minijudge"
     d2r_instruction: str = ""
     arms: str = ",".join(ARMS)
-    seeds: int = 3
-    first_seed: int = 0
-    timesteps: int = 100_000
-    n_envs: int = 4
+    config_name: ClassVar[str] = "judge RL"
+
+    seeds: int = checked(3, ge=1, fix="set seeds to 1 or more")
+    first_seed: int = checked(0, ge=0, fix="set first_seed to 0 or more")
+    timesteps: int = checked(100_000, ge=1, fix="set timesteps to 1 or more")
+    n_envs: int = checked(4, ge=1, fix="set n_envs to 1 or more")
     ppo: PPOSettings = JUDGE_RL_PPO
-    eval_episodes: int = 50
-    eval_seed0: int = 100_000
-    image_size: int = 0
+    eval_episodes: int = checked(50, ge=1, fix="set eval_episodes to 1 or more")
+    eval_seed0: int = checked(100_000, ge=0, fix="set eval_seed0 to 0 or more")
+    image_size: int = checked(0, ge=0, fix="set image_size to 0 (the task's) or more")
     save_policies: bool = True
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "arms",
+            lambda c: bool(c.arm_list) and all(a in ARMS for a in c.arm_list),
+            lambda c: (
+                f"names unknown arms {[a for a in c.arm_list if a not in ARMS] or 'none given'}"
+            ),
+            f"use some of {ARMS}",
+        ),
+        Rule(
+            "d2r_instruction",
+            lambda c: "judge_d2r" not in c.arm_list or bool(c.d2r_instruction),
+            "is empty but arms include judge_d2r",
+            lambda c: (
+                "pass the instruction.json of `embodied lab reward optimize --judge "
+                f"{c.judge}` on {c.env} demonstrations, or drop judge_d2r from arms"
+            ),
+        ),
+        Rule(
+            "eval_seed0",
+            lambda c: c.eval_seed0 >= c.first_seed + c.seeds,
+            lambda c: f"overlaps the training seeds {c.first_seed}..{c.first_seed + c.seeds - 1}",
+            "keep eval_seed0 far above the training seeds, e.g. 100000",
+        ),
+    )
+
     def __post_init__(self) -> None:
-        for key in ("seeds", "timesteps", "n_envs", "eval_episodes"):
-            if getattr(self, key) < 1:
-                raise ConfigError(
-                    f"{key} {getattr(self, key)!r} must be >= 1", fix=f"set {key} to 1 or more"
-                )
-        for key in ("first_seed", "eval_seed0", "image_size"):
-            if getattr(self, key) < 0:
-                raise ConfigError(
-                    f"{key} {getattr(self, key)!r} must be >= 0", fix=f"set {key} to 0 or more"
-                )
-        bad = [a for a in self.arm_list if a not in ARMS]
-        if bad or not self.arm_list:
-            raise ConfigError(
-                f"arms {self.arms!r}: unknown {bad or 'none given'}", fix=f"use some of {ARMS}"
-            )
-        if "judge_d2r" in self.arm_list and not self.d2r_instruction:
-            raise ConfigError(
-                "arms include judge_d2r but d2r_instruction is ''",
-                fix="pass the instruction.json of `embodied lab reward optimize --judge "
-                f"{self.judge}` on {self.env} demonstrations, or drop judge_d2r from arms",
-            )
-        if self.eval_seed0 < self.first_seed + self.seeds:
-            raise ConfigError(
-                f"eval_seed0 {self.eval_seed0} overlaps the training seeds "
-                f"{self.first_seed}..{self.first_seed + self.seeds - 1}",
-                fix="keep eval_seed0 far above the training seeds, e.g. 100000",
-            )
+        validate(self)
 
     @property
     def arm_list(self) -> list[str]:

@@ -30,13 +30,14 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 import sim
 from embodied.apps.lab.stats import markdown_table, wilson_interval
 from embodied.chunking import AsyncChunks
+from embodied.config import Rule, checked, validate
 from embodied.contracts import Policy
 from embodied.errors import ConfigError
 from embodied.io import write_json, write_text
@@ -82,41 +83,39 @@ class LatencyConfig:
     """
 
     env: str = "mujoco:reach_around"
-    delays: tuple[int, ...] = (0, 2, 4, 8)
-    methods: tuple[str, ...] = METHODS
+    config_name: ClassVar[str] = "latency"
+
+    delays: tuple[int, ...] = checked((0, 2, 4, 8), ge=0, fix="e.g. 0,2,4,8")
+    methods: tuple[str, ...] = checked(METHODS, choices=METHODS, fix=f"use some of {list(METHODS)}")
     episodes: int = 50
     training_seeds: tuple[int, ...] = (0, 1, 2)
     demonstrations: int = 100
     train_steps: int = 3000
     horizon: int = 16
-    n_action_steps: int = 8
+    n_action_steps: int = checked(8, ge=1, fix="e.g. horizon 16, n_action_steps 8")
     demo_seed: int = 0
     eval_seed: int = 700_000
     cameras: tuple[str, ...] = ()
-    image_size: int = 84
+    image_size: int = checked(84, ge=16, le=512, fix="e.g. image_size=84")
     exclude_state: tuple[str, ...] = ()
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "n_action_steps",
+            lambda c: c.n_action_steps < c.horizon,
+            "must lie in (0, horizon={horizon})",
+            "e.g. horizon 16, n_action_steps 8",
+        ),
+        Rule(
+            "eval_seed",
+            lambda c: c.eval_seed >= c.demo_seed + 10 * c.demonstrations,
+            "may overlap the demonstration seeds from {demo_seed}",
+            "keep evaluation seeds far above the demonstrations' (e.g. 700000)",
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if not 16 <= self.image_size <= 512:
-            raise ConfigError(
-                f"image_size={self.image_size} outside 16..512 px", fix="e.g. image_size=84"
-            )
-        bad = sorted(set(self.methods) - set(METHODS))
-        if bad:
-            raise ConfigError(f"methods {bad} are unknown", fix=f"use some of {list(METHODS)}")
-        if any(d < 0 for d in self.delays):
-            raise ConfigError(f"delays {list(self.delays)}: must be >= 0", fix="e.g. 0,2,4,8")
-        if not 0 < self.n_action_steps < self.horizon:
-            raise ConfigError(
-                f"n_action_steps={self.n_action_steps} must lie in (0, horizon={self.horizon})",
-                fix="e.g. horizon 16, n_action_steps 8",
-            )
-        if self.eval_seed < self.demo_seed + 10 * self.demonstrations:
-            raise ConfigError(
-                f"eval_seed={self.eval_seed} may overlap the demonstration seeds from "
-                f"{self.demo_seed}",
-                fix="keep evaluation seeds far above the demonstrations' (e.g. 700000)",
-            )
+        validate(self)
 
 
 def executor(policy: Policy, method: str, delay: int, config: LatencyConfig) -> AsyncChunks:

@@ -44,7 +44,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -60,6 +60,7 @@ from embodied.apps.route_task import (
     run_episodes,
     write_interpolation_plot,
 )
+from embodied.config import Rule, checked, validate
 from embodied.errors import ConfigError
 from embodied.io import read_json_file, write_json, write_text
 from policies.diffusion.adaptation import (
@@ -182,45 +183,29 @@ class PDPEvalConfig:
         plots: Write PNG plots.
     """
 
-    n_eval: int = 50
-    n_shift_eval: int = 50
-    scenes: tuple[str, ...] = SHIFTED_SCENES
+    config_name: ClassVar[str] = "PDPEvalConfig"
+
+    n_eval: int = checked(50, ge=1, fix="set n_eval >= 1")
+    n_shift_eval: int = checked(50, ge=1, fix="set n_shift_eval >= 1")
+    scenes: tuple[str, ...] = checked(
+        SHIFTED_SCENES, choices=SHIFTED_SCENES, fix=f"use scenes from {SHIFTED_SCENES}"
+    )
     seed: int = 1000
-    adapt_steps: int = ADAPT_STEPS
-    adapt_lr: float = ADAPT_LR
-    finetune_lr: float = FINETUNE_LR
-    cem_iterations: int = 3
-    cem_population: int = 8
-    cem_rollouts: int = 2
-    interpolation_points: int = 7
-    interpolation_episodes: int = 50
+    adapt_steps: int = checked(ADAPT_STEPS, ge=1, fix="set adapt_steps >= 1")
+    adapt_lr: float = checked(ADAPT_LR, gt=0, fix=f"use e.g. {ADAPT_LR}")
+    finetune_lr: float = checked(FINETUNE_LR, gt=0, fix=f"use e.g. {FINETUNE_LR}")
+    cem_iterations: int = checked(3, ge=1, fix="set cem_iterations >= 1")
+    cem_population: int = checked(8, ge=1, fix="set cem_population >= 1")
+    cem_rollouts: int = checked(2, ge=1, fix="set cem_rollouts >= 1")
+    interpolation_points: int = checked(
+        7, ge=2, fix="use e.g. 7 (the two route latents and 5 points between them)"
+    )
+    interpolation_episodes: int = checked(50, ge=1, fix="set interpolation_episodes >= 1")
     plot_grid: int = 7
     plots: bool = True
 
     def __post_init__(self) -> None:
-        for key in ("n_eval", "n_shift_eval", "adapt_steps", "cem_iterations", "cem_population"):
-            value = getattr(self, key)
-            if value < 1:
-                raise ConfigError(
-                    f"PDPEvalConfig.{key}={value} must be >= 1", fix=f"set {key} >= 1"
-                )
-        for key in ("cem_rollouts", "interpolation_episodes"):
-            value = getattr(self, key)
-            if value < 1:
-                raise ConfigError(
-                    f"PDPEvalConfig.{key}={value} must be >= 1", fix=f"set {key} >= 1"
-                )
-        if self.interpolation_points < 2:
-            raise ConfigError(
-                f"PDPEvalConfig.interpolation_points={self.interpolation_points} must be >= 2",
-                fix="use e.g. 7 (the two route latents and 5 points between them)",
-            )
-        unknown = [s for s in self.scenes if s not in SHIFTED_SCENES]
-        if unknown:
-            raise ConfigError(
-                f"PDPEvalConfig.scenes has unknown scenes {unknown}",
-                fix=f"use scenes from {SHIFTED_SCENES}",
-            )
+        validate(self)
 
 
 MODE_OVERRIDES: dict[str, dict[str, Any]] = {
@@ -258,10 +243,14 @@ class PDPExperimentConfig:
         progress: Show training progress bars.
     """
 
-    n_demonstrations: int = 100
-    seeds: int = 3
+    config_name: ClassVar[str] = "PDPExperimentConfig"
+
+    n_demonstrations: int = checked(100, ge=2, fix="use n_demonstrations >= 2")
+    seeds: int = checked(3, ge=1, fix="use seeds >= 1 (3 by default)")
     first_seed: int = 0
-    modes: tuple[str, ...] = MODES
+    modes: tuple[str, ...] = checked(
+        MODES, choices=MODES, min_len=1, fix=f"give distinct modes from {MODES}"
+    )
     steps: int | None = None
     overrides: Mapping[str, Any] = field(default_factory=dict)
     mode_overrides: Mapping[str, Mapping[str, Any]] = field(
@@ -271,21 +260,23 @@ class PDPExperimentConfig:
     evaluation: PDPEvalConfig = field(default_factory=PDPEvalConfig)
     progress: bool = True
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "modes",
+            lambda c: len(set(c.modes)) == len(c.modes),
+            "names a mode twice",
+            f"give distinct modes from {MODES}",
+        ),
+        Rule(
+            "evaluation.seed",
+            lambda c: c.seeds == 1 or c.evaluation.seed + TRAIN_SEED_STRIDE <= 2**31,
+            "is too large for several training seeds",
+            "lower it",
+        ),
+    )
+
     def __post_init__(self) -> None:
-        bad = [m for m in self.modes if m not in MODES]
-        if bad or not self.modes or len(set(self.modes)) != len(self.modes):
-            raise ConfigError(
-                f"PDPExperimentConfig.modes={self.modes!r} is invalid",
-                fix=f"give distinct modes from {MODES}",
-            )
-        if self.seeds < 1 or self.n_demonstrations < 2:
-            raise ConfigError(
-                f"PDPExperimentConfig seeds={self.seeds}, n_demonstrations="
-                f"{self.n_demonstrations} too small",
-                fix="use seeds >= 1 (3 by default) and n_demonstrations >= 2",
-            )
-        if self.seeds > 1 and self.evaluation.seed + TRAIN_SEED_STRIDE > 2**31:
-            raise ConfigError(f"evaluation seed {self.evaluation.seed} too large", fix="lower it")
+        validate(self)
 
     @property
     def train_seeds(self) -> tuple[int, ...]:

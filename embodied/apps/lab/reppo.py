@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -43,9 +43,10 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 import sim
 from controllers.rl.configuration_rl import PPOSettings, merge_ppo_layers
-from controllers.rl.reppo import QActorCriticPolicy, RePPO, check_m
+from controllers.rl.reppo import QActorCriticPolicy, RePPO
 from embodied.apps.lab.stats import format_pm, markdown_table, mean_std
 from embodied.apps.plotting import plt, save_figure
+from embodied.config import checked, validate
 from embodied.errors import ConfigError
 from embodied.io import write_json, write_text
 
@@ -225,11 +226,22 @@ class RePPOExperimentConfig:
         extra: More keyword arguments for every model (``stable_baselines3.PPO``).
     """
 
-    envs: tuple[str, ...] = ("minatar:breakout", "minatar:space_invaders", "mujoco:reach_around")
-    ms: tuple[float, ...] = (1.0, 1.5, 3.0)
-    seeds: int = 3
-    total_timesteps: int = 40_000
-    n_envs: int = 8
+    config_name: ClassVar[str] = "RePPO experiment"
+
+    envs: tuple[str, ...] = checked(
+        ("minatar:breakout", "minatar:space_invaders", "mujoco:reach_around"),
+        min_len=1,
+        fix="name at least one env (--envs)",
+    )
+    ms: tuple[float, ...] = checked(
+        (1.0, 1.5, 3.0),
+        gt=0,
+        min_len=1,
+        fix="use m=1 for plain PPO or m > 1 for more exploration (the paper sweeps 0.8 ... 3)",
+    )
+    seeds: int = checked(3, ge=1, fix="e.g. seeds=3")
+    total_timesteps: int = checked(40_000, ge=1, fix="e.g. total_timesteps=40000")
+    n_envs: int = checked(8, ge=1, fix="e.g. n_envs=8")
     ppo: PPOSettings = REPPO_PPO
     eval_episodes: int = 10
     max_episode_steps: int = 1000
@@ -238,15 +250,9 @@ class RePPOExperimentConfig:
 
     def __post_init__(self) -> None:
         self.envs = tuple(self.envs)
-        self.ms = tuple(check_m(m) for m in self.ms)
-        for name in ("seeds", "total_timesteps", "n_envs"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"RePPO experiment {name} must be a positive int, got {v!r}")
-        if not self.envs or not self.ms:
-            raise ConfigError(
-                "RePPO experiment needs at least one env and one m", fix="--envs, --ms"
-            )
+        self.ms = tuple(self.ms)
+        validate(self)
+        self.ms = tuple(float(m) for m in self.ms)
 
     @classmethod
     def for_budget(cls, budget: str, **fields: Any) -> RePPOExperimentConfig:

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, SupportsFloat
+from typing import Any, ClassVar, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -52,6 +52,7 @@ from embodied.apps.lab.stats import (
     mean_std,
     rate,
 )
+from embodied.config import Rule, checked, validate
 from embodied.errors import ConfigError
 from embodied.io import atomic_path, write_json, write_text
 
@@ -256,57 +257,54 @@ class ShieldExperimentConfig:
         plots: Write blocked_vs_data.png.
     """
 
-    seeds: int = 3
-    first_seed: int = 0
-    timesteps: int = 150_000
-    exploration_steps: int = 60_000
-    exploration_episode_steps: int = 10
+    config_name: ClassVar[str] = "shield experiment"
+
+    seeds: int = checked(3, ge=1, fix="e.g. seeds=3")
+    first_seed: int = checked(0, ge=0, fix="e.g. first_seed=0")
+    timesteps: int = checked(150_000, ge=1, fix="e.g. timesteps=150000")
+    exploration_steps: int = checked(60_000, ge=0, fix="e.g. exploration_steps=0")
+    exploration_episode_steps: int = checked(10, ge=1, fix="e.g. exploration_episode_steps=10")
     ppo: PPOSettings = SHIELD_PPO
-    hidden: tuple[int, ...] = (64, 64)
-    eval_episodes: int = 50
-    eval_seed0: int = 100_000
+    hidden: tuple[int, ...] = checked((64, 64), ge=1, min_len=1, fix="e.g. 64,64")
+    eval_episodes: int = checked(50, ge=1, fix="e.g. eval_episodes=50")
+    eval_seed0: int = checked(
+        100_000, ge=0, fix="use eval_seed0 >= first_seed + seeds, e.g. 100000"
+    )
     horizon: int = 1
     risk_bound: float = 0.25
     delta: float = 0.05
     plots: bool = True
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "exploration_steps",
+            lambda c: c.exploration_steps + c.ppo.n_steps <= c.timesteps,
+            "leaves less than one PPO rollout (n_steps {ppo.n_steps}) of timesteps {timesteps}",
+            "raise timesteps or lower exploration_steps",
+        ),
+        Rule(
+            "ppo.batch_size",
+            lambda c: c.ppo.batch_size <= c.ppo.n_steps,
+            "> n_steps {ppo.n_steps}",
+            "batch_size <= n_steps",
+        ),
+        Rule(
+            "hidden",
+            lambda c: all(isinstance(h, int) and not isinstance(h, bool) for h in c.hidden),
+            "must be positive ints",
+            "e.g. 64,64",
+        ),
+        Rule(
+            "eval_seed0",
+            lambda c: c.eval_seed0 >= c.first_seed + c.seeds,
+            "overlaps the training seeds",
+            "use eval_seed0 >= first_seed + seeds, e.g. 100000",
+        ),
+    )
+
     def __post_init__(self) -> None:
         self.hidden = tuple(self.hidden)
-        for name in (
-            "seeds",
-            "timesteps",
-            "exploration_episode_steps",
-            "eval_episodes",
-        ):
-            _positive_int(name, getattr(self, name))
-        for name in ("first_seed", "exploration_steps", "eval_seed0"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(
-                    f"{name} must be an int >= 0, got {value!r}", fix=f"e.g. {name}=0"
-                )
-        if self.exploration_steps + self.ppo.n_steps > self.timesteps:
-            raise ConfigError(
-                f"exploration_steps {self.exploration_steps} leaves less than one PPO rollout "
-                f"(n_steps {self.ppo.n_steps}) of timesteps {self.timesteps}",
-                fix="raise timesteps or lower exploration_steps",
-            )
-        if self.ppo.batch_size > self.ppo.n_steps:
-            raise ConfigError(
-                f"batch_size {self.ppo.batch_size} > n_steps {self.ppo.n_steps}",
-                fix="batch_size <= n_steps",
-            )
-        if not self.hidden or any(
-            isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden
-        ):
-            raise ConfigError(
-                f"hidden must be positive ints, got {self.hidden!r}", fix="e.g. 64,64"
-            )
-        if self.eval_seed0 < self.first_seed + self.seeds:
-            raise ConfigError(
-                f"eval_seed0 {self.eval_seed0} overlaps the training seeds",
-                fix="use eval_seed0 >= first_seed + seeds, e.g. 100000",
-            )
+        validate(self)
         make_shield(self.horizon, self.risk_bound, self.delta)  # ShieldConfig validates these
 
     @classmethod
@@ -336,11 +334,6 @@ BUDGETS: dict[str, dict[str, Any]] = {
     },
 }
 """Budget presets: cpu (3 seeds x 2 arms, ~25 min on 2 shared CPU cores), smoke (a test, ~1 min)."""
-
-
-def _positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name} must be a positive int, got {value!r}", fix=f"e.g. {name}=1")
 
 
 # ---- runs ---------------------------------------------------------------------------------

@@ -6,11 +6,11 @@ training code so that the command line is built without importing torch.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
+from typing import ClassVar
 
-from embodied.errors import ConfigError
+from embodied.config import Rule, checked, validate
 
 ARM, BALL = "mujoco:arm_reach", "mujoco:reach_around"
 EXTRA_SOURCES = (  # (config field, env, cache name, first reset seed, kinds) of extra data
@@ -79,72 +79,60 @@ class MiniJudgeTrainConfig:
             last one, and its next steps equal an uninterrupted run's).
     """
 
-    out: str
-    n_arm: int = 48
-    n_ball: int = 32
-    n_val: int = 24
-    n_wrong_val: int = 12
-    steps: int = 1500
-    batch: int = 128
-    lr: float = 2e-3
-    stride: int = 2
-    seed: int = 0
-    extra_arm_experts: int = 32
-    wrong_arm: int = 0
-    swap_arm: int = 0
-    extra_ball_experts: int = 0
+    config_name: ClassVar[str] = "minijudge training"
+
+    out: str = checked(min_len=1, fix="name a checkpoint folder, e.g. out='runs/judge'")
+    n_arm: int = checked(48, ge=0, fix="set n_arm to 0 or more")
+    n_ball: int = checked(32, ge=0, fix="set n_ball to 0 or more")
+    n_val: int = checked(24, ge=1, fix="set n_val to 1 or more")
+    n_wrong_val: int = checked(12, ge=0, fix="set n_wrong_val to 0 or more")
+    steps: int = checked(1500, ge=0, fix="set steps to 0 or more")
+    batch: int = checked(128, ge=1, fix="set batch to 1 or more")
+    lr: float = checked(2e-3, gt=0, fix="e.g. lr=2e-3")
+    stride: int = checked(2, ge=1, fix="set stride to 1 or more")
+    seed: int = checked(0, ge=0, fix="set seed to 0 or more")
+    extra_arm_experts: int = checked(32, ge=0, fix="set extra_arm_experts to 0 or more")
+    wrong_arm: int = checked(0, ge=0, fix="set wrong_arm to 0 or more")
+    swap_arm: int = checked(0, ge=0, fix="set swap_arm to 0 or more")
+    extra_ball_experts: int = checked(0, ge=0, fix="set extra_ball_experts to 0 or more")
     init: str | None = None
     image_size: int = 128
     head: str = "cells"
     film_layer: int = -1
-    cell_weight: float = 0.0
-    arrival_weight: float = 0.0
-    arrival_negative_weight: float | None = None
-    threshold_tnr: float | None = None
-    threads: int = 1
+    cell_weight: float = checked(0.0, ge=0, fix="e.g. cell_weight=1")
+    arrival_weight: float = checked(0.0, ge=0, fix="e.g. arrival_weight=1")
+    arrival_negative_weight: float | None = checked(
+        None, ge=0, fix="e.g. arrival_negative_weight=1, or None to follow arrival_weight"
+    )
+    threshold_tnr: float | None = checked(
+        None, gt=0, lt=1, fix="e.g. threshold_tnr=0.99, or leave it unset for the TPR + TNR rule"
+    )
+    threads: int = checked(1, ge=1, fix="set threads to 1 or more")
     cache: str | None = None
-    checkpoint_every: int = 250
+    checkpoint_every: int = checked(250, ge=1, fix="set checkpoint_every to 1 or more")
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "cell_weight",
+            lambda c: c.cell_weight == 0 or c.head == "cells",
+            "needs head 'cells', got {head!r}",
+            "use head=cells or cell_weight=0",
+        ),
+        Rule(
+            "steps",
+            lambda c: (
+                c.steps == 0 or c.n_arm + c.n_ball + sum(getattr(c, s[0]) for s in EXTRA_SOURCES)
+            ),
+            "with no training episodes (n_arm, n_ball and the extra episode counts are all 0)",
+            "record some, e.g. n_arm=48, or recalibrate with steps=0 and init",
+        ),
+    )
 
     def __post_init__(self) -> None:
         for key in ("out", "init", "cache"):  # folders given as paths are stored as str
             if getattr(self, key) is not None:
                 object.__setattr__(self, key, os.fspath(getattr(self, key)))
-        if not self.out:
-            raise ConfigError("out '' must name a checkpoint folder", fix="e.g. out='runs/judge'")
-        at_least = dict.fromkeys(["n_val", "batch", "stride", "threads", "checkpoint_every"], 1)
-        at_least |= dict.fromkeys(["n_arm", "n_ball", "n_wrong_val", "steps", "seed"], 0)
-        at_least |= {source[0]: 0 for source in EXTRA_SOURCES}
-        for key, least in at_least.items():
-            if getattr(self, key) < least:
-                raise ConfigError(
-                    f"{key} {getattr(self, key)!r} must be >= {least}",
-                    fix=f"set {key} to {least} or more",
-                )
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ConfigError(f"lr {self.lr!r} must be a positive number", fix="e.g. lr=2e-3")
-        for key in ("cell_weight", "arrival_weight", "arrival_negative_weight"):
-            value = getattr(self, key)
-            if value is None:  # arrival_negative_weight: follow arrival_weight
-                continue
-            if not (math.isfinite(value) and value >= 0):
-                raise ConfigError(f"{key} {value!r} must be a number >= 0", fix=f"e.g. {key}=1")
-        if self.threshold_tnr is not None and not 0.0 < self.threshold_tnr < 1.0:
-            raise ConfigError(
-                f"threshold_tnr {self.threshold_tnr!r} must be a fraction in (0, 1)",
-                fix="e.g. threshold_tnr=0.99, or leave it unset for the TPR + TNR rule",
-            )
-        if self.cell_weight > 0 and self.head != "cells":
-            raise ConfigError(
-                f"cell_weight {self.cell_weight} needs head 'cells', got {self.head!r}",
-                fix="use head=cells or cell_weight=0",
-            )
-        extra = sum(getattr(self, s[0]) for s in EXTRA_SOURCES)
-        if self.steps > 0 and self.n_arm + self.n_ball + extra == 0:
-            raise ConfigError(
-                f"steps {self.steps} with no training episodes (n_arm, n_ball and the extra "
-                "episode counts are all 0)",
-                fix="record some, e.g. n_arm=48, or recalibrate with steps=0 and init",
-            )
+        validate(self)
         # the judge architecture's own checks (head, image_size, film_layer name their key);
         # imported here so that `embodied train --help` does not load torch
         from embodied.rewards.minijudge.configuration_minijudge import MiniJudgeConfig

@@ -18,10 +18,11 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from embodied.apps.evaluation import EvalConfig, PolicyLoader, evaluate
 from embodied.apps.evaluation.stats import wilson_interval
+from embodied.config import checked, validate
 from embodied.errors import ConfigError
 from embodied.io import read_json_file, write_json
 from policies.diffusion.configuration_pdp import SNAPSHOT_JSON, SNAPSHOTS
@@ -48,22 +49,19 @@ class SelectConfig:
             points are left out; a budget for long runs with many snapshots).
     """
 
+    config_name: ClassVar[str] = "snapshot selection"
+
     run: str
     env: str = "libero:libero_object"
-    episodes: int = 3
-    seed: int = DEVELOPMENT_SEED
-    workers: int = 1
+    episodes: int = checked(3, ge=1, fix="use e.g. 3")
+    seed: int = checked(DEVELOPMENT_SEED, ge=0, fix=f"use {DEVELOPMENT_SEED}")
+    workers: int = checked(1, ge=0, fix="use e.g. 1 (0 runs inline)")
     env_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    max_steps: int | None = None
-    min_step: int = 0
+    max_steps: int | None = checked(None, ge=1, fix="use a positive step limit, or None")
+    min_step: int = checked(0, ge=0, fix="e.g. 40000")
 
     def __post_init__(self) -> None:
-        if self.min_step < 0:
-            raise ConfigError(f"min_step={self.min_step} must be >= 0", fix="e.g. 40000")
-        if self.episodes < 1:
-            raise ConfigError(f"episodes={self.episodes} must be >= 1", fix="use e.g. 3")
-        if self.seed < 0:
-            raise ConfigError(f"seed={self.seed} must be >= 0", fix=f"use {DEVELOPMENT_SEED}")
+        validate(self)
 
 
 def snapshots(run: Path) -> list[tuple[Path, dict[str, Any]]]:

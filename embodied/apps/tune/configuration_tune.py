@@ -6,8 +6,9 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
-from embodied.errors import ConfigError, require
+from embodied.config import Rule, checked, validate
 from embodied.recording import check_record_path
 
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback"})
@@ -60,49 +61,49 @@ class ServerConfig:
             connection holds a socket and buffers).
     """
 
+    config_name: ClassVar[str] = "tune server"
+
     host: str = "127.0.0.1"
-    port: int = 8765
+    port: int = checked(8765, ge=0, le=65535, fix="use a valid TCP port")
     token: str | None = None
-    telemetry_hz: float = 20.0
-    frame_hz: float = 5.0
+    telemetry_hz: float = checked(
+        20.0, ge=10, le=100, fix="the page needs at least 10 updates per second"
+    )
+    frame_hz: float = checked(5.0, ge=0.5, le=30, fix="use e.g. 5 frames per second")
     allowed_hosts: tuple[str, ...] = ()
-    head_timeout_s: float = 10.0
-    max_connections: int = 100
+    head_timeout_s: float = checked(10.0, ge=0.1, le=300, fix="e.g. 10 (seconds)")
+    max_connections: int = checked(100, ge=1, le=10_000, fix="e.g. 100")
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "token",
+            lambda c: c.token is None or len(c.token) >= 8,
+            lambda c: f"of {len(c.token)} characters is too short",
+            "use at least 8 characters, e.g. "
+            "`python -c 'import secrets; print(secrets.token_urlsafe())'`",
+            show_value=False,
+        ),
+        Rule(
+            "host",
+            lambda c: is_loopback(c.host) or bool(c.token),
+            "is refused without a token: anyone on the network could drive the robot",
+            "pass --token SECRET (at least 8 characters) or bind --host 127.0.0.1",
+        ),
+        Rule(
+            "allowed_hosts",
+            lambda c: all(_is_host_name(n) for n in c.allowed_hosts),
+            lambda c: (
+                "has an allowed host "
+                f"{next(n for n in c.allowed_hosts if not _is_host_name(n))!r} that is not a host "
+                "name or IP address"
+            ),
+            "give a bare name or address without scheme or port, e.g. --allow-host robot-pc.local",
+        ),
+    )
 
     def __post_init__(self) -> None:
-        require(
-            0 <= self.port <= 65535, f"port {self.port} outside [0, 65535]", "use a valid TCP port"
-        )
-        require(
-            10.0 <= self.telemetry_hz <= 100.0,
-            f"telemetry_hz {self.telemetry_hz} outside [10, 100]",
-            "the page needs at least 10 updates per second",
-        )
-        require(0.5 <= self.frame_hz <= 30.0, f"frame_hz {self.frame_hz} outside [0.5, 30]")
-        require(
-            0.1 <= self.head_timeout_s <= 300.0,
-            f"head_timeout_s {self.head_timeout_s} outside [0.1, 300]",
-            "e.g. 10 (seconds)",
-        )
-        require(
-            1 <= self.max_connections <= 10_000,
-            f"max_connections {self.max_connections} outside [1, 10000]",
-            "e.g. 100",
-        )
-        if self.token is not None and len(self.token) < 8:
-            raise ConfigError(
-                f"token of {len(self.token)} characters is too short",
-                fix="use at least 8 characters, e.g. `python -c 'import secrets; print(secrets.token_urlsafe())'`",
-            )
-        if not is_loopback(self.host) and not self.token:
-            raise ConfigError(
-                f"refusing to bind {self.host!r} without a token: anyone on the network could "
-                "drive the robot",
-                fix="pass --token SECRET (at least 8 characters) or bind --host 127.0.0.1",
-            )
         self.allowed_hosts = tuple(self.allowed_hosts)
-        for name in self.allowed_hosts:
-            _check_host_name(name)
+        validate(self)
 
     def host_allow_list(self) -> frozenset[str]:
         """Names (normalised, see :func:`normalise_host`) a request's Host header may carry."""
@@ -111,19 +112,16 @@ class ServerConfig:
         return frozenset(names)
 
 
-def _check_host_name(name: object) -> None:
-    """Refuse an ``allowed_hosts`` entry that is not a bare DNS name or IP address."""
-    fix = "give a bare name or address without scheme or port, e.g. --allow-host robot-pc.local"
+def _is_host_name(name: object) -> bool:
+    """Whether an ``allowed_hosts`` entry is a bare DNS name or IP address."""
     if not isinstance(name, str):
-        raise ConfigError(f"allowed host {name!r} is not a string", fix=fix)
+        return False
     bare = normalise_host(name)
     try:
         ipaddress.ip_address(bare)
-        return
+        return True
     except ValueError:
-        pass
-    if not HOST_NAME.match(bare):
-        raise ConfigError(f"allowed host {name!r} is not a host name or IP address", fix=fix)
+        return bool(HOST_NAME.match(bare))
 
 
 @dataclass
@@ -175,69 +173,45 @@ class TuneConfig:
     concept: str = "ee_speed"
     knob: str = "alpha"
     setpoint: float = 0.15
-    controller: str = "pid"
+    controller: str = checked(
+        "pid", choices=("off", "fixed", "pid", "rl"), fix="pick --controller off|fixed|pid|rl"
+    )
     gains: dict[str, float | str] | str | None = None
-    seed: int = 0
+    seed: int = checked(0, ge=0, fix="use a seed >= 0")
     pace: bool = True
     out_dir: Path = field(default_factory=lambda: Path("tune-out"))
     hold: bool = True
-    seed_mode: str = "sequence"
+    seed_mode: str = checked(
+        "sequence", choices=("fixed", "sequence", "random"), fix="use --seed-mode sequence"
+    )
     step_from: float = 0.08
     step_to: float = 0.15
-    step_hold_s: float = 0.5
-    settle_band: float = 0.02
-    step_dwell_s: float = 0.5
+    step_hold_s: float = checked(0.5, ge=0, fix="use e.g. 0.5 s")
+    settle_band: float = checked(0.02, gt=0, lt=1, fix="use e.g. 0.05 for a 5% band")
+    step_dwell_s: float = checked(0.5, ge=0, fix="e.g. step_dwell_s 0.5, step_timeout_s 5")
     step_timeout_s: float = 5.0
-    autotune_budget: int = 9
-    max_overshoot_pct: float = 10.0
-    autotune_method: str = "search"
+    autotune_budget: int = checked(9, ge=1, le=100, fix="use e.g. 9 step tests")
+    max_overshoot_pct: float = checked(10.0, ge=0, lt=1000, fix="use e.g. 10 (percent of the step)")
+    autotune_method: str = checked(
+        "search", choices=("search", "simc"), fix="use --autotune-method search or simc"
+    )
     record: str | None = None
-    foxglove: int | None = None
+    foxglove: int | None = checked(
+        None, ge=0, le=65535, fix="e.g. --foxglove 8765 (Foxglove's default), or 0 for a free port"
+    )
+
+    config_name: ClassVar[str] = "tune"
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "step_timeout_s",
+            lambda c: c.step_timeout_s >= max(c.step_hold_s, c.step_dwell_s),
+            "must be >= step_hold_s={step_hold_s} and step_dwell_s={step_dwell_s}",
+            "e.g. step_dwell_s 0.5, step_timeout_s 5",
+        ),
+    )
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
         if self.record is not None:
             check_record_path(self.record)
-        require(
-            self.foxglove is None or 0 <= self.foxglove <= 65535,
-            f"foxglove port {self.foxglove!r} outside 0..65535",
-            "e.g. --foxglove 8765 (Foxglove's default), or 0 for a free port",
-        )
-        require(
-            self.controller in ("off", "fixed", "pid", "rl"),
-            f"controller {self.controller!r} is not one of off, fixed, pid, rl",
-            "pick --controller off|fixed|pid|rl",
-        )
-        require(self.seed >= 0, f"seed {self.seed} is negative", "use a seed >= 0")
-        require(
-            self.seed_mode in ("fixed", "sequence", "random"),
-            f"seed_mode {self.seed_mode!r} is not fixed, sequence or random",
-            "use --seed-mode sequence",
-        )
-        require(self.step_hold_s >= 0, f"step_hold_s {self.step_hold_s} is negative")
-        require(
-            0 < self.settle_band < 1,
-            f"settle_band {self.settle_band} outside (0, 1)",
-            "use e.g. 0.05 for a 5% band",
-        )
-        require(
-            self.step_dwell_s >= 0
-            and self.step_timeout_s >= max(self.step_hold_s, self.step_dwell_s),
-            f"step_timeout_s {self.step_timeout_s} must be >= step_hold_s {self.step_hold_s} and "
-            f"step_dwell_s {self.step_dwell_s} (>= 0)",
-            "e.g. step_dwell_s 0.5, step_timeout_s 5",
-        )
-        require(
-            0 <= self.max_overshoot_pct < 1000,
-            f"max_overshoot_pct {self.max_overshoot_pct} outside [0, 1000)",
-            "use e.g. 10 (percent of the step)",
-        )
-        require(
-            self.autotune_method in ("search", "simc"),
-            f"autotune_method {self.autotune_method!r} is not search or simc",
-            "use --autotune-method search or simc",
-        )
-        require(
-            1 <= self.autotune_budget <= 100,
-            f"autotune_budget {self.autotune_budget} outside [1, 100]",
-        )
+        validate(self)

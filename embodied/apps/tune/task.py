@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -14,6 +14,7 @@ import policies
 import sim
 from embodied.apps.tune.configuration_tune import TuneConfig
 from embodied.concepts import make_concept
+from embodied.config import Rule, validate
 from embodied.contracts import ActionFilter, Concept, Env, Policy
 from embodied.errors import ConfigError
 from hardware import RobotEnv, make_robot, resolve_robot
@@ -65,16 +66,27 @@ class TuneTask:
     realtime: bool = False
     on_close: Callable[[], None] | None = None
 
+    config_name: ClassVar[str] = "tune task"
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "knob",
+            lambda c: c.knob in c.policy.knobs(),
+            lambda c: (
+                f"is not a knob of policy {type(c.policy).__name__}; knobs: "
+                f"{sorted(c.policy.knobs())}"
+            ),
+            "pass --knob with one of the listed knobs",
+        ),
+        Rule(
+            "setpoint_range",
+            lambda c: c.setpoint_range[0] < c.setpoint_range[1],
+            "is empty",
+            "give (low, high) with low < high (concept units)",
+        ),
+    )
+
     def __post_init__(self) -> None:
-        knobs = self.policy.knobs()  # type: ignore[attr-defined]
-        if self.knob not in knobs:
-            raise ConfigError(
-                f"policy {type(self.policy).__name__} has no knob {self.knob!r}; knobs: {sorted(knobs)}",
-                fix="pass --knob with one of the listed knobs",
-            )
-        lo, hi = self.setpoint_range
-        if not lo < hi:
-            raise ConfigError(f"setpoint range {self.setpoint_range} is empty")
+        validate(self)
         if self.camera is None:
             cams = sorted(self.env.observation_spec.cameras)
             self.camera = f"image.{cams[0]}" if cams else None

@@ -54,28 +54,19 @@ from embodied.datasets.lerobot.statistics import (
 )
 from embodied.datasets.lerobot.video import _encoder, _video_info, _VideoWriter
 from embodied.errors import ConfigError, DatasetError
+from embodied.io import plain_json
 
 
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, bytes):
-        return obj.decode("utf-8", "replace")
-    if isinstance(obj, Path):
-        return str(obj)
-    return str(obj)
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, default=_json_default, ensure_ascii=False)
+def _dumps(value: Any, indent: int | None = None) -> str:
+    """``value`` as JSON text: numpy values, paths and bytes converted
+    (:func:`~embodied.io.json_default`), anything else written as its ``str``."""
+    return json.dumps(plain_json(value, fallback=str), indent=indent, ensure_ascii=False)
 
 
 def _write_json(path: Path, value: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # lerobot writes its JSON files with indent=4, ensure_ascii=False
-    path.write_text(json.dumps(value, indent=4, ensure_ascii=False, default=_json_default) + "\n")
+    path.write_text(_dumps(value, indent=4) + "\n")
 
 
 def _text(value: Any) -> str:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from embodied.errors import ConfigError
-from embodied.rewards.clips import check_clip_settings
+from embodied.config import checked, validate
 
 FRAME_MODES = ("current", "mean")
 
@@ -30,24 +30,20 @@ class ContrastiveJudgeConfig:
         batch_size: Clips per forward pass.
     """
 
-    model: str
+    config_name: ClassVar[str] = "contrastive judge"
+
+    model: str = checked(min_len=1, fix="pass a hub id or a folder")
     device: str = "auto"
     dtype: str = "auto"
-    n_context: int = 4
-    frames: str = "current"
-    scale: float = 10.0
-    offset: float = 0.0
-    threshold: float = 0.5
-    batch_size: int = 16
+    n_context: int = checked(4, ge=0, fix="use n_context >= 0 earlier frames")
+    frames: str = checked("current", choices=FRAME_MODES)
+    scale: float = checked(10.0, gt=0, fix="refit with calibrate()")
+    offset: float = checked(0.0, fix="refit with calibrate()")
+    threshold: float = checked(0.5, gt=0, lt=1, fix="use a probability in (0, 1), e.g. 0.5")
+    batch_size: int = checked(16, ge=1, fix="use e.g. 16")
 
     def __post_init__(self) -> None:
-        if not self.model:
-            raise ConfigError("contrastive judge needs a model", fix="pass a hub id or a folder")
-        if self.frames not in FRAME_MODES:
-            raise ConfigError(f"frames={self.frames!r} unknown", fix=f"use one of {FRAME_MODES}")
-        check_clip_settings(self.n_context, self.batch_size, self.threshold)
-        if self.scale <= 0:
-            raise ConfigError(f"scale must be > 0, got {self.scale}", fix="refit with calibrate()")
+        validate(self)
 
     @property
     def n_frames(self) -> int:

@@ -18,10 +18,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from embodied.config import checked, validate
 from embodied.contracts import Judge
 from embodied.errors import ConfigError
 from embodied.io import read_json_file, write_json
@@ -67,29 +68,20 @@ class Demo2RewardConfig:
     """
 
     template: str = DEFAULT_TEMPLATE
-    iterations: int = 100
-    restarts: int = 5
-    budget: int | None = None
+    config_name: ClassVar[str] = "demo2reward"
+
+    iterations: int = checked(100, ge=1, fix="use e.g. 100")
+    restarts: int = checked(5, ge=1, fix="use e.g. 5")
+    budget: int | None = checked(None, ge=1, fix="use >= 1 proposal, or None")
     seed: int = 0
-    max_misclassified: int = 5
+    max_misclassified: int = checked(5, ge=0, le=5, fix="use 0..5")
     n_context: int = 4
-    stride: int = 1
-    min_tpr: float = 0.0
+    stride: int = checked(1, ge=1, fix="use stride >= 1")
+    min_tpr: float = checked(0.0, ge=0, le=100, fix="use a percentage in [0, 100], e.g. 80")
 
     def __post_init__(self) -> None:
         format_instruction(self.template, "check")  # raises on a template without {task}
-        if self.iterations < 1 or self.restarts < 1:
-            raise ConfigError(
-                f"iterations ({self.iterations}) and restarts ({self.restarts}) must be >= 1"
-            )
-        if self.budget is not None and self.budget < 1:
-            raise ConfigError(f"budget must be >= 1 proposal (or None), got {self.budget}")
-        if not 0 <= self.max_misclassified <= 5:
-            raise ConfigError(f"max_misclassified must be in 0..5, got {self.max_misclassified}")
-        if self.stride < 1:
-            raise ConfigError(f"stride must be >= 1, got {self.stride}")
-        if not 0.0 <= self.min_tpr <= 100.0:
-            raise ConfigError(f"min_tpr is a percentage in [0, 100], got {self.min_tpr}")
+        validate(self)
 
 
 @dataclass

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from embodied.errors import ConfigError
-from embodied.rewards.clips import check_clip_settings
+from embodied.config import Rule, checked, validate
 
 DEFAULT_PROMPT = (
     "The images are {n_frames} frames of a robot episode, oldest first; the last one is the "
@@ -35,37 +35,41 @@ class GenerativeJudgeConfig:
         trust_remote_code: Passed to ``from_pretrained`` (models with custom code).
     """
 
-    model: str
+    config_name: ClassVar[str] = "generative judge"
+
+    model: str = checked(min_len=1, fix="pass a hub id or a folder")
     device: str = "auto"
-    dtype: str = "auto"
-    n_context: int = 4
+    dtype: str = checked(
+        "auto",
+        choices=("auto", "bfloat16", "float16", "float32"),
+        fix="use auto, bfloat16, float16 or float32",
+    )
+    n_context: int = checked(4, ge=0, fix="use n_context >= 0 earlier frames")
     prompt: str = DEFAULT_PROMPT
-    yes_token: str = "1"
-    no_token: str = "0"
-    batch_size: int = 8
-    threshold: float = 0.5
-    image_size: int | None = None
+    yes_token: str = checked("1", min_len=1, fix="give the answer token meaning success")
+    no_token: str = checked("0", min_len=1, fix="give the answer token meaning failure")
+    batch_size: int = checked(8, ge=1, fix="use e.g. 8")
+    threshold: float = checked(0.5, gt=0, lt=1, fix="use a probability in (0, 1), e.g. 0.5")
+    image_size: int | None = checked(None, ge=8, fix="use >= 8 pixels, or None")
     trust_remote_code: bool = False
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "prompt",
+            lambda c: "{instruction}" in c.prompt,
+            "has no {{instruction}} field",
+            "include 'Instruction: {instruction}' in the prompt",
+        ),
+        Rule(
+            "yes_token",
+            lambda c: c.yes_token != c.no_token,
+            "must differ from no_token={no_token!r}",
+            "use two different answer tokens, e.g. '1' and '0'",
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if not self.model:
-            raise ConfigError("generative judge needs a model", fix="pass a hub id or a folder")
-        if "{instruction}" not in self.prompt:
-            raise ConfigError(
-                f"prompt {self.prompt!r} has no {{instruction}} field",
-                fix="include 'Instruction: {instruction}' in the prompt",
-            )
-        check_clip_settings(self.n_context, self.batch_size, self.threshold)
-        if self.yes_token == self.no_token or not self.yes_token or not self.no_token:
-            raise ConfigError(
-                f"yes/no tokens {self.yes_token!r}/{self.no_token!r} must differ and be non-empty"
-            )
-        if self.image_size is not None and self.image_size < 8:
-            raise ConfigError(f"image_size must be >= 8 pixels, got {self.image_size}")
-        if self.dtype not in ("auto", "bfloat16", "float16", "float32"):
-            raise ConfigError(
-                f"unknown dtype {self.dtype!r}", fix="use auto, bfloat16, float16 or float32"
-            )
+        validate(self)
 
     @property
     def n_frames(self) -> int:

