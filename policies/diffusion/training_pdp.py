@@ -1244,6 +1244,21 @@ def policy_lr(config: PDPConfig, step: int) -> float:
     return config.lr * cosine_lr(step, config.steps, config.warmup_steps)
 
 
+def training_finished(out_dir: str | os.PathLike[str]) -> bool:
+    """Whether the run in ``out_dir`` trained all its steps (a killed run has not, even when
+    its step-0 checkpoint already wrote ``model.safetensors``).
+
+    Raises:
+        CheckpointError: a damaged ``train_state.json``.
+    """
+    out = Path(out_dir)
+    if not (out / STATE_JSON).exists():
+        return False
+    state = _read_train_state(out)
+    steps = state["config"].get("steps")
+    return isinstance(steps, int) and state["step"] >= steps
+
+
 def load_train_latents(out_dir: str | os.PathLike[str]) -> tuple[np.ndarray, list[str]]:
     """Knob-space demonstration latents and labels stored with a training run (for plots)."""
     out = Path(out_dir)

@@ -52,7 +52,13 @@ SEGMENT = st.tuples(
     st.floats(0.05, 1.2),  # how long the fault lasts (s)
     st.floats(0.02, 0.4),  # the latency of a latency spike (s)
 )
-TALLY: dict[str, Any] = {"schedules": 0, "survived": 0, "segments": {}, "expired": 0}
+TALLY: dict[str, Any] = {
+    "schedules": 0,
+    "survived": 0,
+    "segments": {},
+    "expired": 0,
+    "recovery_s": 0.0,  # the longest time from a fault's end to commands flowing again
+}
 
 
 @pytest.fixture(scope="module")
@@ -153,13 +159,17 @@ def test_faults_between_driver_and_rosbridge(
         proxy.set_mode("pass")
         t_clear = time.time()
         # the link recovers without restarting anything: commands reach the robot again
+        # (sampled while waiting: the status a moment later may be STALE again for one 100 ms
+        # gap in the state stream, which is the watchdog working, not a lost link)
         deadline = time.monotonic() + bound + 1.0
+        recovered_s = None
         while time.monotonic() < deadline:
             entries = _log_since(graph, t_clear)
             kinds = {e["kind"] for e in entries}
             if ("estop" in kinds if t_estop else "command" in kinds) and (
                 robot.link_status is LinkStatus.UP
             ):
+                recovered_s = time.time() - t_clear
                 break
             time.sleep(0.02)
         time.sleep(0.3)
@@ -169,7 +179,8 @@ def test_faults_between_driver_and_rosbridge(
     log = _log_since(graph, t0)
     applied = [e for e in log if e["kind"] == "command"]
     TALLY["expired"] += sum(1 for e in log if e["kind"] == "expired")
-    assert robot.link_status is LinkStatus.UP, f"link not back within {bound + 1:.1f} s"
+    assert recovered_s is not None, f"link not back within {bound + 1:.1f} s"
+    TALLY["recovery_s"] = max(TALLY["recovery_s"], recovered_s)
     if t_estop is not None:
         estops = [e for e in log if e["kind"] == "estop"]
         assert estops, "the latched e-stop never reached the robot"

@@ -80,3 +80,29 @@ def test_visuomotor_latency_cells_resume(tmp_path: Path, monkeypatch: pytest.Mon
     assert run_experiment(cfg, tmp_path)["cells"] == res["cells"]
     with pytest.raises(ConfigError, match="another latency configuration"):
         run_experiment(replace(cfg, episodes=2), tmp_path)
+
+
+def test_a_killed_policy_training_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A training killed after its step-0 checkpoint has weights on disk but is unfinished: the
+    rerun resumes it instead of evaluating the half-trained policy (found in a real run)."""
+    import json
+
+    from embodied.apps.lab.latency import train_policies
+    from policies.diffusion import training_pdp
+
+    cfg = LatencyConfig(
+        delays=(0,), episodes=1, training_seeds=(0,), demonstrations=2, train_steps=12,
+        horizon=8, n_action_steps=4,
+    )  # fmt: skip
+    real = training_pdp.train_pdp
+    monkeypatch.setattr(  # the first run stops after 4 of its 12 steps, as a kill would
+        training_pdp, "train_pdp", lambda *a, **k: real(*a, **{**k, "stop_after": 4})
+    )
+    (ckpt,) = train_policies(cfg, tmp_path)
+    state = json.loads((ckpt / "train_state.json").read_text())
+    assert (ckpt / "model.safetensors").exists() and state["step"] == 4
+    assert not training_pdp.training_finished(ckpt)
+    monkeypatch.setattr(training_pdp, "train_pdp", real)
+    (ckpt,) = train_policies(cfg, tmp_path)
+    assert json.loads((ckpt / "train_state.json").read_text())["step"] == 12
+    assert training_pdp.training_finished(ckpt)

@@ -216,7 +216,7 @@ def make_env(config: LatencyConfig) -> Any:
 def train_policies(config: LatencyConfig, out: Path) -> list[Path]:
     """Demonstrations once, then one plain diffusion policy per training seed (resumable)."""
     from embodied.apps.collect import CollectConfig, collect
-    from policies.diffusion.training_pdp import train_pdp
+    from policies.diffusion.training_pdp import train_pdp, training_finished
 
     data = out / "demonstrations"
     if not (data / "done").exists():
@@ -234,11 +234,12 @@ def train_policies(config: LatencyConfig, out: Path) -> list[Path]:
     ckpts = []
     for seed in config.training_seeds:
         ckpt = out / f"policy_seed{seed}"
-        if not (ckpt / "model.safetensors").exists():
+        if not training_finished(ckpt):  # a killed run resumes (its step 0 saved weights)
             train_pdp(
                 data,
                 ckpt,
                 overrides=training_overrides(config, seed),
+                resume=(ckpt / "train_state.json").exists(),
                 progress=False,
                 tensorboard=False,
             )

@@ -73,7 +73,7 @@ from policies.diffusion.adaptation import (
     search_z_cem,
 )
 from policies.diffusion.policy_pdp import PDPPolicy, prior_z
-from policies.diffusion.training_pdp import _read_train_state, load_train_latents, train_pdp
+from policies.diffusion.training_pdp import load_train_latents, train_pdp, training_finished
 
 MODES = ("reference", "receding")
 """Policy variants the experiment trains and evaluates (``PDPConfig.variant``)."""
@@ -971,7 +971,7 @@ def _train(
     overrides: Mapping[str, Any],
     progress: bool,
 ) -> None:
-    if (ckpt / "config.json").exists() and not _unfinished(ckpt):
+    if (ckpt / "config.json").exists() and training_finished(ckpt):
         return
     train_pdp(
         data_dir,
@@ -1045,11 +1045,3 @@ def run_experiment(
     write_json(out / "results.json", summary)
     write_text(out / "results.md", results_markdown(runs, agg))
     return summary
-
-
-def _unfinished(ckpt: Path) -> bool:
-    if not (ckpt / "train_state.json").exists():
-        return True
-    data = _read_train_state(ckpt)
-    steps = data["config"].get("steps")
-    return not isinstance(steps, int) or data["step"] < steps
