@@ -164,7 +164,8 @@ def test_faults_between_driver_and_rosbridge(
         deadline = time.monotonic() + bound + 1.0
         recovered_s = None
         while time.monotonic() < deadline:
-            entries = _log_since(graph, t_clear)
+            # the e-stop may have got through during the fault (and been acknowledged there)
+            entries = _log_since(graph, t_clear if t_estop is None else t_estop)
             kinds = {e["kind"] for e in entries}
             if ("estop" in kinds if t_estop else "command" in kinds) and (
                 robot.link_status is LinkStatus.UP
