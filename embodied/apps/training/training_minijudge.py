@@ -630,8 +630,8 @@ def train_minijudge(config: MiniJudgeTrainConfig, resume: bool = False) -> dict[
                     f"{calib}: 'train' is {type(init_train).__name__}, not the training history",
                     fix="start from a checkpoint this module wrote",
                 )
-        state = load_file(str(Path(config.init) / "model.safetensors"))
-        missing, unexpected = judge.model.load_state_dict(state, strict=False)
+        weights = load_file(str(Path(config.init) / "model.safetensors"))
+        missing, unexpected = judge.model.load_state_dict(weights, strict=False)
         if unexpected or any(not k.startswith("film.") for k in missing):
             raise CheckpointError(
                 f"init {config.init!r}: model.safetensors misses {missing}, has unexpected "
