@@ -195,6 +195,87 @@ def rollout(
         ActionError: the policy returned a wrong-shaped or non-finite action.
     """
     policy.check_compatible(env)
+    _check_steering(policy, steering)
+    horizon = env.max_episode_steps if max_steps is None else int(max_steps)
+    if horizon <= 0:
+        raise ConfigError(f"max_steps must be positive, got {horizon}")
+    dt = env.dt
+    obs, info = _reset(env, policy, safety, steering, seed, reset_options)
+
+    trace = _Trace()
+    reason = "max_steps"
+    next_tick = time.perf_counter()
+    loop = _Loop(env, policy, steering, safety, dt, isinstance(policy, Steerable), record_images)
+    for t in range(horizon):
+        if should_stop is not None and should_stop():
+            reason = "stopped"
+            break
+        record, obs, terminated, truncated = _step(loop, obs, info, t, trace)
+        info = record.info
+        for cb in callbacks:
+            cb(record)
+        if record.success and stop_on_success:
+            reason = "success"
+            break
+        if terminated or truncated:
+            reason = "terminated" if terminated else "truncated"
+            break
+        if pace:
+            next_tick = _pace(next_tick, dt)
+
+    observations = _stack(trace.obs_rows)
+    judge_score = None
+    if judge is not None:
+        judge_score = _judge_score(judge, judge_clip, observations, obs, env.instruction)
+    meta = {
+        "env_id": env.env_id,
+        "seed": seed,
+        "control_rate_hz": env.control_rate_hz,
+        "reason": reason,
+        "reset_options": dict(reset_options) if reset_options else {},
+        "steering_knob": steering.knob if steering is not None else None,
+        "concept": steering.concept.name if steering is not None else None,
+    }
+    return _episode(env, trace, observations, judge_score, meta, obs, info, record_images)
+
+
+@dataclass(frozen=True)
+class _Loop:
+    """What every step of one :func:`rollout` runs with (its arguments, resolved once)."""
+
+    env: Env
+    policy: Policy
+    steering: Steering | None
+    safety: ActionFilter | None
+    dt: float
+    """Control period (s)."""
+    steerable: bool
+    """The policy has knobs (they are recorded each step)."""
+    record_images: bool
+
+
+@dataclass
+class _Trace:
+    """The per-step rows of one :func:`rollout`, stacked into its :class:`Episode` at the end."""
+
+    obs_rows: list[dict[str, Any]] = field(default_factory=list)
+    actions: list[np.ndarray] = field(default_factory=list)
+    raw_actions: list[np.ndarray] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    knob_rows: list[dict[str, np.ndarray]] = field(default_factory=list)
+    measurements: list[float] = field(default_factory=list)
+    setpoints: list[float] = field(default_factory=list)
+    timing_rows: list[dict[str, float]] = field(default_factory=list)
+    success_step: int = -1
+    """First step with success, or -1."""
+
+
+def _check_steering(policy: Policy, steering: Steering | None) -> None:
+    """Refuse a controller that would set a knob ``policy`` does not have.
+
+    Raises:
+        CompatibilityError: the policy is not :class:`Steerable`, or has no such knob.
+    """
     if steering is not None and steering.controller is not None:
         if not isinstance(policy, Steerable):
             raise CompatibilityError(
@@ -206,11 +287,23 @@ def rollout(
                 f"policy {type(policy).__name__} has no knob {steering.knob!r}; "
                 f"knobs: {sorted(policy.knobs())}"
             )
-    horizon = env.max_episode_steps if max_steps is None else int(max_steps)
-    if horizon <= 0:
-        raise ConfigError(f"max_steps must be positive, got {horizon}")
-    dt = env.dt
 
+
+def _reset(
+    env: Env,
+    policy: Policy,
+    safety: ActionFilter | None,
+    steering: Steering | None,
+    seed: int | None,
+    reset_options: Mapping[str, Any] | None,
+) -> tuple[Observation, Mapping[str, Any]]:
+    """Reset the env, then the policy (seeded with ``seed``), the filter and the steering.
+
+    The env goes first: its reset may draw from the global RNGs the policy is seeded after.
+
+    Returns:
+        The first observation and the env's reset info.
+    """
     obs, info = env.reset(seed=seed, options=dict(reset_options) if reset_options else None)
     policy.reset()
     if seed is not None:
@@ -219,137 +312,174 @@ def rollout(
         safety.reset()
     if steering is not None:
         steering.reset()
+    return obs, info
 
-    obs_rows: list[dict[str, Any]] = []
-    actions: list[np.ndarray] = []
-    raw_actions: list[np.ndarray] = []
-    rewards: list[float] = []
-    knob_rows: list[dict[str, np.ndarray]] = []
-    measurements: list[float] = []
-    setpoints: list[float] = []
-    timing_rows: list[dict[str, float]] = []
-    success_step = -1
-    reason = "max_steps"
-    next_tick = time.perf_counter()
-    steerable = isinstance(policy, Steerable)
 
-    for t in range(horizon):
-        if should_stop is not None and should_stop():
-            reason = "stopped"
-            break
-        t_start = time.perf_counter()
-        measurement = setpoint = float("nan")
-        if steering is not None:
-            measurement = float(steering.concept.measure(obs, info, dt))
-            setpoint = steering.setpoint_at(t * dt)
-            if steering.controller is not None:
-                command = steering.controller.update(measurement, setpoint, dt)
-                value = steering.to_knob(command) if steering.to_knob else command
-                policy.set_knob(steering.knob, value)  # type: ignore[attr-defined]
-        t_control = time.perf_counter()
-        raw = env.action_spec.validate(policy.select_action(obs))
-        t_policy = time.perf_counter()
-        action = safety(raw, obs) if safety is not None else raw
-        t_safety = time.perf_counter()
+def _steer(loop: _Loop, obs: Observation, info: Mapping[str, Any], t: int) -> tuple[float, float]:
+    """Measure the concept and, with a controller, set the knob for step ``t``.
 
-        instruction = obs.get("instruction", env.instruction)
-        seen = {k: v for k, v in obs.items() if k != "instruction"}
-        row = seen
-        if not record_images:  # the episode keeps no frames; callbacks still see them
-            row = {k: v for k, v in seen.items() if not k.startswith("image.")}
-        obs_rows.append(row)
-        knob_rows.append(
-            {name: policy.get_knob(name) for name in policy.knobs()} if steerable else {}  # type: ignore[attr-defined]
-        )
+    Returns:
+        The measurement and the setpoint (both NaN without steering).
+    """
+    measurement = setpoint = float("nan")
+    steering, dt = loop.steering, loop.dt
+    if steering is not None:
+        measurement = float(steering.concept.measure(obs, info, dt))
+        setpoint = steering.setpoint_at(t * dt)
+        if steering.controller is not None:
+            command = steering.controller.update(measurement, setpoint, dt)
+            value = steering.to_knob(command) if steering.to_knob else command
+            loop.policy.set_knob(steering.knob, value)  # type: ignore[attr-defined]
+    return measurement, setpoint
 
-        obs, reward, terminated, truncated, info = env.step(action)
-        t_env = time.perf_counter()
 
-        success = bool(info.get("success", False))
-        if success and success_step < 0:
-            success_step = t
-        actions.append(action)
-        raw_actions.append(raw)
-        rewards.append(float(reward))
-        measurements.append(measurement)
-        setpoints.append(setpoint)
-        timing = {
-            "control": (t_control - t_start) * 1e3,
-            "policy": (t_policy - t_control) * 1e3,
-            "safety": (t_safety - t_policy) * 1e3,
-            "env": (t_env - t_safety) * 1e3,
-            "total": (t_env - t_start) * 1e3,
-        }
-        timing_rows.append(timing)
-        if callbacks:
-            record = StepRecord(
-                t,
-                seen,
-                action,
-                raw,
-                float(reward),
-                success,
-                measurement,
-                setpoint,
-                knob_rows[-1],
-                timing,
-                info,
-                str(instruction),
-            )
-            for cb in callbacks:
-                cb(record)
-        if success and stop_on_success:
-            reason = "success"
-            break
-        if terminated or truncated:
-            reason = "terminated" if terminated else "truncated"
-            break
-        if pace:
-            next_tick += dt
-            delay = next_tick - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            else:
-                next_tick = time.perf_counter()
+def _step(
+    loop: _Loop, obs: Observation, info: Mapping[str, Any], t: int, trace: _Trace
+) -> tuple[StepRecord, Observation, bool, bool]:
+    """Control step ``t``: steer, act, filter, step the env; its rows go into ``trace``.
 
-    observations = _stack(obs_rows)
-    final_success = success_step >= 0
-    judge_score = None
-    if judge is not None:
-        img_keys = [k for k in observations if k.startswith("image.")]
-        if not img_keys:
-            raise ConfigError("a judge needs camera frames; enable a camera and record_images")
-        frames = observations[img_keys[0]]
-        if img_keys[0] in obs:  # the frame after the last step shows the outcome
-            frames = np.concatenate([frames, np.asarray(obs[img_keys[0]])[None]])
-        idx = np.linspace(0, len(frames) - 1, num=min(judge_clip, len(frames))).round()
-        judge_score = float(judge.score(frames[idx.astype(int)], env.instruction))
+    Args:
+        loop: The rollout's env, policy, steering and filter.
+        obs: The observation the action is chosen from.
+        info: The env info that came with ``obs``.
+        t: Step index.
+        trace: The episode so far.
 
+    Returns:
+        The step's record (its ``info`` is the env's after the step), the next observation,
+        and the env's terminated and truncated flags.
+
+    Raises:
+        ActionError: the policy returned a wrong-shaped or non-finite action.
+    """
+    env, policy, safety = loop.env, loop.policy, loop.safety
+    t_start = time.perf_counter()
+    measurement, setpoint = _steer(loop, obs, info, t)
+    t_control = time.perf_counter()
+    raw = env.action_spec.validate(policy.select_action(obs))
+    t_policy = time.perf_counter()
+    action = safety(raw, obs) if safety is not None else raw
+    t_safety = time.perf_counter()
+
+    instruction = obs.get("instruction", env.instruction)
+    seen = {k: v for k, v in obs.items() if k != "instruction"}
+    row = seen
+    if not loop.record_images:  # the episode keeps no frames; callbacks still see them
+        row = {k: v for k, v in seen.items() if not k.startswith("image.")}
+    trace.obs_rows.append(row)
+    trace.knob_rows.append(
+        {name: policy.get_knob(name) for name in policy.knobs()} if loop.steerable else {}  # type: ignore[attr-defined]
+    )
+
+    next_obs, reward, terminated, truncated, next_info = env.step(action)
+    t_env = time.perf_counter()
+
+    success = bool(next_info.get("success", False))
+    if success and trace.success_step < 0:
+        trace.success_step = t
+    trace.actions.append(action)
+    trace.raw_actions.append(raw)
+    trace.rewards.append(float(reward))
+    trace.measurements.append(measurement)
+    trace.setpoints.append(setpoint)
+    timing = {
+        "control": (t_control - t_start) * 1e3,
+        "policy": (t_policy - t_control) * 1e3,
+        "safety": (t_safety - t_policy) * 1e3,
+        "env": (t_env - t_safety) * 1e3,
+        "total": (t_env - t_start) * 1e3,
+    }
+    trace.timing_rows.append(timing)
+    record = StepRecord(
+        t,
+        seen,
+        action,
+        raw,
+        float(reward),
+        success,
+        measurement,
+        setpoint,
+        trace.knob_rows[-1],
+        timing,
+        next_info,
+        str(instruction),
+    )
+    return record, next_obs, bool(terminated), bool(truncated)
+
+
+def _pace(next_tick: float, dt: float) -> float:
+    """Sleep until the next control tick ``dt`` seconds after ``next_tick``; return that tick.
+
+    A late step restarts the schedule from now rather than rushing to catch up.
+    """
+    next_tick += dt
+    delay = next_tick - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)
+    else:
+        next_tick = time.perf_counter()
+    return next_tick
+
+
+def _judge_score(
+    judge: Judge,
+    judge_clip: int,
+    observations: Mapping[str, np.ndarray],
+    final_obs: Observation,
+    instruction: str,
+) -> float:
+    """The judge's success probability on the first camera's final clip.
+
+    Args:
+        judge: The judge.
+        judge_clip: Frames in the clip (evenly spaced, ending at the last frame).
+        observations: The episode's stacked observations.
+        final_obs: The observation after the last step.
+        instruction: The task instruction.
+
+    Raises:
+        ConfigError: the episode recorded no camera frames.
+    """
+    img_keys = [k for k in observations if k.startswith("image.")]
+    if not img_keys:
+        raise ConfigError("a judge needs camera frames; enable a camera and record_images")
+    frames = observations[img_keys[0]]
+    if img_keys[0] in final_obs:  # the frame after the last step shows the outcome
+        frames = np.concatenate([frames, np.asarray(final_obs[img_keys[0]])[None]])
+    idx = np.linspace(0, len(frames) - 1, num=min(judge_clip, len(frames))).round()
+    return float(judge.score(frames[idx.astype(int)], instruction))
+
+
+def _episode(
+    env: Env,
+    trace: _Trace,
+    observations: dict[str, np.ndarray],
+    judge_score: float | None,
+    meta: dict[str, Any],
+    final_obs: Observation,
+    final_info: Mapping[str, Any],
+    record_images: bool,
+) -> Episode:
+    """The :class:`Episode` of ``trace`` (rows stacked into arrays, float64 but timings)."""
     action_dim = env.action_spec.dim
     return Episode(
         observations=observations,
-        actions=np.asarray(actions, dtype=np.float64).reshape(-1, action_dim),
-        raw_actions=np.asarray(raw_actions, dtype=np.float64).reshape(-1, action_dim),
-        rewards=np.asarray(rewards, dtype=np.float64),
-        knobs={k: np.asarray(v, dtype=np.float64) for k, v in _stack(knob_rows).items()},
-        measurements=np.asarray(measurements, dtype=np.float64),
-        setpoints=np.asarray(setpoints, dtype=np.float64),
-        timings_ms={k: np.asarray(v) for k, v in _stack(timing_rows).items()},
-        success=final_success,
-        success_step=success_step,
+        actions=np.asarray(trace.actions, dtype=np.float64).reshape(-1, action_dim),
+        raw_actions=np.asarray(trace.raw_actions, dtype=np.float64).reshape(-1, action_dim),
+        rewards=np.asarray(trace.rewards, dtype=np.float64),
+        knobs={k: np.asarray(v, dtype=np.float64) for k, v in _stack(trace.knob_rows).items()},
+        measurements=np.asarray(trace.measurements, dtype=np.float64),
+        setpoints=np.asarray(trace.setpoints, dtype=np.float64),
+        timings_ms={k: np.asarray(v) for k, v in _stack(trace.timing_rows).items()},
+        success=trace.success_step >= 0,
+        success_step=trace.success_step,
         judge_score=judge_score,
         instruction=env.instruction,
-        meta={
-            "env_id": env.env_id,
-            "seed": seed,
-            "control_rate_hz": env.control_rate_hz,
-            "reason": reason,
-            "reset_options": dict(reset_options) if reset_options else {},
-            "steering_knob": steering.knob if steering is not None else None,
-            "concept": steering.concept.name if steering is not None else None,
-        },
-        final_info=info,
+        meta=meta,
+        final_info=final_info,
         final_observation={
-            k: np.asarray(v) for k, v in obs.items() if k.startswith("image.") and record_images
+            k: np.asarray(v)
+            for k, v in final_obs.items()
+            if k.startswith("image.") and record_images
         },
     )

@@ -108,6 +108,89 @@ def _unit(key: str) -> str:
     return "1"
 
 
+def _controller_config(suite: Any, controller: str) -> dict[str, Any]:
+    """robosuite's default config of ``controller``.
+
+    Raises:
+        UnknownNameError: robosuite has no such controller.
+    """
+    try:
+        ctrl_cfg: dict[str, Any] = suite.load_controller_config(default_controller=controller)
+    except Exception as exc:
+        raise UnknownNameError(
+            f"unknown robosuite controller {controller!r}; controllers: "
+            f"{sorted(suite.ALL_CONTROLLERS)}",
+            fix="use e.g. OSC_POSE",
+        ) from exc
+    return ctrl_cfg
+
+
+def _make_raw(suite: Any, env_name: str, cams: list[str], kwargs: dict[str, Any]) -> Any:
+    """``robosuite.make(env_name, **kwargs)``, its camera and GL failures said in our terms.
+
+    Raises:
+        ConfigError: the task has none of the cameras ``cams``.
+        RenderError: offscreen rendering for ``cams`` failed to start.
+    """
+    try:
+        return suite.make(env_name, **kwargs)
+    except ValueError as exc:
+        if "_image" in str(exc):
+            raise ConfigError(
+                f"robosuite:{env_name} has no camera among {cams}: {exc}",
+                fix=f"use cameras of the task, e.g. {', '.join(SINGLE_ARM_CAMERAS)}",
+            ) from exc
+        raise
+    except Exception as exc:
+        if cams and ("EGL" in repr(exc) or "GL" in type(exc).__name__):
+            raise RenderError(
+                f"robosuite offscreen rendering failed: {exc}",
+                fix="render headless with MUJOCO_GL=egl (apt-get install -y libegl1 "
+                "libegl-mesa0) or MUJOCO_GL=osmesa (libosmesa6), or pass camera=False",
+            ) from exc
+        raise
+
+
+def _state_layout(spec: Mapping[str, Any], object_state: bool) -> tuple[list[str], VectorSpec]:
+    """The raw keys concatenated into ``state`` (robot's, then objects') and its spec.
+
+    Args:
+        spec: robosuite's ``observation_spec()`` (key -> example value).
+        object_state: Include the task's object keys (privileged).
+
+    Returns:
+        The keys in order and the ``state`` spec (dims ``<key>.<i>``, unbounded, units by key).
+    """
+    skip = {"robot0_proprio-state", "object-state"}
+    robot = [k for k in spec if k.startswith("robot") and k not in skip and "image" not in k]
+    robot = [k for k in robot if not k.endswith("-state")]
+    objects = [
+        k
+        for k in spec
+        if object_state and not k.startswith("robot") and not k.endswith(("_image", "-state"))
+    ]
+    keys = robot + objects
+    names, units = [], []
+    for key in keys:
+        n = int(np.asarray(spec[key]).size)
+        names += [f"{key}.{i}" for i in range(n)]
+        units += [_unit(key)] * n
+    inf = float("inf")
+    state_spec = VectorSpec(tuple(names), (-inf,) * len(names), (inf,) * len(names), tuple(units))
+    return keys, state_spec
+
+
+def _action_names(ctrl_type: str, dim: int) -> tuple[str, ...]:
+    """Names of a ``dim``-dim action of controller type ``ctrl_type``: its arm dims and a
+    gripper when one dim is left over; ``a0, a1, ...`` for a controller without names."""
+    arm = ACTION_NAMES.get(ctrl_type, ())
+    if len(arm) == dim - 1:
+        return (*arm, "gripper")
+    if len(arm) == dim:
+        return arm
+    return tuple(f"a{i}" for i in range(dim))
+
+
 class RobosuiteEnv(Env):
     """A robosuite env adapted to the ``embodied`` contract.
 
@@ -158,14 +241,7 @@ class RobosuiteEnv(Env):
             )
         cams = self._cameras(camera)
         h, w = (image_size, image_size) if isinstance(image_size, int) else map(int, image_size)
-        try:
-            ctrl_cfg = suite.load_controller_config(default_controller=controller)
-        except Exception as exc:
-            raise UnknownNameError(
-                f"unknown robosuite controller {controller!r}; controllers: "
-                f"{sorted(suite.ALL_CONTROLLERS)}",
-                fix="use e.g. OSC_POSE",
-            ) from exc
+        ctrl_cfg = _controller_config(suite, controller)
         kwargs: dict[str, Any] = {
             "robots": robots,
             "controller_configs": ctrl_cfg,
@@ -181,23 +257,7 @@ class RobosuiteEnv(Env):
             "hard_reset": False,
             **robosuite_kwargs,
         }
-        try:
-            self.raw = suite.make(env_name, **kwargs)
-        except ValueError as exc:
-            if "_image" in str(exc):
-                raise ConfigError(
-                    f"robosuite:{env_name} has no camera among {cams}: {exc}",
-                    fix=f"use cameras of the task, e.g. {', '.join(SINGLE_ARM_CAMERAS)}",
-                ) from exc
-            raise
-        except Exception as exc:
-            if cams and ("EGL" in repr(exc) or "GL" in type(exc).__name__):
-                raise RenderError(
-                    f"robosuite offscreen rendering failed: {exc}",
-                    fix="render headless with MUJOCO_GL=egl (apt-get install -y libegl1 "
-                    "libegl-mesa0) or MUJOCO_GL=osmesa (libosmesa6), or pass camera=False",
-                ) from exc
-            raise
+        self.raw = _make_raw(suite, env_name, cams, kwargs)
         close_at_exit(self)
         self.env_id = f"robosuite:{env_name}"
         self.instruction = instruction or INSTRUCTIONS.get(env_name, _words(env_name))
@@ -206,55 +266,40 @@ class RobosuiteEnv(Env):
         self.camera_names = cams
         self._image_keys = [(f"{CAMERA_ALIASES.get(c, c)}_image", image_key(c)) for c in cams]
 
-        spec = self.raw.observation_spec()
-        skip = {"robot0_proprio-state", "object-state"}
-        robot = [k for k in spec if k.startswith("robot") and k not in skip and "image" not in k]
-        robot = [k for k in robot if not k.endswith("-state")]
-        objects = [
-            k
-            for k in spec
-            if object_state and not k.startswith("robot") and not k.endswith(("_image", "-state"))
-        ]
-        self._state_keys = robot + objects
-        names, units = [], []
-        for key in self._state_keys:
-            n = int(np.asarray(spec[key]).size)
-            names += [f"{key}.{i}" for i in range(n)]
-            units += [_unit(key)] * n
-        inf = float("inf")
-        state_spec = VectorSpec(
-            tuple(names), (-inf,) * len(names), (inf,) * len(names), tuple(units)
-        )
+        self._state_keys, state_spec = _state_layout(self.raw.observation_spec(), object_state)
         self.observation_spec = ObservationSpec(state_spec, {c: ImageSpec(h, w) for c in cams})
 
         low, high = self.raw.action_spec
-        ctrl_type = str(ctrl_cfg.get("type", controller))
-        arm = ACTION_NAMES.get(ctrl_type, ())
         dim = int(np.asarray(low).size)
-        if len(arm) == dim - 1:
-            act_names: tuple[str, ...] = (*arm, "gripper")
-        elif len(arm) == dim:
-            act_names = arm
-        else:
-            act_names = tuple(f"a{i}" for i in range(dim))
+        act_names = _action_names(str(ctrl_cfg.get("type", controller)), dim)
         self.action_spec = VectorSpec(
             act_names, tuple(map(float, low)), tuple(map(float, high)), ("1",) * dim
         )
         # robosuite's grippers: -1 opens, +1 closes (embodied.specs.GRIPPER_CONVENTIONS)
         self.gripper_convention = "close_positive" if "gripper" in act_names else None
         self.action_space = gym.spaces.Box(np.asarray(low), np.asarray(high), dtype=np.float64)
+        self.observation_space = self._observation_space(state_spec.dim, h, w)
+        self.image_size = (h, w)
+        self._t = 0
+        self._ee_prev = np.zeros(3)
+
+    def _observation_space(self, state_dim: int, h: int, w: int) -> gym.spaces.Dict:
+        """The gym space of :meth:`_convert`'s observations (``state``, images, instruction).
+
+        Args:
+            state_dim: Length of ``state``.
+            h: Camera height in pixels.
+            w: Camera width in pixels.
+        """
         obs_spaces: dict[str, gym.Space[Any]] = {
-            "state": gym.spaces.Box(-np.inf, np.inf, (state_spec.dim,), np.float32)
+            "state": gym.spaces.Box(-np.inf, np.inf, (state_dim,), np.float32)
         }
         for _, key in self._image_keys:
             obs_spaces[key] = gym.spaces.Box(0, 255, (h, w, 3), np.uint8)
         obs_spaces["instruction"] = gym.spaces.Text(
             max_length=256, min_length=0, charset=string.printable
         )
-        self.observation_space = gym.spaces.Dict(obs_spaces)
-        self.image_size = (h, w)
-        self._t = 0
-        self._ee_prev = np.zeros(3)
+        return gym.spaces.Dict(obs_spaces)
 
     @staticmethod
     def _cameras(camera: bool | str | Sequence[str]) -> list[str]:

@@ -70,6 +70,7 @@ Deviations from the reference (labelled *our choice*):
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -78,6 +79,7 @@ from gymnasium import spaces
 from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
+from stable_baselines3.common.type_aliases import RolloutBufferSamples
 from stable_baselines3.common.utils import explained_variance
 from torch import nn
 from torch.nn import functional as F
@@ -292,6 +294,31 @@ def remax_advantage(
     return signal - (pi * q_plus).sum(dim=-1)
 
 
+@dataclass(frozen=True)
+class _RolloutQ:
+    """The rollout's Q values ``(N, K)`` and probabilities ``(N, K)`` per flattened buffer
+    sample; both None for m = 1 (plain PPO needs neither)."""
+
+    q: th.Tensor | None
+    pi: th.Tensor | None
+
+
+@dataclass
+class _TrainStats:
+    """What one :meth:`RePPO.train` logs: one entry per minibatch, ``approx_kl_divs`` for the
+    last epoch only (as SB3's PPO), and the last minibatch's loss."""
+
+    entropy_losses: list[float] = field(default_factory=list)
+    pg_losses: list[float] = field(default_factory=list)
+    value_losses: list[float] = field(default_factory=list)
+    clip_fractions: list[float] = field(default_factory=list)
+    adv_means: list[float] = field(default_factory=list)
+    adv_stds: list[float] = field(default_factory=list)
+    improvements: list[float] = field(default_factory=list)
+    approx_kl_divs: list[float] = field(default_factory=list)
+    loss: th.Tensor = field(default_factory=lambda: th.zeros(()))
+
+
 class RePPO(PPO):
     """PPO on the ReMax objective (expected best return over ``m`` retries).
 
@@ -366,90 +393,16 @@ class RePPO(PPO):
             if self.clip_range_vf is not None
             else None
         )
-        plain = self.m == 1.0
-        # Rollout Q values and probabilities, per flattened buffer sample (parameters unchanged
-        # since the rollout); the reference stores them in its Transition instead.
-        q_old = pi_old = None
-        if not plain:
-            buf = self.rollout_buffer
-            obs = buf.observations
-            if not buf.generator_ready:
-                obs = buf.swap_and_flatten(obs)
-            with th.no_grad():
-                q_old, pi_old = policy.q_and_probs(buf.to_torch(obs))
-
-        entropy_losses: list[float] = []
-        pg_losses: list[float] = []
-        value_losses: list[float] = []
-        clip_fractions: list[float] = []
-        adv_means: list[float] = []
-        adv_stds: list[float] = []
-        improvements: list[float] = []
+        rollout = self._rollout_q_and_probs(policy)
+        stats = _TrainStats()
         continue_training = True
-        approx_kl_divs: list[float] = []
-        loss = th.zeros(())
         for epoch in range(self.n_epochs):
-            approx_kl_divs = []
+            stats.approx_kl_divs = []
             for inds, data in self._minibatches(self.batch_size):
-                actions = data.actions
-                if isinstance(self.action_space, spaces.Discrete):
-                    actions = data.actions.long().flatten()
-                q_all, log_prob, entropy, probs = policy.evaluate_q(data.observations, actions)
-                values = q_all.gather(1, actions.reshape(-1, 1)).flatten()
-                if plain:
-                    advantages = data.advantages
-                else:
-                    assert q_old is not None and pi_old is not None
-                    t_inds = th.as_tensor(inds, device=q_old.device)
-                    q_b = q_old[t_inds]
-                    pi_b = probs.detach() if self.use_current_probs else pi_old[t_inds]
-                    with th.no_grad():
-                        advantages = remax_advantage(
-                            data.returns, q_b, pi_b, actions, self.m, self.replace_q
-                        )
-                        q_ref = (
-                            q_b.scatter(1, actions.reshape(-1, 1), data.returns.reshape(-1, 1))
-                            if self.replace_q
-                            else q_b
-                        )
-                        improvements.append(
-                            expected_improvement(data.returns.reshape(-1, 1), q_ref, pi_b, self.m)
-                            .mean()
-                            .item()
-                        )
-                adv_means.append(advantages.mean().item())
-                adv_stds.append(advantages.std().item() if len(advantages) > 1 else 0.0)
-                if self.normalize_advantage and len(advantages) > 1:
-                    # m = 1: SB3's PPO (unbiased std); ReMax: the reference's population std
-                    std = advantages.std() if plain else advantages.std(unbiased=False)
-                    advantages = (advantages - advantages.mean()) / (std + 1e-8)
-
-                ratio = th.exp(log_prob - data.old_log_prob)
-                policy_loss_1 = advantages * ratio
-                policy_loss_2 = advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)
-                policy_loss = -th.min(policy_loss_1, policy_loss_2).mean()
-                pg_losses.append(policy_loss.item())
-                clip_fractions.append(th.mean((th.abs(ratio - 1) > clip_range).float()).item())
-
-                if clip_range_vf is None:
-                    values_pred = values
-                else:  # clip around the rollout Q(s, a) (reference), or V for m = 1 (as SB3)
-                    old = (
-                        data.old_values
-                        if q_old is None
-                        else q_old[th.as_tensor(inds)].gather(1, actions.reshape(-1, 1)).flatten()
-                    )
-                    values_pred = old + th.clamp(values - old, -clip_range_vf, clip_range_vf)
-                value_loss = F.mse_loss(data.returns, values_pred)
-                value_losses.append(value_loss.item())
-                entropy_loss = -th.mean(entropy)
-                entropy_losses.append(entropy_loss.item())
-                loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
-
-                with th.no_grad():
-                    log_ratio = log_prob - data.old_log_prob
-                    approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio).cpu().numpy()
-                    approx_kl_divs.append(float(approx_kl_div))
+                loss, approx_kl_div = self._minibatch_loss(
+                    policy, inds, data, rollout, clip_range, clip_range_vf, stats
+                )
+                stats.loss = loss
                 if self.target_kl is not None and approx_kl_div > 1.5 * self.target_kl:
                     continue_training = False
                     if self.verbose >= 1:
@@ -466,26 +419,162 @@ class RePPO(PPO):
             self._n_updates += 1
             if not continue_training:
                 break
+        self._record_train(stats, clip_range, clip_range_vf, rollout)
 
+    def _rollout_q_and_probs(self, policy: QActorCriticPolicy) -> _RolloutQ:
+        """Rollout Q values and probabilities per flattened buffer sample (none for m = 1).
+
+        The parameters are unchanged since the rollout, so evaluating the buffer now gives the
+        rollout's values; the reference stores them in its Transition instead.
+        """
+        if self.m == 1.0:
+            return _RolloutQ(None, None)
+        buf = self.rollout_buffer
+        obs = buf.observations
+        if not buf.generator_ready:
+            obs = buf.swap_and_flatten(obs)
+        with th.no_grad():
+            q_old, pi_old = policy.q_and_probs(buf.to_torch(obs))
+        return _RolloutQ(q_old, pi_old)
+
+    def _minibatch_loss(
+        self,
+        policy: QActorCriticPolicy,
+        inds: np.ndarray,
+        data: RolloutBufferSamples,
+        rollout: _RolloutQ,
+        clip_range: float,
+        clip_range_vf: float | None,
+        stats: _TrainStats,
+    ) -> tuple[th.Tensor, np.ndarray]:
+        """PPO's clipped loss on one minibatch, its statistics appended to ``stats``.
+
+        Args:
+            policy: The policy being trained.
+            inds: The minibatch's indices into the flattened rollout buffer.
+            data: The minibatch (SB3's ``RolloutBufferSamples``).
+            rollout: The rollout's Q values and probabilities.
+            clip_range: PPO's ratio clip.
+            clip_range_vf: The value clip around the rollout's values (None: unclipped).
+            stats: This update's statistics so far.
+
+        Returns:
+            The loss and the approximate KL divergence from the rollout policy.
+        """
+        actions = data.actions
+        if isinstance(self.action_space, spaces.Discrete):
+            actions = data.actions.long().flatten()
+        q_all, log_prob, entropy, probs = policy.evaluate_q(data.observations, actions)
+        values = q_all.gather(1, actions.reshape(-1, 1)).flatten()
+        advantages = self._advantages(inds, data, actions, probs, rollout, stats)
+
+        ratio = th.exp(log_prob - data.old_log_prob)
+        policy_loss_1 = advantages * ratio
+        policy_loss_2 = advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)
+        policy_loss = -th.min(policy_loss_1, policy_loss_2).mean()
+        stats.pg_losses.append(policy_loss.item())
+        stats.clip_fractions.append(th.mean((th.abs(ratio - 1) > clip_range).float()).item())
+
+        q_old = rollout.q
+        if clip_range_vf is None:
+            values_pred = values
+        else:  # clip around the rollout Q(s, a) (reference), or V for m = 1 (as SB3)
+            old = (
+                data.old_values
+                if q_old is None
+                else q_old[th.as_tensor(inds)].gather(1, actions.reshape(-1, 1)).flatten()
+            )
+            values_pred = old + th.clamp(values - old, -clip_range_vf, clip_range_vf)
+        value_loss = F.mse_loss(data.returns, values_pred)
+        stats.value_losses.append(value_loss.item())
+        entropy_loss = -th.mean(entropy)
+        stats.entropy_losses.append(entropy_loss.item())
+        loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
+
+        with th.no_grad():
+            log_ratio = log_prob - data.old_log_prob
+            approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio).cpu().numpy()
+            stats.approx_kl_divs.append(float(approx_kl_div))
+        return loss, approx_kl_div
+
+    def _advantages(
+        self,
+        inds: np.ndarray,
+        data: RolloutBufferSamples,
+        actions: th.Tensor,
+        probs: th.Tensor,
+        rollout: _RolloutQ,
+        stats: _TrainStats,
+    ) -> th.Tensor:
+        """The minibatch's advantages: GAE's for m = 1, else ReMax's; normalised if asked.
+
+        Args:
+            inds: The minibatch's indices into the flattened rollout buffer.
+            data: The minibatch (SB3's ``RolloutBufferSamples``).
+            actions: The actions taken (indices for a Discrete space).
+            probs: The current policy's probabilities (used detached).
+            rollout: The rollout's Q values and probabilities.
+            stats: This update's statistics so far (the advantage's, before normalisation).
+        """
+        plain = self.m == 1.0
+        if plain:
+            advantages = data.advantages
+        else:
+            q_old, pi_old = rollout.q, rollout.pi
+            assert q_old is not None and pi_old is not None
+            t_inds = th.as_tensor(inds, device=q_old.device)
+            q_b = q_old[t_inds]
+            pi_b = probs.detach() if self.use_current_probs else pi_old[t_inds]
+            with th.no_grad():
+                advantages = remax_advantage(
+                    data.returns, q_b, pi_b, actions, self.m, self.replace_q
+                )
+                q_ref = (
+                    q_b.scatter(1, actions.reshape(-1, 1), data.returns.reshape(-1, 1))
+                    if self.replace_q
+                    else q_b
+                )
+                stats.improvements.append(
+                    expected_improvement(data.returns.reshape(-1, 1), q_ref, pi_b, self.m)
+                    .mean()
+                    .item()
+                )
+        stats.adv_means.append(advantages.mean().item())
+        stats.adv_stds.append(advantages.std().item() if len(advantages) > 1 else 0.0)
+        if self.normalize_advantage and len(advantages) > 1:
+            # m = 1: SB3's PPO (unbiased std); ReMax: the reference's population std
+            std = advantages.std() if plain else advantages.std(unbiased=False)
+            advantages = (advantages - advantages.mean()) / (std + 1e-8)
+        return advantages
+
+    def _record_train(
+        self,
+        stats: _TrainStats,
+        clip_range: float,
+        clip_range_vf: float | None,
+        rollout: _RolloutQ,
+    ) -> None:
+        """Log one update's statistics (``train/*`` as SB3's PPO, plus ``reppo/*``)."""
         explained_var = explained_variance(
             self.rollout_buffer.values.flatten(), self.rollout_buffer.returns.flatten()
         )
-        self.logger.record("train/entropy_loss", np.mean(entropy_losses))
-        self.logger.record("train/policy_gradient_loss", np.mean(pg_losses))
-        self.logger.record("train/value_loss", np.mean(value_losses))
-        self.logger.record("train/approx_kl", np.mean(approx_kl_divs))
-        self.logger.record("train/clip_fraction", np.mean(clip_fractions))
-        self.logger.record("train/loss", loss.item())
+        self.logger.record("train/entropy_loss", np.mean(stats.entropy_losses))
+        self.logger.record("train/policy_gradient_loss", np.mean(stats.pg_losses))
+        self.logger.record("train/value_loss", np.mean(stats.value_losses))
+        self.logger.record("train/approx_kl", np.mean(stats.approx_kl_divs))
+        self.logger.record("train/clip_fraction", np.mean(stats.clip_fractions))
+        self.logger.record("train/loss", stats.loss.item())
         self.logger.record("train/explained_variance", explained_var)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/clip_range", clip_range)
         if clip_range_vf is not None:
             self.logger.record("train/clip_range_vf", clip_range_vf)
         self.logger.record("reppo/m", self.m)
-        self.logger.record("reppo/advantage_mean", float(np.mean(adv_means)))
-        self.logger.record("reppo/advantage_std", float(np.mean(adv_stds)))
-        if improvements:
-            self.logger.record("reppo/expected_improvement", float(np.mean(improvements)))
+        self.logger.record("reppo/advantage_mean", float(np.mean(stats.adv_means)))
+        self.logger.record("reppo/advantage_std", float(np.mean(stats.adv_stds)))
+        if stats.improvements:
+            self.logger.record("reppo/expected_improvement", float(np.mean(stats.improvements)))
+        q_old = rollout.q
         if q_old is not None:
             spread = (q_old.max(dim=-1).values - q_old.min(dim=-1).values).mean().item()
             self.logger.record("reppo/q_spread", spread)

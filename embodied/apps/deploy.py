@@ -34,7 +34,7 @@ from controllers.shield import RobustShield, ShieldFilter
 from controllers.shield.abstraction import Measure
 from embodied.concepts import make_concept
 from embodied.config import Rule, checked, validate
-from embodied.contracts import ActionFilter
+from embodied.contracts import ActionFilter, Policy
 from embodied.datasets import DatasetWriter, EpisodeData
 from embodied.errors import ActionError, ConfigError, EmbodiedError, SafetyFault
 from embodied.io import write_json
@@ -45,6 +45,7 @@ from hardware import make_robot
 from hardware.configuration_robot import RobotConfig
 from hardware.env import RobotEnv
 from hardware.robot import Robot
+from hardware.safety import SafetyFilter
 
 log = logging.getLogger("embodied.apps.deploy")
 
@@ -310,26 +311,23 @@ def deploy(
     """
     rate = float(config.rate_hz or robot_config.control_rate_hz)
     policy, dry_run, max_seconds = config.policy, config.dry_run, config.max_seconds
-    instruction = config.instruction
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     stop_event = stop_event or threading.Event()
     robot = robot or make_robot(robot_config, dry_run=dry_run)
     steering = steering_from_file(config.controller) if config.controller else None
     steps_per_episode = max(1, round(max_seconds * rate))
-    shards: list[Path] = []
-    reason, fault, total_steps = "max_steps", None, 0
-    t0 = time.monotonic()
-    summary: dict[str, Any] = {
-        "robot": robot_config.name,
-        "dry_run": dry_run,
-        "policy": str(policy),
-        "rate_hz": rate,
-        "max_seconds": max_seconds,
-    }
-    safety = None
-    shielded: ShieldThenSafety | None = None
-    recording: McapRecorder | None = None
+    run = _DeployRun(
+        out,
+        time.monotonic(),
+        {
+            "robot": robot_config.name,
+            "dry_run": dry_run,
+            "policy": str(policy),
+            "rate_hz": rate,
+            "max_seconds": max_seconds,
+        },
+    )
     try:
         with robot:
             if config.clear_estop:
@@ -337,16 +335,18 @@ def deploy(
                 robot.enable()
             env = RobotEnv(
                 robot,
-                instruction=instruction,
+                instruction=config.instruction,
                 control_rate_hz=rate,
                 max_episode_steps=steps_per_episode,
             )
             pol = policies.load(policy, env=env, **dict(config.policy_kwargs))
-            safety = env.safety_filter()
+            # in `run` before the shield loads: a shield that fails to load still leaves the
+            # safety summary and events in the run's files
+            run.safety = safety = env.safety_filter()
             loop_filter: ActionFilter = safety
             if config.shield is not None:
-                shielded = ShieldThenSafety(load_shield(config, env.action_spec.dim), safety)
-                loop_filter = shielded
+                run.shielded = ShieldThenSafety(load_shield(config, env.action_spec.dim), safety)
+                loop_filter = run.shielded
             writer = DatasetWriter(
                 out / "episodes",
                 env_args={
@@ -356,92 +356,176 @@ def deploy(
                     "policy": str(policy),
                 },
             )
-            if config.record is not None or config.foxglove is not None:
-                live = None if config.foxglove is None else LiveView(config.foxglove)
-                if live is not None:
-                    log.warning("live view for Foxglove on %s", live.url)
-                    print(f"foxglove: open connection {live.url}", flush=True)
-                recording = McapRecorder(config.record, env.describe(), live=live)
+            run.recording = _open_recording(config, env)
+            loop = _DeployLoop(
+                robot,
+                env,
+                pol,
+                safety,
+                loop_filter,
+                writer,
+                steering,
+                stop_event,
+                steps_per_episode,
+            )
             for index in range(config.episodes):
-                recorder = _Recorder()
-                callbacks: list[Callable[[StepRecord], None]] = [recorder]
-                tap = None
-                if recording is not None:
-                    recording.start_episode(meta={"episode": index, "policy": str(policy)})
-                    tap = SafetyTap(safety, recording)
-                    callbacks += [recording, tap]
-                deadline = time.monotonic() + max_seconds
-
-                def should_stop(_deadline: float = deadline) -> bool:
-                    return stop_event.is_set() or time.monotonic() > _deadline
-
-                meta = {"episode": index, "dry_run": dry_run, "policy": str(policy)}
-                try:
-                    episode: Episode = rollout(
-                        env,
-                        pol,
-                        steering=steering,
-                        safety=loop_filter,
-                        pace=True,
-                        stop_on_success=False,
-                        callbacks=callbacks,
-                        should_stop=should_stop,
-                        max_steps=steps_per_episode,
-                    )
-                    reason = episode.meta["reason"]
-                    if reason == "stopped" and not stop_event.is_set():
-                        reason = "max_steps"  # the wall-clock deadline
-                    episode.meta.update(meta, deploy_reason=reason)
-                    shards.append(writer.add(episode))
-                    total_steps += len(episode)
-                    summary["timing_ms_median"] = {
-                        k: float(np.median(v)) for k, v in episode.timings_ms.items() if len(v)
-                    }
-                except (SafetyFault, ActionError) as exc:  # stop, keep the partial episode
-                    reason, fault = "fault", str(exc)
-                    log.error("fault: %s", exc)
-                    robot.stop()
-                    if tap is not None:
-                        tap()  # the event that raised
-                    data = recorder.episode_data(
-                        instruction, {**meta, "deploy_reason": reason, "fault": fault}
-                    )
-                    if len(data):
-                        shards.append(writer.add(data))
-                    total_steps += len(recorder.records)
-                if recording is not None:
-                    recording.end_episode(reason=reason)
-                if reason != "max_steps":
+                _run_episode(run, loop, config, index)
+                if run.reason != "max_steps":
                     break
-            summary["link_losses"] = env.link_losses
-            summary["steps_without_command"] = env.steps_without_command
+            run.summary["link_losses"] = env.link_losses
+            run.summary["steps_without_command"] = env.steps_without_command
     except BaseException as exc:
-        reason = "stopped" if isinstance(exc, KeyboardInterrupt) else "error"
-        fault = fault or f"{type(exc).__name__}: {exc}"
+        run.reason = "stopped" if isinstance(exc, KeyboardInterrupt) else "error"
+        run.fault = run.fault or f"{type(exc).__name__}: {exc}"
         raise
     finally:
         # `with robot` has commanded the stop (hold) and closed the link by now.
-        if recording is not None:
-            recording.close()
-        summary.update(
-            {
-                "reason": reason,
-                "fault": fault,
-                "steps": total_steps,
-                "duration_s": time.monotonic() - t0,
-                "episodes": [str(p) for p in shards],
-                "commands_sent": robot.commands_sent,
-                "commands_refused": robot.commands_refused,
-                "stop_command_rad": None if robot.last_sent is None else robot.last_sent.tolist(),
-                "safety": None if safety is None else safety.summary(),
-            }
+        _finish(run, robot)
+    return DeployResult(run.reason, run.total_steps, run.shards, run.fault, run.summary)
+
+
+@dataclass
+class _DeployRun:
+    """The state of one :func:`deploy` that its ``summary.json`` reports however far it got;
+    each part is set as soon as it exists, so a failure after it still reports it."""
+
+    out: Path
+    """The output folder."""
+    t0: float
+    """Start (``time.monotonic()``, s)."""
+    summary: dict[str, Any]
+    """What ``summary.json`` holds so far."""
+    shards: list[Path] = field(default_factory=list)
+    reason: str = "max_steps"
+    fault: str | None = None
+    total_steps: int = 0
+    safety: SafetyFilter | None = None
+    shielded: ShieldThenSafety | None = None
+    recording: McapRecorder | None = None
+
+
+@dataclass(frozen=True)
+class _DeployLoop:
+    """What every episode of one :func:`deploy` runs with."""
+
+    robot: Robot
+    env: RobotEnv
+    policy: Policy
+    safety: SafetyFilter
+    """The robot's safety filter (limits, watchdogs, e-stop)."""
+    action_filter: ActionFilter
+    """``safety``, behind the shield when there is one."""
+    writer: DatasetWriter
+    steering: Steering | None
+    stop_event: threading.Event
+    steps_per_episode: int
+
+
+def _open_recording(config: DeployConfig, env: RobotEnv) -> McapRecorder | None:
+    """The MCAP recording and live Foxglove view of ``config`` (None: neither asked for)."""
+    if config.record is None and config.foxglove is None:
+        return None
+    live = None if config.foxglove is None else LiveView(config.foxglove)
+    if live is not None:
+        log.warning("live view for Foxglove on %s", live.url)
+        print(f"foxglove: open connection {live.url}", flush=True)
+    return McapRecorder(config.record, env.describe(), live=live)
+
+
+def _run_episode(run: _DeployRun, loop: _DeployLoop, config: DeployConfig, index: int) -> None:
+    """Run episode ``index`` until its time limit, a stop request or a fault; write it.
+
+    A fault (:class:`SafetyFault`, :class:`ActionError`) commands the stop and keeps the
+    partial episode; ``run.reason`` says how the episode ended (``max_steps`` goes on).
+
+    Args:
+        run: The run so far (episode shards, steps, reason and fault are added to it).
+        loop: The robot, env, policy, filters and writer of every episode.
+        config: The run's options (policy, time limit, instruction, dry run).
+        index: The episode's number, from 0.
+    """
+    recorder = _Recorder()
+    callbacks: list[Callable[[StepRecord], None]] = [recorder]
+    tap = None
+    recording = run.recording
+    if recording is not None:
+        recording.start_episode(meta={"episode": index, "policy": str(config.policy)})
+        tap = SafetyTap(loop.safety, recording)
+        callbacks += [recording, tap]
+    deadline = time.monotonic() + config.max_seconds
+
+    def should_stop() -> bool:
+        return loop.stop_event.is_set() or time.monotonic() > deadline
+
+    meta = {"episode": index, "dry_run": config.dry_run, "policy": str(config.policy)}
+    try:
+        episode: Episode = rollout(
+            loop.env,
+            loop.policy,
+            steering=loop.steering,
+            safety=loop.action_filter,
+            pace=True,
+            stop_on_success=False,
+            callbacks=callbacks,
+            should_stop=should_stop,
+            max_steps=loop.steps_per_episode,
         )
-        if shielded is not None:
-            summary["shield"] = shielded.summary()
-        link = getattr(robot, "link", None) or getattr(robot, "last_link", None)
-        if link is not None:
-            summary["link"] = {k: v for k, v in vars(link.stats).items()}
-        write_json(out / "summary.json", summary)
-        if safety is not None:
-            write_json(out / "safety_events.json", [e.to_dict() for e in safety.events])
-    return DeployResult(reason, total_steps, shards, fault, summary)
+        run.reason = episode.meta["reason"]
+        if run.reason == "stopped" and not loop.stop_event.is_set():
+            run.reason = "max_steps"  # the wall-clock deadline
+        episode.meta.update(meta, deploy_reason=run.reason)
+        run.shards.append(loop.writer.add(episode))
+        run.total_steps += len(episode)
+        run.summary["timing_ms_median"] = {
+            k: float(np.median(v)) for k, v in episode.timings_ms.items() if len(v)
+        }
+    except (SafetyFault, ActionError) as exc:  # stop, keep the partial episode
+        run.reason, run.fault = "fault", str(exc)
+        log.error("fault: %s", exc)
+        loop.robot.stop()
+        if tap is not None:
+            tap()  # the event that raised
+        data = recorder.episode_data(
+            config.instruction, {**meta, "deploy_reason": run.reason, "fault": run.fault}
+        )
+        if len(data):
+            run.shards.append(loop.writer.add(data))
+        run.total_steps += len(recorder.records)
+    if recording is not None:
+        recording.end_episode(reason=run.reason)
+
+
+def _finish(run: _DeployRun, robot: Robot) -> None:
+    """Close the recording and write ``summary.json`` and ``safety_events.json``.
+
+    Runs however the run ended (after the robot's stop command), so it reads only what
+    ``run`` got to.
+
+    Args:
+        run: The run, however far it got.
+        robot: The robot (its command counts, last command and link statistics).
+    """
+    if run.recording is not None:
+        run.recording.close()
+    safety = run.safety
+    run.summary.update(
+        {
+            "reason": run.reason,
+            "fault": run.fault,
+            "steps": run.total_steps,
+            "duration_s": time.monotonic() - run.t0,
+            "episodes": [str(p) for p in run.shards],
+            "commands_sent": robot.commands_sent,
+            "commands_refused": robot.commands_refused,
+            "stop_command_rad": None if robot.last_sent is None else robot.last_sent.tolist(),
+            "safety": None if safety is None else safety.summary(),
+        }
+    )
+    if run.shielded is not None:
+        run.summary["shield"] = run.shielded.summary()
+    link = getattr(robot, "link", None) or getattr(robot, "last_link", None)
+    if link is not None:
+        run.summary["link"] = {k: v for k, v in vars(link.stats).items()}
+    write_json(run.out / "summary.json", run.summary)
+    if safety is not None:
+        write_json(run.out / "safety_events.json", [e.to_dict() for e in safety.events])

@@ -121,6 +121,21 @@ class _Killed(Exception):
     """Stands for the process dying right after a training state was written."""
 
 
+def test_fine_tune_from_init_trains_from_its_weights(tmp_path: Path) -> None:
+    # the init checkpoint's weights once overwrote the resume state, so _train read them as
+    # a training state and raised KeyError: fine-tuning (steps > 0) could not run
+    first, tuned, cache = tmp_path / "first", tmp_path / "tuned", tmp_path / "cache"
+    main(first, steps=3, cache=str(cache))
+    calib = main(tuned, init=str(first), steps=2, cache=str(cache))
+    assert calib["train"]["steps"] == 2 and calib["train"]["from"]["steps"] == 3
+    before, after = (
+        load_file(str(first / "model.safetensors")),
+        load_file(str(tuned / "model.safetensors")),
+    )
+    assert before.keys() == after.keys()
+    assert not all(np.array_equal(before[k].numpy(), after[k].numpy()) for k in before)
+
+
 def test_resume_continues_bitwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Killed after the state at step 4, rerun with --resume: the same weights as a run never
     stopped. steps=10 is also the regression case of OneCycleLR's division by zero (10 % warm-up

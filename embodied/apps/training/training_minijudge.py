@@ -606,10 +606,61 @@ def train_minijudge(config: MiniJudgeTrainConfig, resume: bool = False) -> dict[
             remove_stale_temps(folder)  # what a killed run left half-written
     state = _train_state_to_resume(out, config, resume)
     torch.set_num_threads(config.threads)
+    # seeded before the judge is built: its initial weights are the first torch draws
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     t0 = time.perf_counter()
+    judge, init_train = _initial_judge(config)
+    seeds = _split_seeds(config, init_train)
+    data = _record_data(config, t0)
+    if config.steps > 0:
+        _train(judge, data.train, data.calibration, config, rng, t0, state)
+    judge.model.eval()
+    judge.clear_cache()
+    ev = evaluate(judge, data.calibration)
+    judge.threshold, rule = _choose_threshold(ev, config)
+    judge.calibration = _calibration_record(judge, ev, rule, data, seeds, config, t0)
+    if config.init:  # keep the history of how the starting checkpoint was trained
+        judge.calibration["train"]["from"] = init_train
+    if config.init and config.steps == 0:
+        _save_recalibrated(judge, Path(config.init), Path(config.out))
+    else:
+        judge.save_pretrained(config.out)
+    _print_summary(judge, config)
+    return judge.calibration
 
+
+@dataclasses.dataclass(frozen=True)
+class _SplitSeeds:
+    """The reset seeds of each role an episode can have (env id -> inclusive ranges)."""
+
+    stage: SeedRanges
+    """This stage's training seeds (without the starting checkpoint's)."""
+    splits: dict[str, SeedRanges]
+    """``train`` (this stage's and the history's), ``calibration`` and ``report``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Data:
+    """The recorded episodes of one run, by split."""
+
+    train: list[LabelledDemonstration]
+    calibration: list[LabelledDemonstration]
+    report: list[LabelledDemonstration]
+
+
+def _initial_judge(config: MiniJudgeTrainConfig) -> tuple[MiniJudge, dict[str, Any]]:
+    """A new judge, or ``config.init``'s weights; with the history of how those were trained.
+
+    Args:
+        config: The run (``init``, ``head``, ``image_size``, ``film_layer``).
+
+    Returns:
+        The judge on the CPU and ``config.init``'s training history (``{}``: none).
+
+    Raises:
+        CheckpointError: ``config.init``'s calibration or weights do not load into a judge.
+    """
     judge_config = MiniJudgeConfig(
         device="cpu", head=config.head, image_size=config.image_size, film_layer=config.film_layer
     )
@@ -630,15 +681,24 @@ def train_minijudge(config: MiniJudgeTrainConfig, resume: bool = False) -> dict[
                     f"{calib}: 'train' is {type(init_train).__name__}, not the training history",
                     fix="start from a checkpoint this module wrote",
                 )
-        state = load_file(str(Path(config.init) / "model.safetensors"))
-        missing, unexpected = judge.model.load_state_dict(state, strict=False)
+        weights = load_file(str(Path(config.init) / "model.safetensors"))
+        missing, unexpected = judge.model.load_state_dict(weights, strict=False)
         if unexpected or any(not k.startswith("film.") for k in missing):
             raise CheckpointError(
                 f"init {config.init!r}: model.safetensors misses {missing}, has unexpected "
                 f"{unexpected}",
                 fix="start from a minijudge checkpoint (config.json + model.safetensors)",
             )
-    # every episode has one role: trained on, chooses the threshold, or is reported on
+    return judge, init_train
+
+
+def _split_seeds(config: MiniJudgeTrainConfig, init_train: dict[str, Any]) -> _SplitSeeds:
+    """Every episode's one role: trained on, chooses the threshold, or is reported on.
+
+    Raises:
+        ConfigError: two roles would share reset seeds.
+        CheckpointError: ``init_train`` does not tell which seeds it was trained on.
+    """
     stage_seeds = train_seeds(config)
     seeds = {
         "train": merge_seeds(stage_seeds, history_train_seeds(init_train)),
@@ -648,6 +708,16 @@ def train_minijudge(config: MiniJudgeTrainConfig, resume: bool = False) -> dict[
         "report": split_seeds(REPORT_SEED0 + config.seed, config.n_val, config.n_wrong_val),
     }
     check_disjoint(seeds)
+    return _SplitSeeds(stage_seeds, seeds)
+
+
+def _record_data(config: MiniJudgeTrainConfig, t0: float) -> _Data:
+    """Record (or read from ``config.cache``) the training, calibration and report episodes.
+
+    Args:
+        config: The run.
+        t0: The run's start (``time.perf_counter()``, seconds) for the printed duration.
+    """
     train: list[LabelledDemonstration] = []
     if config.steps > 0:  # recalibration alone records no training episodes
         train = _cached(
@@ -676,13 +746,19 @@ def train_minijudge(config: MiniJudgeTrainConfig, resume: bool = False) -> dict[
         f"report episodes ({t_data:.0f} s)",
         flush=True,
     )
+    return _Data(train, calib_episodes, report_episodes)
 
-    if config.steps > 0:
-        _train(judge, train, calib_episodes, config, rng, t0, state)
-    judge.model.eval()
-    judge.clear_cache()
 
-    ev = evaluate(judge, calib_episodes)
+def _choose_threshold(ev: dict[str, Any], config: MiniJudgeTrainConfig) -> tuple[float, str]:
+    """The decision threshold on the calibration split's evaluation ``ev``, and its rule.
+
+    Args:
+        ev: :func:`evaluate` on the calibration split.
+        config: The run (``threshold_tnr``: None maximises TPR + TNR).
+
+    Returns:
+        The threshold (a probability) and the rule that chose it, in words.
+    """
     if config.threshold_tnr is None:
         threshold = np.clip(best_threshold(ev["probs"], ev["labels"]), 0.05, 0.95)
         rule = "maximum TPR + TNR over the calibration split's frames, clipped to 0.05..0.95"
@@ -693,10 +769,32 @@ def train_minijudge(config: MiniJudgeTrainConfig, resume: bool = False) -> dict[
             f"lowest threshold keeping each task's TNR >= {100 * config.threshold_tnr:g} % over "
             "the calibration split's frames, at least 0.05"
         )
-    judge.threshold = float(threshold)
-    rep = evaluate(judge, report_episodes)
+    return float(threshold), rule
+
+
+def _calibration_record(
+    judge: MiniJudge,
+    ev: dict[str, Any],
+    rule: str,
+    data: _Data,
+    seeds: _SplitSeeds,
+    config: MiniJudgeTrainConfig,
+    t0: float,
+) -> dict[str, Any]:
+    """``calibration.json``: the threshold, the report split's agreement and the history.
+
+    Args:
+        judge: The trained judge, its ``threshold`` chosen.
+        ev: :func:`evaluate` on the calibration split.
+        rule: How the threshold was chosen, in words.
+        data: The run's episodes (the report split is evaluated here).
+        seeds: The splits' reset seeds.
+        config: The run.
+        t0: The run's start (``time.perf_counter()``, seconds).
+    """
+    rep = evaluate(judge, data.report)
     per_env = _per_env(rep, judge.threshold)
-    judge.calibration = {
+    return {
         "threshold": judge.threshold,
         "threshold_rule": f"{rule}; every agreement figure below is on the report split unless "
         "named calibration",
@@ -704,41 +802,39 @@ def train_minijudge(config: MiniJudgeTrainConfig, resume: bool = False) -> dict[
         "splits": {
             "seed_ranges": "env id -> inclusive [first, last] reset seeds; the three splits "
             "share none (checked by train_minijudge)",
-            "train": {"seeds": seeds["train"]},
+            "train": {"seeds": seeds.splits["train"]},
             "calibration": {
-                "episodes": len(calib_episodes),
-                "kinds": _kind_counts(calib_episodes),
-                "seeds": seeds["calibration"],
+                "episodes": len(data.calibration),
+                "kinds": _kind_counts(data.calibration),
+                "seeds": seeds.splits["calibration"],
             },
             "report": {
-                "episodes": len(report_episodes),
-                "kinds": _kind_counts(report_episodes),
-                "seeds": seeds["report"],
+                "episodes": len(data.report),
+                "kinds": _kind_counts(data.report),
+                "seeds": seeds.splits["report"],
             },
         },
         "oracle_agreement": rates(rep["probs"] >= judge.threshold, rep["labels"]).to_dict(),
         "oracle_agreement_per_env": per_env,
         "oracle_agreement_per_kind": agreement_by_kind(rep, judge.threshold),
-        "colour_binding_percent": colour_binding(judge, report_episodes),
-        "arrival_agreement_per_env": arrival_agreement(report_episodes, rep, judge.threshold),
+        "colour_binding_percent": colour_binding(judge, data.report),
+        "arrival_agreement_per_env": arrival_agreement(data.report, rep, judge.threshold),
         "calibration_agreement": rates(ev["probs"] >= judge.threshold, ev["labels"]).to_dict(),
         "table": calibration_table(ev["probs"], ev["labels"]),
         "table_split": "calibration",
         "train": {
-            "episodes": len(train),
+            "episodes": len(data.train),
             "steps": config.steps,
-            "seeds": stage_seeds,
+            "seeds": seeds.stage,
             "seconds": round(time.perf_counter() - t0, 1),
             "command": command_line(config),
             "config": dataclasses.asdict(config),
         },
     }
-    if config.init:  # keep the history of how the starting checkpoint was trained
-        judge.calibration["train"]["from"] = init_train
-    if config.init and config.steps == 0:
-        _save_recalibrated(judge, Path(config.init), Path(config.out))
-    else:
-        judge.save_pretrained(config.out)
+
+
+def _print_summary(judge: MiniJudge, config: MiniJudgeTrainConfig) -> None:
+    """Print where the judge was saved and its agreement figures."""
     print(
         f"saved {config.out}: threshold {judge.threshold:.3f} (calibration split), report split "
         f"agreement {judge.calibration['oracle_agreement']}",
@@ -750,7 +846,6 @@ def train_minijudge(config: MiniJudgeTrainConfig, resume: bool = False) -> dict[
     for env_id, kinds in judge.calibration["oracle_agreement_per_kind"].items():
         for kind, r in kinds.items():
             print(f"  {env_id} {kind}: TPR {r['tpr']:.1f} FPR {r['fpr']:.1f}", flush=True)
-    return judge.calibration
 
 
 def _save_recalibrated(judge: MiniJudge, init: Path, out: Path) -> None:
