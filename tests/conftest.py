@@ -125,6 +125,19 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _sb3_logs_in_basetemp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """SB3 models built without a logger make an empty ``$TMPDIR/SB3-<time>`` folder per
+    ``learn()``; point them (and the commands tests start) at the session's temporary tree."""
+    old = os.environ.get("SB3_LOGDIR")
+    os.environ["SB3_LOGDIR"] = str(tmp_path_factory.mktemp("sb3"))
+    yield
+    if old is None:
+        os.environ.pop("SB3_LOGDIR", None)
+    else:
+        os.environ["SB3_LOGDIR"] = old
+
+
 SLOW_PROFILE_TIMEOUT_S = 7200
 """Per-test timeout (s) under the ``slow`` fuzz profile: ten times the cases of ``ci`` (a
 kill test runs 200 killed commands) do not fit the suite's 600 s per test."""

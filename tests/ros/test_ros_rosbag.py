@@ -61,10 +61,14 @@ def test_rosbag_record_of_a_deploy_imports_as_the_node_saw_it(tmp_path: Path) ->
     # every command that reached the node: executed, or dropped as too old on a loaded machine
     received = [tuple(c["positions"]) for c in log if c["kind"] in ("command", "expired")]
     published = {tuple(c["position"]) for c in log if c["kind"] == "state"}
-    # every command in the bag reached the node, in order; the bag missed at most the few
-    # sent before its subscription connected
+    # the bag and the node are two subscribers of /arm/command: each may miss the few commands
+    # sent before its own connection came up (ROS 1 keeps no backlog), never one after it
     assert imported.steps == len(actions) >= 0.8 * len(received) > 20
-    assert _is_subsequence(actions, received)
+    heard = set(received)
+    early = [i for i, a in enumerate(actions) if a not in heard]
+    assert early == list(range(len(early))) and len(early) <= 5, early
+    # every other command in the bag reached the node, in order
+    assert _is_subsequence(actions[len(early) :], received)
     # every state is one the node published (exactly), the newest before its command
     assert all(s in published for s in states)
     assert ds.env_args["observation"]["state"]["names"] == [

@@ -28,7 +28,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -556,8 +556,87 @@ def _tune_and_evaluate(
     seeds: dict[str, tuple[int, int]],
     haeon: ValueVectorHook | None,
 ) -> dict[str, Any]:
+    """Tune every controller on the tuning seeds, train RL, evaluate every row, report."""
     timing: dict[str, float] = {}
     t0 = time.perf_counter()
+    tuning = _tune(env, policy, settings, log, haeon)
+    timing["tuning_s"] = time.perf_counter() - t0
+    pid_cfg = dict(settings.pid) or pid_from_sweep(tuning.sweep, settings, tuning.min_success)
+    static_gain = pid_cfg.pop("static_gain", None)
+    pid_fit = {k: pid_cfg.pop(k) for k in ("fit", "fit_alphas") if k in pid_cfg}
+    rl = None
+    if settings.rl_timesteps > 0:
+        t1 = time.perf_counter()
+        torch.set_grad_enabled(True)
+        rl = train_rl(env, policy, settings, out / "rl_controller", log)
+        torch.set_grad_enabled(False)
+        timing["rl_training_s"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    results = _evaluate_rows(env, policy, settings, log, haeon, tuning, pid_cfg, rl)
+    timing["evaluation_s"] = time.perf_counter() - t2
+    n_tune = settings.sweep_episodes
+    targets = settings.targets()
+    report = {
+        "settings": asdict(settings),
+        "seeds": {k: list(v) for k, v in seeds.items()},
+        "seeds_disjoint": True,
+        "budgets": {
+            "fixed_alpha_tuning_rollouts": n_tune * len(tuning.sweep),
+            "haeon_tuning_rollouts": n_tune * len(tuning.haeon_sweep),
+            "pid_tuning_rollouts": n_tune * len(tuning.sweep),
+            "rl_training_timesteps": settings.rl_timesteps if rl is not None else 0,
+            "evaluation_episodes_per_row": settings.episodes,
+        },
+        "alpha_star": tuning.alpha_stars[targets[0]],
+        "alpha_stars": {f"{sp:g}": a for sp, a in tuning.alpha_stars.items()},
+        "haeon_coef_stars": {f"{sp:g}": c for sp, c in tuning.coef_stars.items()},
+        "alpha_star_min_success": tuning.min_success,
+        "pid_fit": pid_fit,
+        "haeon_coef_star": tuning.coef_stars.get(targets[0], math.nan),
+        "haeon": (
+            {"neurons": haeon.intervention.neurons.tolist(), "meta": haeon.intervention.meta}
+            if haeon is not None
+            else None
+        ),
+        "pid": pid_cfg,
+        "static_gain_mps_per_alpha": static_gain,
+        "sweep": [{"alpha": r["alpha"], **r["summary"]} for r in tuning.sweep],
+        "haeon_sweep": [{"coef": r["coef"], **r["summary"]} for r in tuning.haeon_sweep],
+        "rows": [
+            {"controller": r["label"], "setpoint": r["setpoint"], **r["summary"]} for r in results
+        ],
+        "traces": {r["label"]: r["episodes"] for r in results},
+        "timing": timing,
+        **(extra or {}),
+    }
+    write_report(report, out, env.control_rate_hz)
+    return report
+
+
+@dataclass
+class _Tuning:
+    """What the tuning seeds chose: the fixed-alpha and Häon sweeps and their best points."""
+
+    sweep: list[dict[str, Any]]
+    """One result per fixed alpha (``alpha`` added)."""
+    haeon_sweep: list[dict[str, Any]]
+    """One result per Häon constant (``coef`` added); empty without Häon."""
+    min_success: float | None
+    """The success rate a fixed point must keep to be chosen (None: no constraint)."""
+    alpha_stars: dict[float, float]
+    """Setpoint (m/s) -> best fixed alpha."""
+    coef_stars: dict[float, float]
+    """Setpoint (m/s) -> best Häon constant; empty without Häon."""
+
+
+def _tune(
+    env: Env,
+    policy: Policy,
+    settings: ExperimentSettings,
+    log: Log,
+    haeon: ValueVectorHook | None,
+) -> _Tuning:
+    """Sweep fixed alphas (and Häon constants) on the tuning seeds; choose each setpoint's best."""
 
     def tune(label: str, controller: Controller | None) -> dict[str, Any]:
         return run_episodes(
@@ -584,10 +663,8 @@ def _tune_and_evaluate(
     )
     targets = settings.targets()
     alpha_stars = {sp: best_fixed(sweep, sp, min_success=min_success) for sp in targets}
-    alpha_star = alpha_stars[targets[0]]
     haeon_sweep = []
     coef_stars: dict[float, float] = {}
-    coef_star = math.nan
     if haeon is not None and settings.haeon_coefs and settings.sweep_episodes > 0:
         for c in settings.haeon_coefs:
             haeon.coef = c
@@ -598,18 +675,21 @@ def _tune_and_evaluate(
         coef_stars = {
             sp: best_fixed(haeon_sweep, sp, key="coef", min_success=min_success) for sp in targets
         }
-        coef_star = coef_stars[targets[0]]
-    timing["tuning_s"] = time.perf_counter() - t0
-    pid_cfg = dict(settings.pid) or pid_from_sweep(sweep, settings, min_success)
-    static_gain = pid_cfg.pop("static_gain", None)
-    pid_fit = {k: pid_cfg.pop(k) for k in ("fit", "fit_alphas") if k in pid_cfg}
-    rl = None
-    if settings.rl_timesteps > 0:
-        t1 = time.perf_counter()
-        torch.set_grad_enabled(True)
-        rl = train_rl(env, policy, settings, out / "rl_controller", log)
-        torch.set_grad_enabled(False)
-        timing["rl_training_s"] = time.perf_counter() - t1
+    return _Tuning(sweep, haeon_sweep, min_success, alpha_stars, coef_stars)
+
+
+def _evaluate_rows(
+    env: Env,
+    policy: Policy,
+    settings: ExperimentSettings,
+    log: Log,
+    haeon: ValueVectorHook | None,
+    tuning: _Tuning,
+    pid_cfg: dict[str, Any],
+    rl: Controller | None,
+) -> list[dict[str, Any]]:
+    """Every controller row on the evaluation seeds: per setpoint none, fixed alpha*, Häon,
+    PID and RL, then the setpoint change (PID, RL) when there are two setpoints or more."""
 
     def evaluate(
         label: str, controller: Controller | None, sp: float, change: Any = None
@@ -620,19 +700,19 @@ def _tune_and_evaluate(
         r["setpoint"] = sp
         return r
 
-    t2 = time.perf_counter()
+    targets = settings.targets()
     results = []
     for sp in targets:
         tag = "" if len(targets) == 1 else f"sp={sp:g} "
-        a_sp = alpha_stars[sp]
+        a_sp = tuning.alpha_stars[sp]
         results.append(evaluate(f"{tag}none", None, sp))
         results.append(
             evaluate(f"{tag}fixed alpha*={a_sp:g}", controllers.make("fixed", value=a_sp), sp)
         )
-        if haeon_sweep and haeon is not None:
-            haeon.coef = coef_stars[sp]
+        if tuning.haeon_sweep and haeon is not None:
+            haeon.coef = tuning.coef_stars[sp]
             with haeon:
-                results.append(evaluate(f"{tag}haeon c*={coef_stars[sp]:g}", None, sp))
+                results.append(evaluate(f"{tag}haeon c*={tuning.coef_stars[sp]:g}", None, sp))
         results.append(evaluate(f"{tag}pid", controllers.make("pid", **pid_cfg), sp))
         if rl is not None:
             results.append(evaluate(f"{tag}rl (ppo, {settings.rl_timesteps} steps)", rl, sp))
@@ -646,43 +726,7 @@ def _tune_and_evaluate(
         results.append(evaluate(f"pid, {tag}", controllers.make("pid", **pid_cfg), hi, change))
         if rl is not None:
             results.append(evaluate(f"rl, {tag}", rl, hi, change))
-    timing["evaluation_s"] = time.perf_counter() - t2
-    n_tune = settings.sweep_episodes
-    report = {
-        "settings": asdict(settings),
-        "seeds": {k: list(v) for k, v in seeds.items()},
-        "seeds_disjoint": True,
-        "budgets": {
-            "fixed_alpha_tuning_rollouts": n_tune * len(sweep),
-            "haeon_tuning_rollouts": n_tune * len(haeon_sweep),
-            "pid_tuning_rollouts": n_tune * len(sweep),
-            "rl_training_timesteps": settings.rl_timesteps if rl is not None else 0,
-            "evaluation_episodes_per_row": settings.episodes,
-        },
-        "alpha_star": alpha_star,
-        "alpha_stars": {f"{sp:g}": a for sp, a in alpha_stars.items()},
-        "haeon_coef_stars": {f"{sp:g}": c for sp, c in coef_stars.items()},
-        "alpha_star_min_success": min_success,
-        "pid_fit": pid_fit,
-        "haeon_coef_star": coef_star,
-        "haeon": (
-            {"neurons": haeon.intervention.neurons.tolist(), "meta": haeon.intervention.meta}
-            if haeon is not None
-            else None
-        ),
-        "pid": pid_cfg,
-        "static_gain_mps_per_alpha": static_gain,
-        "sweep": [{"alpha": r["alpha"], **r["summary"]} for r in sweep],
-        "haeon_sweep": [{"coef": r["coef"], **r["summary"]} for r in haeon_sweep],
-        "rows": [
-            {"controller": r["label"], "setpoint": r["setpoint"], **r["summary"]} for r in results
-        ],
-        "traces": {r["label"]: r["episodes"] for r in results},
-        "timing": timing,
-        **(extra or {}),
-    }
-    write_report(report, out, env.control_rate_hz)
-    return report
+    return results
 
 
 def haeon_neurons(
