@@ -42,7 +42,8 @@ SCALE = {
 """Options whose README value is scaled down (option -> value here)."""
 
 EXTRA: dict[str, list[str]] = {
-    "train pdp": ["--steps", "2", "--batch-size", "4", "--snapshot-every-s", "0"],
+    "train pdp": ["--steps", "2", "--manifold-steps", "2", "--batch-size", "4",
+                  "--snapshot-every-s", "0"],
     "eval": ["--max-steps", "8", "--workers", "0"],
     "lab steer reference": ["--seeds", "1"],
     "lab steer experiment": [
@@ -56,7 +57,7 @@ EXTRA: dict[str, list[str]] = {
 as written."""
 
 LIBERO_EVAL = ["--max-steps", "3"]
-"""Added to the LIBERO evaluation."""
+"""Added to the LIBERO evaluation (its ``--episodes`` becomes 1: one per task of the suite)."""
 
 WORDS = {"render_size=84": f"render_size={LIBERO_SIZE}"}
 """Words of the tour replaced here: the tiny checkpoint's image size."""
@@ -103,9 +104,12 @@ def scaled(argv: list[str], cwd: Path, ckpt: Path | None) -> list[str]:
     and repository paths (``hardware/configs/...``) made absolute (the test runs elsewhere)."""
     out = [str(Path(sys.executable).with_name("embodied"))]
     args = argv[1:]
+    libero = any(w.startswith("libero:") for w in args)
     for i, word in enumerate(args):
         prev = args[i - 1] if i else ""
-        if prev in SCALE:
+        if prev == "--episodes" and libero:
+            word = "1"
+        elif prev in SCALE:
             word = SCALE[prev]
         elif prev == "--port":
             word = str(free_port())
@@ -120,7 +124,7 @@ def scaled(argv: list[str], cwd: Path, ckpt: Path | None) -> list[str]:
             word = str(REPO / word)
         out.append(word)
     out += EXTRA.get(verb(argv), [])
-    if "libero:" in " ".join(argv):
+    if libero:
         out += LIBERO_EVAL
     return out
 
@@ -212,6 +216,7 @@ def test_the_tour_commands_run_end_to_end(
     for argv in commands:
         line = scaled(argv, tmp_path, libero_checkpoint)
         name = verb(argv)
+        t0 = time.monotonic()
         if name == "tune":
             port = free_port()
             proc = subprocess.Popen(
@@ -238,6 +243,7 @@ def test_the_tour_commands_run_end_to_end(
                 line = [w.format(serve_port=serve_port) for w in line]
             _run(line, tmp_path)
         ran.append(name)
+        print(f"{time.monotonic() - t0:6.1f} s  {shlex.join(argv)}")  # seen with -s
     assert set(ran) >= {"collect", "train pdp", "eval", "judge", "deploy", "tune", "serve"}
     # what the tour said each command writes is there
     assert (tmp_path / "runs" / "pdp" / "model.safetensors").exists()
