@@ -100,6 +100,26 @@ def soft_dtw_divergence_matrix(paths: np.ndarray, gamma: float) -> np.ndarray:
     return out / p.shape[1]
 
 
+def _decoder_mlp(
+    config: ManifoldConfig, out_dim: int, activation: type[nn.Module]
+) -> nn.Sequential:
+    """Both decoders' MLP on ``[z, t]``: three hidden layers of ``decoder_hidden`` units.
+
+    The layers sit at the Sequential indices the reference's checkpoints use (0, 2, 4, 6), so
+    its weights load by key; only the activation differs between the two architectures.
+    """
+    h = config.decoder_hidden
+    return nn.Sequential(
+        nn.Linear(config.z_dim + 1, h),
+        activation(),
+        nn.Linear(h, h),
+        activation(),
+        nn.Linear(h, h),
+        activation(),
+        nn.Linear(h, out_dim),
+    )
+
+
 class _ManifoldVAE(nn.Module):
     """What both trajectory VAEs share: their sizes and the reparameterised manifold loss.
 
@@ -196,16 +216,7 @@ class TrajectoryVAE(_ManifoldVAE):
         self.encoder = nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(d)
         self.to_latent = nn.Linear(d, 2 * config.z_dim)
-        h = config.decoder_hidden
-        self.decoder = nn.Sequential(
-            nn.Linear(config.z_dim + 1, h),
-            nn.Mish(),
-            nn.Linear(h, h),
-            nn.Mish(),
-            nn.Linear(h, h),
-            nn.Mish(),
-            nn.Linear(h, state_dim + action_dim),
-        )
+        self.decoder = _decoder_mlp(config, state_dim + action_dim, nn.Mish)
 
     def encode(
         self, states: torch.Tensor, actions: torch.Tensor
@@ -295,16 +306,7 @@ class _ReferenceEncoder(nn.Module):
 class _ReferenceDecoder(nn.Module):
     def __init__(self, config: ManifoldConfig, state_dim: int, action_dim: int) -> None:
         super().__init__()
-        h = config.decoder_hidden
-        self.mlp = nn.Sequential(
-            nn.Linear(config.z_dim + 1, h),
-            nn.ReLU(),
-            nn.Linear(h, h),
-            nn.ReLU(),
-            nn.Linear(h, h),
-            nn.ReLU(),
-            nn.Linear(h, state_dim + action_dim),
-        )
+        self.mlp = _decoder_mlp(config, state_dim + action_dim, nn.ReLU)
 
 
 class ReferenceTrajectoryVAE(_ManifoldVAE):
