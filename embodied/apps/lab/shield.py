@@ -52,6 +52,7 @@ from embodied.apps.lab.stats import (
     mean_or_none,
     mean_std,
     rate,
+    runs_by_arm,
 )
 from embodied.config import Rule, checked, validate
 from embodied.io import atomic_path, write_json, write_text
@@ -549,10 +550,7 @@ def evaluate(
 def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Per arm: mean +- std over seeds and pooled Wilson 95 % intervals of evaluation rates."""
     out: dict[str, Any] = {}
-    for arm in ARMS:
-        rs = [r for r in runs if r["arm"] == arm]
-        if not rs:
-            continue
+    for arm, rs in runs_by_arm(runs, ARMS).items():
         n_eval = sum(r["eval_episodes"] for r in rs)
         n_train = sum(r["train_episodes"] for r in rs)
         out[arm] = {
