@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from embodied.errors import ConfigError
+from policies.diffusion.modeling_pdp import PDPModel
 from policies.diffusion.policy_pdp import PDPPolicy
 from policies.diffusion.processor_pdp import Demonstrations, policy_windows
 
@@ -139,6 +140,82 @@ def encode_demonstration(policy: PDPPolicy, states: np.ndarray, actions: np.ndar
     return np.clip(k, -b, b)
 
 
+def _step_batch(
+    policy: PDPPolicy, what: str, steps: int, lr: float, grad_clip: float, batch_size: int | None
+) -> int:
+    """The draws per step of a gradient-descent run on one demonstration, its settings checked.
+
+    Args:
+        policy: The policy whose variant gives the default batch size.
+        what: The run's name for the message (``"adaptation"``, ``"fine-tuning"``).
+        steps: Adam steps.
+        lr: Adam learning rate.
+        grad_clip: Gradient-norm clip.
+        batch_size: Draws per step; None: :func:`default_batch_size`.
+
+    Raises:
+        ConfigError: a setting is out of range.
+    """
+    batch = default_batch_size(policy) if batch_size is None else batch_size
+    if steps < 1 or lr <= 0 or grad_clip <= 0 or batch < 1:
+        raise ConfigError(
+            f"bad {what} settings steps={steps}, lr={lr}, grad_clip={grad_clip}, "
+            f"batch_size={batch}",
+            fix="use steps >= 1, lr > 0, grad_clip > 0, batch_size >= 1",
+        )
+    return batch
+
+
+def _denoising_steps(
+    model: PDPModel,
+    obs: torch.Tensor,
+    act: torch.Tensor,
+    z: torch.Tensor | None,
+    opt: torch.optim.Optimizer,
+    clipped: Sequence[torch.Tensor],
+    *,
+    steps: int,
+    batch: int,
+    grad_clip: float,
+    gen: torch.Generator,
+    after_step: Callable[[], None] | None = None,
+) -> list[float]:
+    """``steps`` optimiser steps on the denoising loss of windows drawn with replacement.
+
+    Adaptation and fine-tuning must draw windows, noise and timesteps in the same order from
+    ``gen`` so that, at equal seeds, they see the same data and differ only in what moves.
+
+    Args:
+        model: The PDP model whose denoising loss is minimised.
+        obs: (N, ...) normalised observation windows.
+        act: (N, ...) normalised action chunks.
+        z: (z_dim,) latent used for every draw, or None for a policy without z.
+        opt: The optimiser over what moves.
+        clipped: The tensors whose gradient norm is clipped to ``grad_clip``.
+        steps: Optimiser steps.
+        batch: Windows x noise draws per step.
+        grad_clip: Gradient-norm clip.
+        gen: Generator of the window, noise and timestep draws.
+        after_step: Called after each optimiser step (e.g. to project z back into bounds).
+
+    Returns:
+        The loss of each step.
+    """
+    history: list[float] = []
+    for _ in range(steps):
+        idx = torch.randint(0, len(obs), (batch,), generator=gen)
+        zz = None if z is None else z[None].expand(batch, -1)
+        loss = model.compute_loss(obs[idx], act[idx], zz, gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(clipped, grad_clip)
+        opt.step()
+        if after_step is not None:
+            after_step()
+        history.append(loss.item())
+    return history
+
+
 def adapt_z_from_demonstration(
     policy: PDPPolicy,
     states: np.ndarray,
@@ -180,13 +257,7 @@ def adapt_z_from_demonstration(
         The adapted z with the loss history and the start.
     """
     z_dim = _require_z(policy)
-    batch = default_batch_size(policy) if batch_size is None else batch_size
-    if steps < 1 or lr <= 0 or grad_clip <= 0 or batch < 1:
-        raise ConfigError(
-            f"bad adaptation settings steps={steps}, lr={lr}, grad_clip={grad_clip}, "
-            f"batch_size={batch}",
-            fix="use steps >= 1, lr > 0, grad_clip > 0, batch_size >= 1",
-        )
+    batch = _step_batch(policy, "adaptation", steps, lr, grad_clip, batch_size)
     cfg = policy.config
     model = policy.model
     demonstration = _check_demonstration(policy, states, actions)
@@ -215,21 +286,28 @@ def adapt_z_from_demonstration(
     gen = torch.Generator().manual_seed(seed)
     params = list(model.parameters())
     flags = [p.requires_grad for p in params]
-    history: list[float] = []
+
+    def project() -> None:
+        with torch.no_grad():
+            z.clamp_(-bound, bound)
+
     model.eval()
     try:
         for p in params:
             p.requires_grad_(False)
-        for _ in range(steps):
-            idx = torch.randint(0, len(obs), (batch,), generator=gen)
-            loss = model.compute_loss(obs[idx], act[idx], z[None].expand(batch, -1), gen)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_([z], grad_clip)
-            opt.step()
-            with torch.no_grad():
-                z.clamp_(-bound, bound)
-            history.append(loss.item())
+        history = _denoising_steps(
+            model,
+            obs,
+            act,
+            z,
+            opt,
+            [z],
+            steps=steps,
+            batch=batch,
+            grad_clip=grad_clip,
+            gen=gen,
+            after_step=project,
+        )
     finally:
         for p, f in zip(params, flags, strict=True):
             p.requires_grad_(f)
@@ -273,13 +351,7 @@ def finetune_on_demonstration(
         The fine-tuned policy (a new :class:`PDPPolicy` with the same ``noise_seed`` and knob
         values) and the loss per step.
     """
-    batch = default_batch_size(policy) if batch_size is None else batch_size
-    if steps < 1 or lr <= 0 or grad_clip <= 0 or batch < 1:
-        raise ConfigError(
-            f"bad fine-tuning settings steps={steps}, lr={lr}, grad_clip={grad_clip}, "
-            f"batch_size={batch}",
-            fix="use steps >= 1, lr > 0, grad_clip > 0, batch_size >= 1",
-        )
+    batch = _step_batch(policy, "fine-tuning", steps, lr, grad_clip, batch_size)
     demonstration = _check_demonstration(policy, states, actions)
     model = copy.deepcopy(policy.model)
     tuned = PDPPolicy(model, noise_seed=policy.noise_seed)
@@ -293,18 +365,11 @@ def finetune_on_demonstration(
         p.requires_grad_(True)
     opt = torch.optim.Adam(params, lr=lr)
     gen = torch.Generator().manual_seed(seed)
-    history: list[float] = []
     model.train()
     try:
-        for _ in range(steps):
-            idx = torch.randint(0, len(obs), (batch,), generator=gen)
-            zz = None if z is None else z[None].expand(batch, -1)
-            loss = model.compute_loss(obs[idx], act[idx], zz, gen)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, grad_clip)
-            opt.step()
-            history.append(loss.item())
+        history = _denoising_steps(
+            model, obs, act, z, opt, params, steps=steps, batch=batch, grad_clip=grad_clip, gen=gen
+        )
     finally:
         model.eval()
         for p in params:

@@ -32,6 +32,19 @@ def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.cat((torch.sin(args), torch.cos(args)), dim=-1)
 
 
+def film(h: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """``h * (1 + scale) + shift`` with ``(scale, shift)`` the two halves of ``params``.
+
+    Args:
+        h: (B, C) features, or (B, C, T) over a chunk (one scale and shift for all T steps).
+        params: (B, 2 C) projected conditioning, scale first.
+    """
+    scale, shift = params.chunk(2, dim=-1)
+    if h.ndim == 3:
+        scale, shift = scale[..., None], shift[..., None]
+    return h * (1.0 + scale) + shift
+
+
 class ZFiLM(nn.Module):
     """FiLM by z: ``h * (1 + scale(z)) + shift(z)``, zero-initialised (identity at init).
 
@@ -52,10 +65,7 @@ class ZFiLM(nn.Module):
         """Modulate ``h`` (B, C) or (B, C, T) by ``z`` (B, z_dim)."""
         if self.proj is None or z is None:
             return h
-        scale, shift = self.proj(z).chunk(2, dim=-1)
-        if h.ndim == 3:
-            scale, shift = scale[..., None], shift[..., None]
-        return h * (1.0 + scale) + shift
+        return film(h, self.proj(z))
 
 
 class CondFiLM(nn.Module):
@@ -67,10 +77,7 @@ class CondFiLM(nn.Module):
 
     def forward(self, h: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         """Modulate ``h`` (B, C) or (B, C, T) by ``cond`` (B, cond_dim)."""
-        scale, shift = self.proj(cond).chunk(2, dim=-1)
-        if h.ndim == 3:
-            scale, shift = scale[..., None], shift[..., None]
-        return h * (1.0 + scale) + shift
+        return film(h, self.proj(cond))
 
 
 class _CondEncoder(nn.Module):

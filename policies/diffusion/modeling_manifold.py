@@ -100,8 +100,31 @@ def soft_dtw_divergence_matrix(paths: np.ndarray, gamma: float) -> np.ndarray:
     return out / p.shape[1]
 
 
-class TrajectoryVAE(nn.Module):
-    """Transformer encoder over a whole demonstration, MLP decoder on ``[z, t]``.
+def _decoder_mlp(
+    config: ManifoldConfig, out_dim: int, activation: type[nn.Module]
+) -> nn.Sequential:
+    """Both decoders' MLP on ``[z, t]``: three hidden layers of ``decoder_hidden`` units.
+
+    The layers sit at the Sequential indices the reference's checkpoints use (0, 2, 4, 6), so
+    its weights load by key; only the activation differs between the two architectures.
+    """
+    h = config.decoder_hidden
+    return nn.Sequential(
+        nn.Linear(config.z_dim + 1, h),
+        activation(),
+        nn.Linear(h, h),
+        activation(),
+        nn.Linear(h, h),
+        activation(),
+        nn.Linear(h, out_dim),
+    )
+
+
+class _ManifoldVAE(nn.Module):
+    """What both trajectory VAEs share: their sizes and the reparameterised manifold loss.
+
+    Subclasses give the encoder, decoder, reconstruction terms and L_geo; the sampling, the KL
+    term and the total are the same for both, so a fix to one reaches the other.
 
     Args:
         config: Manifold configuration.
@@ -114,6 +137,69 @@ class TrajectoryVAE(nn.Module):
         self.config = config
         self.state_dim = state_dim
         self.action_dim = action_dim
+
+    def encode(
+        self, states: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mu, logvar) of demonstrations (B, T, .)."""
+        raise NotImplementedError
+
+    def decode(self, z: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(states, actions) reconstructed from z (B, z_dim) for ``length`` steps."""
+        raise NotImplementedError
+
+    def reconstruction(
+        self,
+        rec_s: torch.Tensor,
+        rec_a: torch.Tensor,
+        states: torch.Tensor,
+        actions: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(action, state) reconstruction losses of a decoded batch."""
+        raise NotImplementedError
+
+    def geometric(self, mu: torch.Tensor, path_dist: torch.Tensor) -> torch.Tensor:
+        """L_geo of the encoder means ``mu`` (B, z_dim) against the path divergences."""
+        raise NotImplementedError
+
+    def loss(
+        self,
+        states: torch.Tensor,
+        actions: torch.Tensor,
+        path_dist: torch.Tensor,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The manifold loss on a batch of demonstrations.
+
+        Args:
+            states: (B, T, state_dim) normalised relative states.
+            actions: (B, T, action_dim) normalised actions.
+            path_dist: Path divergences in the shape the subclass's :meth:`geometric` takes.
+            generator: Noise generator for the reparameterisation.
+
+        Returns:
+            Total loss and its parts as floats.
+        """
+        mu, logvar = self.encode(states, actions)
+        eps = torch.randn(mu.shape, generator=generator, dtype=mu.dtype)
+        z = mu + torch.exp(0.5 * logvar) * eps
+        rec_s, rec_a = self.decode(z, states.shape[1])
+        l_action, l_state = self.reconstruction(rec_s, rec_a, states, actions)
+        kl = torch.mean(-0.5 * torch.sum(1 + logvar - mu**2 - logvar.exp(), dim=-1))
+        return manifold_total(self.config, l_action, l_state, kl, self.geometric(mu, path_dist))
+
+
+class TrajectoryVAE(_ManifoldVAE):
+    """Transformer encoder over a whole demonstration, MLP decoder on ``[z, t]``.
+
+    Args:
+        config: Manifold configuration.
+        state_dim: State size.
+        action_dim: Action size.
+    """
+
+    def __init__(self, config: ManifoldConfig, state_dim: int, action_dim: int) -> None:
+        super().__init__(config, state_dim, action_dim)
         d = config.d_model
         self.state_in = nn.Linear(state_dim, d)
         self.action_in = nn.Linear(action_dim, d)
@@ -130,16 +216,7 @@ class TrajectoryVAE(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(d)
         self.to_latent = nn.Linear(d, 2 * config.z_dim)
-        h = config.decoder_hidden
-        self.decoder = nn.Sequential(
-            nn.Linear(config.z_dim + 1, h),
-            nn.Mish(),
-            nn.Linear(h, h),
-            nn.Mish(),
-            nn.Linear(h, h),
-            nn.Mish(),
-            nn.Linear(h, state_dim + action_dim),
-        )
+        self.decoder = _decoder_mlp(config, state_dim + action_dim, nn.Mish)
 
     def encode(
         self, states: torch.Tensor, actions: torch.Tensor
@@ -168,33 +245,19 @@ class TrajectoryVAE(nn.Module):
         out = self.decoder(inp)
         return out[..., : self.state_dim], out[..., self.state_dim :]
 
-    def loss(
+    def reconstruction(
         self,
+        rec_s: torch.Tensor,
+        rec_a: torch.Tensor,
         states: torch.Tensor,
         actions: torch.Tensor,
-        path_dist: torch.Tensor,
-        generator: torch.Generator | None = None,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """The manifold loss on a batch of demonstrations.
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """MSE of actions and states over all L steps."""
+        return torch.mean((rec_a - actions) ** 2), torch.mean((rec_s - states) ** 2)
 
-        Args:
-            states: (B, L, state_dim) normalised relative states.
-            actions: (B, L, action_dim) normalised actions.
-            path_dist: (B, B) normalised soft-DTW divergences between the demonstrations' paths.
-            generator: Noise generator for the reparameterisation.
-
-        Returns:
-            Total loss and its parts as floats.
-        """
-        cfg = self.config
-        mu, logvar = self.encode(states, actions)
-        eps = torch.randn(mu.shape, generator=generator, dtype=mu.dtype)
-        z = mu + torch.exp(0.5 * logvar) * eps
-        rec_s, rec_a = self.decode(z, states.shape[1])
-        l_state = torch.mean((rec_s - states) ** 2)
-        l_action = torch.mean((rec_a - actions) ** 2)
-        kl = torch.mean(-0.5 * torch.sum(1 + logvar - mu**2 - logvar.exp(), dim=-1))
-        return manifold_total(cfg, l_action, l_state, kl, geometric_loss(mu, path_dist))
+    def geometric(self, mu: torch.Tensor, path_dist: torch.Tensor) -> torch.Tensor:
+        """L_geo over all pairs; ``path_dist`` is (B, B) normalised soft-DTW divergences."""
+        return geometric_loss(mu, path_dist)
 
 
 class _PositionalEncoding(nn.Module):
@@ -243,19 +306,10 @@ class _ReferenceEncoder(nn.Module):
 class _ReferenceDecoder(nn.Module):
     def __init__(self, config: ManifoldConfig, state_dim: int, action_dim: int) -> None:
         super().__init__()
-        h = config.decoder_hidden
-        self.mlp = nn.Sequential(
-            nn.Linear(config.z_dim + 1, h),
-            nn.ReLU(),
-            nn.Linear(h, h),
-            nn.ReLU(),
-            nn.Linear(h, h),
-            nn.ReLU(),
-            nn.Linear(h, state_dim + action_dim),
-        )
+        self.mlp = _decoder_mlp(config, state_dim + action_dim, nn.ReLU)
 
 
-class ReferenceTrajectoryVAE(nn.Module):
+class ReferenceTrajectoryVAE(_ManifoldVAE):
     """The PDP reference's trajectory VAE (Valarzz/pdp ``model/encoder.py``, ``TrajectoryVAE``).
 
     Encoder: interleaved state/action tokens of a whole demonstration (normalised, relative to
@@ -275,10 +329,7 @@ class ReferenceTrajectoryVAE(nn.Module):
     """
 
     def __init__(self, config: ManifoldConfig, state_dim: int, action_dim: int) -> None:
-        super().__init__()
-        self.config = config
-        self.state_dim = state_dim
-        self.action_dim = action_dim
+        super().__init__(config, state_dim, action_dim)
         self.encoder = _ReferenceEncoder(config, state_dim, action_dim)
         self.decoder = _ReferenceDecoder(config, state_dim, action_dim)
 
@@ -300,31 +351,26 @@ class ReferenceTrajectoryVAE(nn.Module):
         out = self.decoder.mlp(torch.cat((z[:, None, :].expand(-1, length, -1), t), dim=-1))
         return out[:, 1:, : self.state_dim], out[:, :, self.state_dim :]
 
-    def loss(
+    def reconstruction(
         self,
+        rec_s: torch.Tensor,
+        rec_a: torch.Tensor,
         states: torch.Tensor,
         actions: torch.Tensor,
-        path_dist: torch.Tensor,
-        generator: torch.Generator | None = None,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """The reference encoder loss on a batch.
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """MSE of actions, and of states ``s_1..s_{T-1}`` (``s_0`` is 0 and not decoded)."""
+        mse = torch.nn.functional.mse_loss
+        return mse(rec_a, actions), mse(rec_s, states[:, 1:])
+
+    def geometric(self, mu: torch.Tensor, path_dist: torch.Tensor) -> torch.Tensor:
+        """L_geo on rolled pairs.
 
         Args:
-            states: (B, T, state_dim) normalised relative states.
-            actions: (B, T, action_dim) normalised actions.
+            mu: (B, z_dim) encoder means.
             path_dist: (B,) soft-DTW divergences between each demonstration's path and the
                 path of the one before it in the batch (``roll(paths, 1)``).
-            generator: Noise generator for the reparameterisation.
         """
-        cfg = self.config
-        mu, logvar = self.encode(states, actions)
-        eps = torch.randn(mu.shape, generator=generator, dtype=mu.dtype)
-        z = mu + eps * torch.exp(0.5 * logvar)
-        rec_s, rec_a = self.decode(z, states.shape[1])
-        l_action = torch.nn.functional.mse_loss(rec_a, actions)
-        l_state = torch.nn.functional.mse_loss(rec_s, states[:, 1:])
-        kl = (-0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp(), dim=1)).mean()
-        return manifold_total(cfg, l_action, l_state, kl, rolled_geometric_loss(mu, path_dist))
+        return rolled_geometric_loss(mu, path_dist)
 
 
 def manifold_total(

@@ -18,9 +18,10 @@ Both artefacts save to ``<name>.safetensors`` + ``<name>.json`` (metadata).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -35,6 +36,8 @@ from embodied.io import (
     write_json,
 )
 from policies.openvla.modeling_openvla import OpenVLAModel
+
+_T = TypeVar("_T")
 
 _EXTRACT_FIX = "re-create it with `embodied lab steer extract` (the files are damaged or not ours)"
 
@@ -64,6 +67,46 @@ def _read_saved(
     return js, meta, load_safetensors_file(st, what=what, fix=_EXTRACT_FIX)
 
 
+def _load_saved(
+    path: str | os.PathLike[str],
+    kind: str,
+    what: str,
+    build: Callable[[dict[str, Any], dict[str, torch.Tensor]], _T],
+    built: str,
+) -> _T:
+    """Read a saved intervention of ``kind`` and ``build(meta, tensors)`` it.
+
+    Args:
+        path: Either file of the pair, or their common stem.
+        kind: The ``kind`` its metadata must name.
+        what: What the files hold, for messages about reading them.
+        build: Makes the object from the metadata and the tensors.
+        built: What the object is, for messages about building it.
+
+    Raises:
+        CheckpointError: a file is missing or damaged, holds another kind, or does not build.
+    """
+    js, meta, tensors = _read_saved(path, kind, what)
+    return build_from_file(js, lambda: build(meta, tensors), what=built, fix=_EXTRACT_FIX)
+
+
+def _write_saved(
+    path: str | os.PathLike[str], tensors: dict[str, torch.Tensor], meta: dict[str, Any]
+) -> Path:
+    """Write ``tensors`` to ``<path>.safetensors`` and ``meta`` to ``<path>.json``.
+
+    The tensors go through an atomic path so a crash never leaves a half-written file beside
+    valid metadata. Returns the safetensors path.
+    """
+    from safetensors.torch import save_file
+
+    st, js = _paths(path)
+    with atomic_path(st) as tmp:
+        save_file(tensors, str(tmp))
+    write_json(js, meta)
+    return st
+
+
 @dataclass
 class SteeringDirection:
     """A residual-stream steering direction.
@@ -82,13 +125,9 @@ class SteeringDirection:
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write ``<path>.safetensors`` and ``<path>.json``; returns the safetensors path."""
-        from safetensors.torch import save_file
-
-        st, js = _paths(path)
-        with atomic_path(st) as tmp:
-            save_file({"direction": self.vector.detach().float().cpu().contiguous()}, str(tmp))
-        write_json(
-            js,
+        return _write_saved(
+            path,
+            {"direction": self.vector.detach().float().cpu().contiguous()},
             {
                 "kind": "direction",
                 "layer": self.layer,
@@ -97,22 +136,18 @@ class SteeringDirection:
                 "meta": self.meta,
             },
         )
-        return st
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> SteeringDirection:
         """Inverse of :meth:`save`."""
-        js, meta, tensors = _read_saved(path, "direction", "steering direction")
-        return build_from_file(
-            js,
-            lambda: cls(
-                tensors["direction"],
-                int(meta["layer"]),
-                meta.get("concept", ""),
-                meta.get("meta", {}),
+        return _load_saved(
+            path,
+            "direction",
+            "steering direction",
+            lambda meta, t: cls(
+                t["direction"], int(meta["layer"]), meta.get("concept", ""), meta.get("meta", {})
             ),
-            what="steering direction",
-            fix=_EXTRACT_FIX,
+            "steering direction",
         )
 
 
@@ -136,37 +171,30 @@ class NeuronCluster:
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write ``<path>.safetensors`` and ``<path>.json``."""
-        from safetensors.torch import save_file
-
-        st, js = _paths(path)
-        with atomic_path(st) as tmp:
-            save_file(
-                {
-                    "neurons": self.neurons.long().cpu().contiguous(),
-                    "values": self.values.float().cpu().contiguous(),
-                },
-                str(tmp),
-            )
-        write_json(
-            js, {"kind": "neurons", "layer": self.layer, "concept": self.concept, "meta": self.meta}
+        return _write_saved(
+            path,
+            {
+                "neurons": self.neurons.long().cpu().contiguous(),
+                "values": self.values.float().cpu().contiguous(),
+            },
+            {"kind": "neurons", "layer": self.layer, "concept": self.concept, "meta": self.meta},
         )
-        return st
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> NeuronCluster:
         """Inverse of :meth:`save`."""
-        js, meta, t = _read_saved(path, "neurons", "neuron cluster")
-        return build_from_file(
-            js,
-            lambda: cls(
+        return _load_saved(
+            path,
+            "neurons",
+            "neuron cluster",
+            lambda meta, t: cls(
                 int(meta["layer"]),
                 t["neurons"],
                 t["values"],
                 meta.get("concept", ""),
                 meta.get("meta", {}),
             ),
-            what="neuron cluster",
-            fix=_EXTRACT_FIX,
+            "neuron cluster",
         )
 
 
@@ -437,13 +465,9 @@ class ValueVectorNeurons:
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write ``<path>.safetensors`` and ``<path>.json``."""
-        from safetensors.torch import save_file
-
-        st, js = _paths(path)
-        with atomic_path(st) as tmp:
-            save_file({"neurons": self.neurons.long().cpu().contiguous()}, str(tmp))
-        write_json(
-            js,
+        return _write_saved(
+            path,
+            {"neurons": self.neurons.long().cpu().contiguous()},
             {
                 "kind": "value_vectors",
                 "coef": self.coef,
@@ -451,19 +475,18 @@ class ValueVectorNeurons:
                 "meta": self.meta,
             },
         )
-        return st
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ValueVectorNeurons:
         """Inverse of :meth:`save`."""
-        js, meta, t = _read_saved(path, "value_vectors", "value-vector neuron set")
-        return build_from_file(
-            js,
-            lambda: cls(
+        return _load_saved(
+            path,
+            "value_vectors",
+            "value-vector neuron set",
+            lambda meta, t: cls(
                 t["neurons"], float(meta["coef"]), meta.get("concept", ""), meta.get("meta", {})
             ),
-            what="value-vector neurons",
-            fix=_EXTRACT_FIX,
+            "value-vector neurons",
         )
 
 

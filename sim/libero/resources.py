@@ -97,6 +97,26 @@ def _valid_assets(path: Path) -> bool:
     return path.is_dir() and all((path / sub).is_dir() for sub in ASSET_SUBDIRS)
 
 
+def _use_assets(ll: ModuleType, path: Path, invalid: str, fix: str) -> Path:
+    """Point LIBERO at the assets folder ``path`` and remember it for later calls.
+
+    Args:
+        ll: The imported ``libero.libero`` module.
+        path: The candidate folder.
+        invalid: The message if ``path`` is not an assets folder (says where it came from).
+        fix: How to provide one.
+
+    Raises:
+        ConfigError: ``path`` is not an assets folder.
+    """
+    global _applied_assets
+    if not _valid_assets(path):
+        raise ConfigError(invalid, fix=fix)
+    ll._assets_path_cache = str(path)  # type: ignore[attr-defined]
+    _applied_assets = path
+    return path
+
+
 def resolve_assets(assets_dir: str | os.PathLike[str] | None = None) -> Path:
     """Find the LIBERO assets folder and point LIBERO at it.
 
@@ -111,7 +131,6 @@ def resolve_assets(assets_dir: str | os.PathLike[str] | None = None) -> Path:
         ConfigError: a given folder is not an assets folder, or none could be found; the
             message names both ways to provide one.
     """
-    global _applied_assets
     ll = import_libero()
     fix = (
         f"pass --libero-assets DIR (Python: assets_dir=DIR) or set ${ASSETS_ENV_VAR}=DIR to a "
@@ -124,31 +143,26 @@ def resolve_assets(assets_dir: str | os.PathLike[str] | None = None) -> Path:
         (ASSETS_ENV_VAR, os.environ.get(ASSETS_ENV_VAR)),
     ):
         if value:
-            path = Path(value).expanduser().resolve()
-            if not _valid_assets(path):
-                raise ConfigError(
-                    f"{source}={str(value)!r} is not a LIBERO assets folder (needs sub-folders "
-                    f"{list(ASSET_SUBDIRS)})",
-                    fix=fix,
-                )
-            ll._assets_path_cache = str(path)  # type: ignore[attr-defined]
-            _applied_assets = path
-            return path
+            return _use_assets(
+                ll,
+                Path(value).expanduser().resolve(),
+                f"{source}={str(value)!r} is not a LIBERO assets folder (needs sub-folders "
+                f"{list(ASSET_SUBDIRS)})",
+                fix,
+            )
     if _applied_assets is not None and _valid_assets(_applied_assets):
         return _applied_assets
     try:
         found = Path(ll.get_assets_path())
     except Exception as exc:  # hub errors come in many types
         raise ConfigError(f"LIBERO assets could not be fetched: {exc}", fix=fix) from exc
-    if not _valid_assets(found):
-        raise ConfigError(
-            f"no LIBERO assets: none given, ${ASSETS_ENV_VAR} unset, and neither the package "
-            f"folder nor the Hugging Face hub provided them (last tried {str(found)!r})",
-            fix=fix,
-        )
-    ll._assets_path_cache = str(found)  # type: ignore[attr-defined]
-    _applied_assets = found
-    return found
+    return _use_assets(
+        ll,
+        found,
+        f"no LIBERO assets: none given, ${ASSETS_ENV_VAR} unset, and neither the package "
+        f"folder nor the Hugging Face hub provided them (last tried {str(found)!r})",
+        fix,
+    )
 
 
 def load_init_states(path: str | os.PathLike[str]) -> np.ndarray:

@@ -27,12 +27,11 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from embodied.apps.bench import AREAS
-from embodied.apps.evaluation.report import library_versions
+from embodied.apps.evaluation.report import VERSIONED_PACKAGES, library_versions
 from embodied.io import write_json, write_text
 
 EXPECTED_AREAS = ("sim", "policy", "steer", "judge", "ros", "eval")
@@ -163,13 +162,7 @@ def machine() -> dict[str, Any]:
 
 def versions() -> dict[str, str | None]:
     """Versions of the libraries the figures depend on."""
-    out = library_versions()
-    for name in EXTRA_PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    return library_versions((*VERSIONED_PACKAGES, *EXTRA_PACKAGES))
 
 
 def run_area_subprocess(area: str, quick: bool, timeout_s: float) -> dict[str, Any]:

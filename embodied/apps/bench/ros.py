@@ -96,6 +96,34 @@ def _percentiles(rtts: list[float]) -> tuple[float, float]:
     return float(np.percentile(arr, 50)), float(np.percentile(arr, 99))
 
 
+def _rtt_summary(
+    rtts: list[float], timeouts: int, rate: float, n_cmd: int, accepted_s: float
+) -> dict[str, Any]:
+    """The figures both clients report, in the order of the results table.
+
+    Args:
+        rtts: Command -> matching state round trips (ms), warm-up excluded.
+        timeouts: Round trips with no matching state within 1 s.
+        rate: Distinct burst commands that reached the node per second.
+        n_cmd: Burst commands sent.
+        accepted_s: Wall time (s) the client took to accept the burst.
+    """
+    p50, p99 = _percentiles(rtts)
+    return {
+        "rtt_ms_p50": p50,
+        "rtt_ms_p99": p99,
+        "rtt_samples": len(rtts),
+        "rtt_timeouts": timeouts,
+        "commands_per_s": rate,
+        "commands_accepted_per_s": n_cmd / accepted_s,
+    }
+
+
+def _tcp_nodelay(proto: Any) -> bool | None:
+    """Whether the rosbridge connection ``proto`` has TCP_NODELAY; None when not connected."""
+    return bool(proto.transport.getTcpNoDelay()) if proto is not None else None
+
+
 def _ours(graph: RosTestGraph, cfg: RobotConfig, n_rtt: int, n_cmd: int) -> dict[str, Any]:
     robot = RosRobot(cfg)
     with robot:
@@ -143,19 +171,11 @@ def _ours(graph: RosTestGraph, cfg: RobotConfig, n_rtt: int, n_cmd: int) -> dict
                 stale += 1
         accepted_s = time.perf_counter() - t0
         rate = _delivered(graph, t0_wall)
-        proto = robot.link._proto
-        nodelay = bool(proto.transport.getTcpNoDelay()) if proto is not None else None
-        p50, p99 = _percentiles(rtts)
         out = {
-            "rtt_ms_p50": p50,
-            "rtt_ms_p99": p99,
-            "rtt_samples": len(rtts),
-            "rtt_timeouts": timeouts,
-            "commands_per_s": rate,
-            "commands_accepted_per_s": n_cmd / accepted_s,
+            **_rtt_summary(rtts, timeouts, rate, n_cmd, accepted_s),
             "commands_superseded": int(robot.link.stats.superseded),
             "sends_refused_link_stale": stale,
-            "tcp_nodelay": nodelay,
+            "tcp_nodelay": _tcp_nodelay(robot.link._proto),
         }
     return out
 
@@ -226,22 +246,12 @@ def _plain(graph: RosTestGraph, cfg: RobotConfig, n_rtt: int, n_cmd: int) -> dic
             cmd.publish(command(_burst_target(home, k)))
         accepted_s = time.perf_counter() - t0
         rate = _delivered(graph, t0_wall)
-        proto = ros.factory._proto
-        nodelay = bool(proto.transport.getTcpNoDelay()) if proto is not None else None
+        nodelay = _tcp_nodelay(ros.factory._proto)
         state.unsubscribe()
         cmd.unadvertise()
     finally:
         ros.close()
-    p50, p99 = _percentiles(rtts)
-    return {
-        "rtt_ms_p50": p50,
-        "rtt_ms_p99": p99,
-        "rtt_samples": len(rtts),
-        "rtt_timeouts": timeouts,
-        "commands_per_s": rate,
-        "commands_accepted_per_s": n_cmd / accepted_s,
-        "tcp_nodelay": nodelay,
-    }
+    return {**_rtt_summary(rtts, timeouts, rate, n_cmd, accepted_s), "tcp_nodelay": nodelay}
 
 
 def _detect(graph: RosTestGraph, cfg: RobotConfig, reps: int) -> list[float]:

@@ -36,7 +36,14 @@ import numpy as np
 
 from controllers.rl.configuration_rl import PPOSettings
 from controllers.rl.training_rl import quiet_logger
-from embodied.apps.lab.stats import format_pm, format_rate, markdown_table, mean_std, rate
+from embodied.apps.lab.stats import (
+    format_pm,
+    format_rate,
+    markdown_table,
+    mean_std,
+    rate,
+    runs_by_arm,
+)
 from embodied.config import Rule, checked, validate
 from embodied.errors import ConfigError
 from embodied.io import atomic_path, write_json, write_text
@@ -272,10 +279,7 @@ def save_policy(model: Any, path: Path) -> None:
 def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Per arm: pooled Wilson 95 % success over all evaluation episodes, mean +- std over seeds."""
     out: dict[str, Any] = {}
-    for arm in ARMS:
-        rs = [r for r in runs if r["arm"] == arm]
-        if not rs:
-            continue
+    for arm, rs in runs_by_arm(runs, ARMS).items():
         out[arm] = {
             "seeds": len(rs),
             "eval_success_rate": rate(

@@ -48,6 +48,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from embodied.apps.lab.budgets import budget_preset
 from embodied.apps.lab.pdp_plots import plot_latents, plot_route_histograms
 from embodied.apps.lab.stats import format_pooled, markdown_table, pooled_stat
 from embodied.apps.route_task import (
@@ -291,11 +292,7 @@ class PDPExperimentConfig:
         Raises:
             ConfigError: ``budget`` is unknown.
         """
-        if budget not in BUDGETS:
-            raise ConfigError(
-                f"unknown experiment budget {budget!r}", fix=f"use one of {sorted(BUDGETS)}"
-            )
-        preset = dict(BUDGETS[budget])
+        preset = budget_preset(BUDGETS, budget, "experiment")
         ev = {**dict(preset.pop("evaluation", {})), **dict(fields.pop("evaluation", {}))}
         return cls(**{**preset, **fields}, evaluation=PDPEvalConfig(**ev))
 

@@ -44,6 +44,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 import sim
 from controllers.rl.configuration_rl import PPOSettings, merge_ppo_layers
 from controllers.rl.reppo import QActorCriticPolicy, RePPO
+from embodied.apps.lab.budgets import budget_preset
 from embodied.apps.lab.stats import format_pm, markdown_table, mean_std
 from embodied.apps.plotting import plt, save_figure
 from embodied.config import checked, validate
@@ -256,17 +257,14 @@ class RePPOExperimentConfig:
 
     @classmethod
     def for_budget(cls, budget: str, **fields: Any) -> RePPOExperimentConfig:
-        """The preset :data:`BUDGETS` ``budget`` with ``fields`` on top (``ppo``: a
-        :class:`PPOSettings` or a mapping of some of its fields, merged field by field).
+        """The preset :data:`BUDGETS` ``budget`` with ``fields`` on top (``ppo`` merged field by
+        field, see :func:`~controllers.rl.configuration_rl.merge_ppo_layers`).
 
         Raises:
             ConfigError: ``budget`` is unknown.
         """
-        if budget not in BUDGETS:
-            raise ConfigError(
-                f"unknown RePPO experiment budget {budget!r}", fix=f"use one of {sorted(BUDGETS)}"
-            )
-        return cls(**merge_ppo_layers(REPPO_PPO, BUDGETS[budget], fields))
+        preset = budget_preset(BUDGETS, budget, "RePPO experiment")
+        return cls(**merge_ppo_layers(REPPO_PPO, preset, fields))
 
 
 BUDGETS: dict[str, dict[str, Any]] = {

@@ -44,6 +44,7 @@ from controllers.rl.configuration_rl import PPOSettings, merge_ppo_layers
 from controllers.rl.training_rl import quiet_logger
 from controllers.shield import ActionSet, BinSpec, RobustShield, ShieldConfig, ShieldFilter
 from controllers.shield.shield import ShieldedEnv
+from embodied.apps.lab.budgets import budget_preset
 from embodied.apps.lab.stats import (
     format_pm,
     format_rate,
@@ -51,9 +52,9 @@ from embodied.apps.lab.stats import (
     mean_or_none,
     mean_std,
     rate,
+    runs_by_arm,
 )
 from embodied.config import Rule, checked, validate
-from embodied.errors import ConfigError
 from embodied.io import atomic_path, write_json, write_text
 
 ENV_ID = "mujoco:reach_around"
@@ -315,11 +316,8 @@ class ShieldExperimentConfig:
         Raises:
             ConfigError: ``budget`` is unknown.
         """
-        if budget not in BUDGETS:
-            raise ConfigError(
-                f"unknown shield experiment budget {budget!r}", fix=f"use one of {sorted(BUDGETS)}"
-            )
-        return cls(**merge_ppo_layers(SHIELD_PPO, BUDGETS[budget], overrides))
+        preset = budget_preset(BUDGETS, budget, "shield experiment")
+        return cls(**merge_ppo_layers(SHIELD_PPO, preset, overrides))
 
 
 BUDGETS: dict[str, dict[str, Any]] = {
@@ -552,10 +550,7 @@ def evaluate(
 def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Per arm: mean +- std over seeds and pooled Wilson 95 % intervals of evaluation rates."""
     out: dict[str, Any] = {}
-    for arm in ARMS:
-        rs = [r for r in runs if r["arm"] == arm]
-        if not rs:
-            continue
+    for arm, rs in runs_by_arm(runs, ARMS).items():
         n_eval = sum(r["eval_episodes"] for r in rs)
         n_train = sum(r["train_episodes"] for r in rs)
         out[arm] = {

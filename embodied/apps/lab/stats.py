@@ -27,8 +27,25 @@ __all__ = [
     "mean_std",
     "pooled_stat",
     "rate",
+    "runs_by_arm",
     "wilson_interval",
 ]
+
+
+def runs_by_arm(
+    runs: Sequence[Mapping[str, Any]], arms: Sequence[str]
+) -> dict[str, list[Mapping[str, Any]]]:
+    """The runs (one per arm and seed, keyed ``"arm"``) of each arm, in the order of ``arms``.
+
+    Arms without runs are left out, so a partial result (an interrupted experiment) aggregates
+    what it has.
+    """
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for arm in arms:
+        rs = [r for r in runs if r["arm"] == arm]
+        if rs:
+            out[arm] = rs
+    return out
 
 
 def mean_or_none(values: Sequence[float]) -> float | None:

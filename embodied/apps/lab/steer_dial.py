@@ -37,7 +37,12 @@ import torch
 
 import policies
 from embodied.apps.lab.stats import Z95, wilson_interval
-from embodied.apps.training.training_vla import SPEED_LEVELS, Log, no_log
+from embodied.apps.training.training_vla import (
+    SPEED_LEVELS,
+    DemonstrationCollector,
+    Log,
+    no_log,
+)
 from embodied.contracts import Env
 from embodied.errors import ConfigError
 from embodied.loop import rollout
@@ -143,8 +148,7 @@ def collect_graded_demonstrations(
         Steps whose ``concept`` is the episode's cruise speed (m/s).
     """
     check_labels(labels)
-    cam = env.observation_spec.image_keys[0]
-    images, prompts, actions, episode, concept = [], [], [], [], []
+    steps = DemonstrationCollector(env.observation_spec.image_keys[0])
     ranges = [r for r, _ in ADVERB_LEVELS.values()] if labels == "adverbs" else [tuple(speed_range)]
     experts: list[Any] = [
         policies.load("expert", env=env, speed_range=tuple(r), seed=seed) for r in ranges
@@ -156,22 +160,16 @@ def collect_graded_demonstrations(
             opts["target"] = targets[(e // len(experts)) % len(targets)]
         ep = rollout(env, expert, seed=seed + e, reset_options=opts or None)
         speed = float(expert.current_speed)  # the expert's drawn cruise speed
-        images.append(ep.observations[cam])
-        actions.append(ep.actions)
-        prompts += [speed_prompt(ep.instruction, speed, labels, speed_range)] * len(ep)
-        episode += [e] * len(ep)
-        concept += [speed] * len(ep)
+        steps.add(ep, e, speed_prompt(ep.instruction, speed, labels, speed_range), speed)
         if (e + 1) % max(1, episodes // 8) == 0:
-            log(f"graded demonstrations: {e + 1}/{episodes} episodes, {len(prompts)} steps")
-    return DemonstrationSteps(
-        np.concatenate(images),
-        prompts,
-        np.concatenate(actions),
-        np.asarray(episode),
-        np.asarray(concept, dtype=np.float64),
+            log(
+                f"graded demonstrations: {e + 1}/{episodes} episodes, "
+                f"{len(steps.instructions)} steps"
+            )
+    return steps.build(
         {
             "env_id": env.env_id,
-            "camera": cam,
+            "camera": steps.camera,
             "speed_labels": labels,
             "speed_range": list(speed_range),
             "first_seed": seed,

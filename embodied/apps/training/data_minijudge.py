@@ -19,7 +19,7 @@ import numpy as np
 
 import policies
 import sim
-from embodied.contracts import Policy
+from embodied.contracts import Env, Policy
 from embodied.errors import UnknownNameError
 from embodied.rewards.demo2reward.demonstrations import LabelledDemonstration, record_demonstration
 from embodied.specs import Observation
@@ -140,16 +140,30 @@ ARM_KINDS = ("expert", "near", "near", "random")
 BALL_KINDS = ("expert", "near", "blocked", "random")
 
 
-def _arm_episodes(
-    n: int, seed0: int, image_size: int | None, kinds: tuple[str, ...] = ARM_KINDS
-) -> Iterator[LabelledDemonstration]:
+def _recording_env(
+    env_id: str, seed0: int, image_size: int | None, **make_options: Any
+) -> tuple[Env, np.random.Generator, Any]:
+    """The env labelled episodes are recorded in, the generator of their random choices
+    (seeded ``seed0``) and the env's task.
+
+    Episodes run past success (``terminate_on_success=False``) so that holds and overshoots
+    are recorded too; ``image_size`` None keeps the env's default camera size (px).
+    """
     env = sim.make(
-        "mujoco:arm_reach",
+        env_id,
+        **make_options,
         terminate_on_success=False,
         **({"image_size": image_size} if image_size else {}),
     )
     rng = np.random.default_rng(seed0)
     task: Any = env.unwrapped.task  # type: ignore[attr-defined]
+    return env, rng, task
+
+
+def _arm_episodes(
+    n: int, seed0: int, image_size: int | None, kinds: tuple[str, ...] = ARM_KINDS
+) -> Iterator[LabelledDemonstration]:
+    env, rng, task = _recording_env("mujoco:arm_reach", seed0, image_size)
     for i in range(n):
         seed = seed0 + i
         kind = kinds[i % len(kinds)]
@@ -209,14 +223,7 @@ def _arm_target_dist(task: Any) -> float:
 def _ball_episodes(
     n: int, seed0: int, image_size: int | None, kinds: tuple[str, ...] = BALL_KINDS
 ) -> Iterator[LabelledDemonstration]:
-    env = sim.make(
-        "mujoco:reach_around",
-        camera=True,
-        terminate_on_success=False,
-        **({"image_size": image_size} if image_size else {}),
-    )
-    rng = np.random.default_rng(seed0)
-    task: Any = env.unwrapped.task  # type: ignore[attr-defined]
+    env, rng, task = _recording_env("mujoco:reach_around", seed0, image_size, camera=True)
     for i in range(n):
         seed = seed0 + i
         kind = kinds[i % len(kinds)]

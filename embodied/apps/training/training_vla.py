@@ -10,7 +10,7 @@ env with its cube layout and demonstration targets. The lab's steering experimen
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import sim
 from embodied.contracts import Env
 from embodied.distributed import Distributed
 from embodied.errors import ConfigError
-from embodied.loop import rollout
+from embodied.loop import Episode, rollout
 from policies.openvla.loading_openvla import save_pretrained
 from policies.openvla.modeling_openvla import OpenVLAModel
 from policies.openvla.processor_openvla import OpenVLAProcessor
@@ -50,6 +50,49 @@ def no_log(_: str) -> None:
     """A :data:`Log` that prints nothing."""
 
 
+@dataclass
+class DemonstrationCollector:
+    """Gathers the steps of recorded episodes, one episode at a time, into
+    :class:`DemonstrationSteps` (every step of an episode shares its instruction, index and
+    concept value).
+
+    Attributes:
+        camera: Observation key of the frames kept.
+        images: Per episode, its (T, H, W, 3) frames.
+        actions: Per episode, its (T, action_dim) actions.
+        instructions: Per step, the instruction the model sees.
+        episode: Per step, its episode index.
+        concept: Per step, the episode's concept value (cruise speed, m/s).
+    """
+
+    camera: str
+    images: list[np.ndarray] = field(default_factory=list)
+    actions: list[np.ndarray] = field(default_factory=list)
+    instructions: list[str] = field(default_factory=list)
+    episode: list[int] = field(default_factory=list)
+    concept: list[float] = field(default_factory=list)
+
+    def add(self, ep: Episode, index: int, instruction: str, concept: float) -> None:
+        """Append every step of ``ep`` as episode ``index`` with ``instruction`` and ``concept``."""
+        n = len(ep)
+        self.images.append(ep.observations[self.camera])
+        self.actions.append(ep.actions)
+        self.instructions += [instruction] * n
+        self.episode += [index] * n
+        self.concept += [concept] * n
+
+    def build(self, meta: dict[str, Any]) -> DemonstrationSteps:
+        """The steps gathered so far, with ``meta`` describing how they were made."""
+        return DemonstrationSteps(
+            np.concatenate(self.images),
+            self.instructions,
+            np.concatenate(self.actions),
+            np.asarray(self.episode),
+            np.asarray(self.concept, dtype=np.float64),
+            meta,
+        )
+
+
 def collect_speed_demonstrations(
     env: Env,
     episodes_per_level: int,
@@ -71,8 +114,7 @@ def collect_speed_demonstrations(
         log: Progress printer.
     """
     levels = levels or SPEED_LEVELS
-    cam = env.observation_spec.image_keys[0]
-    images, instr, actions, episode, concept = [], [], [], [], []
+    steps = DemonstrationCollector(env.observation_spec.image_keys[0])
     e = 0
     for name, (speed_range, adverb) in levels.items():
         expert = policies.load("expert", env=env, speed_range=tuple(speed_range), seed=seed)
@@ -83,21 +125,18 @@ def collect_speed_demonstrations(
                     opts["target"] = target
                 ep = rollout(env, expert, seed=seed + e, reset_options=opts or None)
                 speed = float(getattr(expert, "current_speed", np.linalg.norm(ep.actions[0, :3])))
-                text = f"{ep.instruction} {adverb}".strip()
-                images.append(ep.observations[cam])
-                actions.append(ep.actions)
-                instr += [text] * len(ep)
-                episode += [e] * len(ep)
-                concept += [speed] * len(ep)
+                steps.add(ep, e, f"{ep.instruction} {adverb}".strip(), speed)
                 e += 1
-        log(f"demonstrations: level {name} ({speed_range} m/s) done, {len(instr)} steps so far")
-    return DemonstrationSteps(
-        np.concatenate(images),
-        instr,
-        np.concatenate(actions),
-        np.asarray(episode),
-        np.asarray(concept, dtype=np.float64),
-        {"env_id": env.env_id, "levels": {k: list(v) for k, v in levels.items()}, "camera": cam},
+        log(
+            f"demonstrations: level {name} ({speed_range} m/s) done, "
+            f"{len(steps.instructions)} steps so far"
+        )
+    return steps.build(
+        {
+            "env_id": env.env_id,
+            "levels": {k: list(v) for k, v in levels.items()},
+            "camera": steps.camera,
+        }
     )
 
 

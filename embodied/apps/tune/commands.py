@@ -238,7 +238,12 @@ def _new_seed(m: Mapping[str, Any], ctx: ValidationContext) -> Command:
     )
 
 
-def _step_test(m: Mapping[str, Any], ctx: ValidationContext) -> Command:
+def _step_ends(m: Mapping[str, Any], ctx: ValidationContext) -> tuple[float, float]:
+    """The ``from``/``to`` setpoints of a step, each within the setpoint range and distinct.
+
+    Raises:
+        ConfigError: an end is not a number, lies outside the range, or both are equal.
+    """
     lo, hi = ctx.setpoint_range
     start = _in_range(_number(m.get("from"), "step start"), lo, hi, "step start")
     end = _in_range(_number(m.get("to"), "step end"), lo, hi, "step end")
@@ -246,18 +251,17 @@ def _step_test(m: Mapping[str, Any], ctx: ValidationContext) -> Command:
         raise ConfigError(
             f"step from {start:g} to {end:g} has zero size", fix="use two different setpoints"
         )
+    return start, end
+
+
+def _step_test(m: Mapping[str, Any], ctx: ValidationContext) -> Command:
+    start, end = _step_ends(m, ctx)
     return Command("step_test", {"from": start, "to": end})
 
 
 def _autotune(m: Mapping[str, Any], ctx: ValidationContext) -> Command:
     budget = _int(m.get("budget", 9), "auto-tune budget", 1, MAX_BUDGET)
-    lo, hi = ctx.setpoint_range
-    start = _in_range(_number(m.get("from"), "step start"), lo, hi, "step start")
-    end = _in_range(_number(m.get("to"), "step end"), lo, hi, "step end")
-    if start == end:
-        raise ConfigError(
-            f"step from {start:g} to {end:g} has zero size", fix="use two different setpoints"
-        )
+    start, end = _step_ends(m, ctx)
     return Command("autotune", {"budget": budget, "from": start, "to": end})
 
 

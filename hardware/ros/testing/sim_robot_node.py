@@ -98,6 +98,22 @@ class NoDelay(rospy.SubscribeListener):
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+def wait_tick(next_t: float, period: float) -> float:
+    """Sleep until ``period`` seconds after the tick ``next_t`` (monotonic s); return that tick.
+
+    A late loop restarts its schedule from now instead of publishing a burst to catch up.
+    (The same pacing as ``embodied.loop``'s, written here because this node imports nothing
+    of ``embodied``.)
+    """
+    next_t += period
+    delay = next_t - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+    else:
+        next_t = time.monotonic()
+    return next_t
+
+
 def nodelay_publisher(topic: str, data_class: type, **kwargs: object) -> rospy.Publisher:
     """A rospy publisher whose connections all have TCP_NODELAY (see :class:`NoDelay`)."""
     listener = NoDelay()
@@ -127,12 +143,7 @@ class CameraNode(threading.Thread):
             self.msg.header.seq = seq
             self.msg.header.stamp = rospy.Time.now()
             self.pub.publish(self.msg)
-            next_t += period
-            delay = next_t - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            else:
-                next_t = time.monotonic()
+            next_t = wait_tick(next_t, period)
 
 
 class SimRobotNode:
@@ -342,12 +353,7 @@ class SimRobotNode:
                 self.publish_estop_state()
                 self.publish_image()
                 last_count = now
-            next_t += period
-            delay = next_t - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            else:
-                next_t = time.monotonic()
+            next_t = wait_tick(next_t, period)
 
 
 def main(argv: list[str] | None = None) -> None:
