@@ -169,8 +169,6 @@ class RLController:
 
         path = Path(folder)
         path.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path / WEIGHTS_NAME) as tmp:
-            save_file(self.actor.state_dict(), str(tmp), metadata={"format": "np"})
         write_json(
             path / CONFIG_NAME,
             {
@@ -180,6 +178,9 @@ class RLController:
                 "meta": self.meta,
             },
         )
+        # weights last: they never stand without their config.json (a kill between writes)
+        with atomic_path(path / WEIGHTS_NAME) as tmp:
+            save_file(self.actor.state_dict(), str(tmp), metadata={"format": "np"})
         return path
 
     @classmethod

@@ -382,12 +382,14 @@ def save_model(model: PDPModel, path: str | os.PathLike[str]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     model.normalizer.check()
     state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
-    with atomic_path(out / WEIGHTS_NAME) as tmp:
-        save_file(state, str(tmp), metadata={"policy_type": POLICY_TYPE})
+    # config first: weights then never stand without their config.json, even when a kill
+    # lands between the two writes (a training run rewrites the same config at each save)
     write_json(
         out / CONFIG_NAME,
         {"policy_type": POLICY_TYPE, "format_version": FORMAT_VERSION, **model.config.to_dict()},
     )
+    with atomic_path(out / WEIGHTS_NAME) as tmp:
+        save_file(state, str(tmp), metadata={"policy_type": POLICY_TYPE})
     return out
 
 

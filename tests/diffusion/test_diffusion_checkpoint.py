@@ -91,3 +91,25 @@ def test_config_weights_mismatch_and_missing_files(tmp_path: Path) -> None:
 def test_unsaved_stats_refused_at_construction() -> None:
     with pytest.raises(CheckpointError, match="not set"):
         PDPPolicy(PDPModel(tiny_config()))
+
+
+class _Killed(BaseException):
+    """Stands for SIGKILL landing inside a save (nothing after it runs)."""
+
+
+@pytest.mark.parametrize("killed_in", ["write_json", "save_file"])
+def test_weights_never_stand_without_their_config(
+    killed_in: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the kill-anywhere test: a kill between the two writes of a training run's
+    first save left model.safetensors without config.json, a folder nothing could load."""
+    import policies.diffusion.policy_pdp as policy_pdp
+
+    def killed(*args: object, **kwargs: object) -> None:
+        raise _Killed
+
+    monkeypatch.setattr(policy_pdp, killed_in, killed)
+    with pytest.raises(_Killed):
+        policy_pdp.save_model(_policy().model, tmp_path / "run")
+    names = {p.name for p in (tmp_path / "run").iterdir()}
+    assert "model.safetensors" not in names or "config.json" in names, names

