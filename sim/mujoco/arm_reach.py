@@ -50,6 +50,8 @@ MAX_JOINT_SPEED_RADPS = 2.5
 CUBE_X_M = (0.22, 0.42)
 CUBE_Y_M = (-0.18, 0.18)
 CUBE_MIN_SEPARATION_M = 0.09
+MAX_JITTER_M = 0.05
+"""Largest ``jitter`` reset option (m): placed cubes move at most this far per axis."""
 HOME_QPOS = np.array([0.0, 0.3, 1.6, np.pi - 1.9])
 ARM_JOINTS = ("yaw", "shoulder", "elbow", "wrist")
 FINGER_OPEN_M, FINGER_CLOSED_M = 0.005, -0.025
@@ -179,8 +181,13 @@ class ArmReachTask(Task):
         Options:
             target: Colour to reach this episode.
             cubes: Mapping colour -> (x, y) in m to place cubes explicitly.
+            jitter: Half-width (m, at most ``MAX_JITTER_M``) of a uniform offset drawn from the
+                episode's generator for each axis of every cube placed by ``cubes``: a fixed
+                layout whose scenes still differ per seed.
         """
-        self.check_reset_options(options, {"target", "cubes", "scene"}, "use 'target' or 'cubes'")
+        self.check_reset_options(
+            options, {"target", "cubes", "scene", "jitter"}, "use 'target', 'cubes' or 'jitter'"
+        )
         if options.get("scene", "default") != "default":
             raise UnknownNameError(
                 f"arm_reach has no scene {options['scene']!r}; scenes: ['default']"
@@ -189,6 +196,13 @@ class ArmReachTask(Task):
         data.ctrl[4:6] = FINGER_OPEN_M
         data.qpos[self._finger_q : self._finger_q + 2] = FINGER_OPEN_M
         placed = list(sample_cube_layout(rng))
+        jitter = options.get("jitter", 0.0)
+        if not isinstance(jitter, (int, float)) or not 0.0 <= jitter <= MAX_JITTER_M:
+            raise ConfigError(
+                f"reset option jitter={jitter!r} is not a half-width in m within "
+                f"[0, {MAX_JITTER_M}]",
+                fix=f"pass a jitter between 0 and {MAX_JITTER_M} m (0.025 keeps cubes apart)",
+            )
         for color, xy in dict(options.get("cubes", {})).items():
             if color not in COLORS:
                 raise UnknownNameError(f"unknown cube colour {color!r}; colours: {list(COLORS)}")
@@ -203,7 +217,7 @@ class ArmReachTask(Task):
                     "within reach (0.1 <= x <= 0.55 m, |y| <= 0.3 m)",
                     fix="place cubes inside the reachable table area",
                 )
-            placed[COLORS.index(color)] = val
+            placed[COLORS.index(color)] = val + rng.uniform(-jitter, jitter, 2) if jitter else val
         target = options.get("target", self.fixed_target)
         if target is None:
             target = COLORS[int(rng.integers(len(COLORS)))]

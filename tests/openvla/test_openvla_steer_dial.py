@@ -15,8 +15,8 @@ import torch
 
 import policies
 import sim
-from embodied.apps.lab.config_steer import DialSettings, ExperimentSettings
-from embodied.apps.lab.steer import best_fixed, run_episodes, steer_env
+from embodied.apps.lab.config_steer import DialSettings, ExperimentSettings, SteerExperimentConfig
+from embodied.apps.lab.steer import best_fixed, dial_markdown, run_episodes, steer_env
 from embodied.apps.lab.steer_dial import (
     _activations,
     base_instruction,
@@ -27,6 +27,7 @@ from embodied.apps.lab.steer_dial import (
     extract_direction,
     extreme_prompts,
     ridge_probe,
+    speed_named,
     speed_prompt,
 )
 from embodied.errors import ConfigError
@@ -146,6 +147,43 @@ def test_each_method_gives_a_direction_with_the_mean_difference_scale(
     assert torch.isfinite(probe.vector).all() and "r2_heldout" in probe.meta["probe"]
 
 
+def test_unnamed_episodes_are_left_out_of_the_contrast(graded_vla: tuple[Any, Any]) -> None:
+    """With unnamed_fraction > 0 the plain-prompt episodes carry no speed in the prompt: the
+    mean difference and the probe are taken over the named episodes only."""
+    model, proc = graded_vla
+    steps = _graded_steps("continuum")
+    plain = np.isin(steps.episode, [1, 4])  # two episodes keep the plain instruction
+    steps.instructions[:] = [
+        base_instruction(p) if u else p for p, u in zip(steps.instructions, plain, strict=True)
+    ]
+    assert speed_named(steps).all()  # the earlier data (no unnamed_fraction): every step counts
+    steps.meta["unnamed_fraction"] = 0.5
+    assert (speed_named(steps) == ~plain).all()
+    fast, slow = episode_contrast(steps.concept, steps.episode, named=~plain)
+    assert not (fast & plain).any() and not (slow & plain).any()
+    assert set(steps.episode[fast]) == {5} and set(steps.episode[slow]) == {0}
+    act = {
+        name: _activations(model, proc, steps, np.flatnonzero(m), 1, "last", "toy")
+        for name, m in (("fast", fast), ("slow", slow))
+    }
+    md = extract_direction(model, proc, steps, "mean_difference", 1, "last", "toy")
+    torch.testing.assert_close(md.vector, act["fast"].mean(0) - act["slow"].mean(0))
+
+
+def test_graded_demonstrations_leave_the_asked_fraction_unnamed() -> None:
+    env, reset, targets = steer_env("mujoco:arm_reach", 32, "jittered")
+    steps = collect_graded_demonstrations(
+        env, 8, "continuum", (0.04, 0.25), 0, reset, targets, unnamed_fraction=0.5
+    )
+    per_episode = {int(e): steps.instructions[i] for i, e in enumerate(steps.episode)}
+    plain = [e for e, p in per_episode.items() if base_instruction(p) == p]
+    assert 0 < len(plain) < 8 and steps.meta["unnamed_fraction"] == 0.5
+    assert all("at speed" in p for e, p in per_episode.items() if e not in plain)
+    assert len({steps.images[steps.episode == e][0].tobytes() for e in per_episode}) == 8
+    with pytest.raises(ConfigError, match="unnamed_fraction"):
+        SteerExperimentConfig(unnamed_fraction=1.5)
+
+
 def test_paired_needs_named_speeds_and_unknown_methods_are_refused(
     graded_vla: tuple[Any, Any],
 ) -> None:
@@ -193,6 +231,27 @@ def test_check_dial_monotone_span_and_working_range() -> None:
     assert check_dial([_point(0, base, 0.5), _point(1, 0.2, 1.0)])["working_range"] is None
     with pytest.raises(ConfigError, match="no alpha = 0"):
         check_dial([_point(1, base, 1.0)])
+
+
+def test_dial_report_says_why_there_is_no_working_range() -> None:
+    """Unsteered success below the floor: the report names the cause, never 'nanx-nanx'."""
+    points = []
+    for a, speed, wins in ((-1, 0.072, 0), (0, 0.103, 1), (1, 0.063, 0)):
+        p = _point(a, speed, wins / 20)
+        p.update(successes=wins, episodes=20, success_ci=[0.0, 0.2], scenes=20)
+        points.append(p)
+    report = {
+        "env_id": "mujoco:arm_reach", "speed_labels": "continuum", "layout": "random",
+        "methods": {"mean_difference": {"points": points, "verdict": check_dial(points)}},
+    }  # fmt: skip
+    md = dial_markdown(report)
+    assert "nan" not in md
+    assert "no working range: unsteered success 1/20 is below the 90 % floor" in md
+    working = [_point(a, 0.1 * (1 + 0.6 * a), 1.0) for a in (-1, 0, 1)]
+    for p in working:
+        p.update(successes=20, episodes=20, success_ci=[0.83, 1.0], scenes=20)
+    report["methods"]["mean_difference"] = {"points": working, "verdict": check_dial(working)}
+    assert "working range [-1, 1], speed 0.40x-1.60x unsteered" in dial_markdown(report)
 
 
 def test_dial_settings_need_the_unsteered_point_and_disjoint_seeds() -> None:

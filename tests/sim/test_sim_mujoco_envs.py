@@ -129,6 +129,33 @@ ARM_CUBES = {
 }
 
 
+def test_arm_reach_jitter_moves_each_placed_cube_per_seed_within_bounds() -> None:
+    from embodied.apps.training.training_vla import FIXED_LAYOUT, LAYOUT_JITTER_M, steer_env
+    from sim.mujoco.arm_reach import COLORS, CUBE_HALF_M
+
+    env, reset, _targets = steer_env("mujoco:arm_reach", None, "jittered")
+    assert reset["jitter"] == LAYOUT_JITTER_M
+    layouts = []
+    for seed in range(12):
+        env.reset(seed=seed, options=reset)
+        cubes = np.asarray(env.unwrapped.task.cube_pos)[:, :2]
+        fixed = np.array([FIXED_LAYOUT[c] for c in COLORS])
+        assert np.abs(cubes - fixed).max() <= LAYOUT_JITTER_M + 1e-12
+        gaps = [np.linalg.norm(a - b) for i, a in enumerate(cubes) for b in cubes[i + 1 :]]
+        assert min(gaps) > 2 * CUBE_HALF_M  # cubes never overlap
+        layouts.append(cubes.round(6).tobytes())
+    assert len(set(layouts)) == 12  # distinct scenes per seed
+    env.reset(seed=3, options=reset)
+    again = np.asarray(env.unwrapped.task.cube_pos)[:, :2].round(6).tobytes()
+    assert again == layouts[3]  # the seed decides the scene
+    for bad in (-0.01, 0.2, "far"):
+        with pytest.raises(ConfigError, match="jitter") as exc:
+            env.reset(seed=0, options={**reset, "jitter": bad})
+        assert exc.value.fix
+    with pytest.raises(ConfigError, match="'fixed', 'jittered' or 'random'"):
+        steer_env("mujoco:arm_reach", None, "wobbly")
+
+
 def _drive_to(
     env: Env, info: dict[str, Any], point: np.ndarray, max_steps: int = 100
 ) -> list[tuple[bool, dict[str, Any]]]:

@@ -43,6 +43,10 @@ class SteerExperimentConfig(TinyVLAConfig):
             named classes, the earlier experiment), none (continuous speeds, plain prompt) or
             continuum (continuous speeds, an ordered "at speed 1..9" scale).
         speed_range: Demonstration cruise speeds (min, max) in m/s (none and continuum).
+        unnamed_fraction: Fraction of the demonstration episodes (continuum or adverbs) whose
+            prompt leaves the speed unnamed: the plain instruction the evaluation sends then
+            means "the average speed", as classifier-free guidance drops its condition (ours;
+            0: every prompt names its speed, the earlier data).
         method: Direction extraction: mean_difference, paired or probe (``embodied lab steer dial``
             compares all three).
     """
@@ -63,7 +67,11 @@ class SteerExperimentConfig(TinyVLAConfig):
     pid_ki: float | None = None
     speed_labels: str = "adverbs"
     speed_range: tuple[float, float] = (0.04, 0.25)
+    unnamed_fraction: float = checked(0.0, ge=0.0, le=1.0, fix="use a fraction in [0, 1]")
     method: str = "mean_difference"
+
+    def __post_init__(self) -> None:
+        validate(self)
 
 
 @dataclass

@@ -788,8 +788,9 @@ def steer_experiment(
     if graded and cfg.model is None:  # the same data budget as the three named classes
         n_graded = training_seed_range(cfg, len(targets))[1]
         demonstrations = collect_graded_demonstrations(
-            env, n_graded, cfg.speed_labels, cfg.speed_range, 0, reset, targets, log
-        )
+            env, n_graded, cfg.speed_labels, cfg.speed_range, 0, reset, targets, log,
+            unnamed_fraction=cfg.unnamed_fraction,
+        )  # fmt: skip
     vla_training: dict[str, Any] = {}
     if cfg.model is None:
         vla_dir = out / "vla"
@@ -923,8 +924,9 @@ def dial_experiment(
     }
     check_disjoint_seeds(seeds)
     demonstrations = collect_graded_demonstrations(
-        env, dial.demonstrations, cfg.speed_labels, cfg.speed_range, 0, reset, targets, log
-    )
+        env, dial.demonstrations, cfg.speed_labels, cfg.speed_range, 0, reset, targets, log,
+        unnamed_fraction=cfg.unnamed_fraction,
+    )  # fmt: skip
     vla_dir = out / "vla"
     timing: dict[str, float] = {}
     if (vla_dir / "config.json").exists() and not cfg.retrain:
@@ -950,6 +952,7 @@ def dial_experiment(
         "speed_labels": cfg.speed_labels,
         "speed_range": list(cfg.speed_range),
         "layout": cfg.layout,
+        "unnamed_fraction": cfg.unnamed_fraction,
         "settings": asdict(dial),
         "seeds": {k: list(v) for k, v in seeds.items()},
         "methods": {},
@@ -1022,6 +1025,15 @@ def dial_markdown(report: dict[str, Any]) -> str:
     for method, r in report["methods"].items():
         if "verdict" in r:
             v = r["verdict"]
+            if v["working_range"] is None:
+                unsteered = next(p for p in r["points"] if p["alpha"] == 0.0)
+                lines.append(
+                    f"- {method}: dial False (no working range: unsteered success "
+                    f"{unsteered['successes']}/{unsteered['episodes']} is below the "
+                    f"{100 * v['min_success']:.0f} % floor, so no alpha keeps success; "
+                    "train the VLA until it succeeds unsteered first)"
+                )
+                continue
             lines.append(
                 f"- {method}: dial {v['is_dial']} (monotone {v['monotone']}, working range "
                 f"{v['working_range']}, speed {v['speed_ratio_range'][0]:.2f}x-"

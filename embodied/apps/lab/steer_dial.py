@@ -127,6 +127,7 @@ def collect_graded_demonstrations(
     reset_options: dict[str, Any] | None = None,
     targets: Sequence[str] = (),
     log: Log = no_log,
+    unnamed_fraction: float = 0.0,
 ) -> DemonstrationSteps:
     """Expert demonstrations whose cruise speed is drawn per episode from ``speed_range``.
 
@@ -143,11 +144,15 @@ def collect_graded_demonstrations(
         reset_options: Base reset options.
         targets: Target names cycled through reset option ``target`` (empty = env's choice).
         log: Progress printer.
+        unnamed_fraction: Fraction of episodes (drawn from ``seed``) whose prompt is the plain
+            instruction even though ``labels`` names speeds (ours: the plain prompt learns the
+            average speed, as classifier-free guidance drops its condition).
 
     Returns:
         Steps whose ``concept`` is the episode's cruise speed (m/s).
     """
     check_labels(labels)
+    unnamed = np.random.default_rng([seed, 36]).random(episodes) < unnamed_fraction
     steps = DemonstrationCollector(env.observation_spec.image_keys[0])
     ranges = [r for r, _ in ADVERB_LEVELS.values()] if labels == "adverbs" else [tuple(speed_range)]
     experts: list[Any] = [
@@ -160,7 +165,8 @@ def collect_graded_demonstrations(
             opts["target"] = targets[(e // len(experts)) % len(targets)]
         ep = rollout(env, expert, seed=seed + e, reset_options=opts or None)
         speed = float(expert.current_speed)  # the expert's drawn cruise speed
-        steps.add(ep, e, speed_prompt(ep.instruction, speed, labels, speed_range), speed)
+        prompt = "none" if unnamed[e] else labels
+        steps.add(ep, e, speed_prompt(ep.instruction, speed, prompt, speed_range), speed)
         if (e + 1) % max(1, episodes // 8) == 0:
             log(
                 f"graded demonstrations: {e + 1}/{episodes} episodes, "
@@ -172,23 +178,40 @@ def collect_graded_demonstrations(
             "camera": steps.camera,
             "speed_labels": labels,
             "speed_range": list(speed_range),
+            "unnamed_fraction": unnamed_fraction,
             "first_seed": seed,
         },
     )
 
 
+def speed_named(demonstrations: DemonstrationSteps) -> np.ndarray:
+    """Which steps' prompts name their speed (all of them unless ``unnamed_fraction`` > 0).
+
+    With ``unnamed_fraction`` > 0 the unnamed steps carry no speed information in the prompt,
+    so the directions are contrasted (and probed) over the named ones only.
+    """
+    if not float(demonstrations.meta.get("unnamed_fraction", 0.0)) > 0:
+        return np.ones(len(demonstrations), bool)
+    named = np.array([base_instruction(p) != p for p in demonstrations.instructions], bool)
+    return named if named.any() else np.ones(len(named), bool)
+
+
 def episode_contrast(
-    concept: np.ndarray, episode: np.ndarray, fraction: float = 1 / 3
+    concept: np.ndarray,
+    episode: np.ndarray,
+    fraction: float = 1 / 3,
+    named: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Steps of the fastest and of the slowest ``fraction`` of *episodes* (by their mean concept).
 
     Thirds over episodes, not over steps: slow episodes are longer, so thirds of steps put
     medium-speed episodes in the slow set (and, with named classes, plain steps in the fast set).
+    ``named`` (a step mask) keeps only those steps' episodes in the contrast.
 
     Raises:
         ConfigError: Fewer than two episodes, or no spread in the concept.
     """
-    ids = np.unique(episode)
+    ids = np.unique(episode if named is None else episode[named])
     per = np.array([concept[episode == i].mean() for i in ids])
     k = max(1, round(len(ids) * fraction))
     if len(ids) < 2 or np.ptp(per) <= 0:
@@ -296,7 +319,8 @@ def extract_direction(
         raise ConfigError(f"positions {positions!r}: use last, text or action", fix="use last")
     layer = (len(model.decoder_layers) - 1) // 2 if layer is None else int(layer)
     rng = np.random.default_rng(seed)
-    fast, slow = episode_contrast(demonstrations.concept, demonstrations.episode)
+    named = speed_named(demonstrations)
+    fast, slow = episode_contrast(demonstrations.concept, demonstrations.episode, named=named)
     delta = float(demonstrations.concept[fast].mean() - demonstrations.concept[slow].mean())
     meta: dict[str, Any] = {
         "method": method,
@@ -337,7 +361,7 @@ def extract_direction(
             ),
         }
         return SteeringDirection(vec.float(), layer, "ee_speed", meta)
-    idx = sample(np.ones(len(demonstrations), bool), max_steps)
+    idx = sample(named, max_steps)
     w, info = ridge_probe(acts(idx), demonstrations.concept[idx], demonstrations.episode[idx])
     vec = w * (delta / float(w @ w))  # alpha = 1 moves the reading by the fast-slow difference
     meta |= {"norm": float(vec.norm()), "probe": info, "n_steps": len(idx)}

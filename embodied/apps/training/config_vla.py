@@ -16,7 +16,7 @@ class TinyVLAConfig:
 
     Args:
         env_id: Env id (mujoco:* records fresh expert demonstrations; libero:... on a GPU).
-        layout: arm_reach cube layout: fixed | random.
+        layout: arm_reach cube layout: fixed | jittered | random.
         image_size: Camera size in pixels (mujoco envs).
         llm_layers: Tiny model: Llama decoder layers.
         demonstration_episodes: Tiny model: demonstration episodes per (level, target) (4 and

@@ -148,6 +148,11 @@ FIXED_LAYOUT: dict[str, tuple[float, float]] = {
 }
 """Cube (x, y) in m of the CPU experiment's fixed layout (``--layout fixed``)."""
 
+LAYOUT_JITTER_M = 0.025
+"""``--layout jittered``: each cube of :data:`FIXED_LAYOUT` moves uniformly up to this far (m)
+per axis, drawn from the episode seed. The closest pair (red, yellow: 0.12 m apart) stays at
+least 0.049 m apart, more than a cube's 0.04 m width."""
+
 
 def steer_env(
     env_id: str, image_size: int | None, layout: str
@@ -157,7 +162,9 @@ def steer_env(
     Args:
         env_id: Env id, e.g. ``mujoco:arm_reach`` or ``libero:...``.
         image_size: Camera size in pixels (mujoco envs; falsy = the env's default).
-        layout: arm_reach cube layout, ``fixed`` or ``random``.
+        layout: arm_reach cube layout: ``fixed`` (one scene for every seed), ``jittered`` (the
+            fixed layout moved up to :data:`LAYOUT_JITTER_M` per cube and seed: distinct scenes,
+            colour still tells roughly where the cube is) or ``random`` (anywhere on the table).
 
     Raises:
         ConfigError: An unknown ``layout`` (arm_reach).
@@ -170,10 +177,14 @@ def steer_env(
     targets: list[str] = []
     if env_id == "mujoco:arm_reach":
         targets = list(COLORS)
-        if layout == "fixed":
+        if layout in ("fixed", "jittered"):
             reset["cubes"] = {k: list(v) for k, v in FIXED_LAYOUT.items()}
-        elif layout != "random":
-            raise ConfigError(f"unknown --layout {layout!r}", fix="use 'fixed' or 'random'")
+        if layout == "jittered":
+            reset["jitter"] = LAYOUT_JITTER_M
+        elif layout not in ("fixed", "random"):
+            raise ConfigError(
+                f"unknown --layout {layout!r}", fix="use 'fixed', 'jittered' or 'random'"
+            )
     return env, reset, targets
 
 

@@ -110,6 +110,7 @@ def extract_cmd(
     "pid_ki",
     "speed_labels",
     "speed_range",
+    "unnamed_fraction",
     "method",
 )
 def experiment_cmd(
@@ -143,6 +144,7 @@ def experiment_cmd(
     Opt("env_id", flag="--env"),
     Opt("speed_labels", default="none"),
     "speed_range",
+    "unnamed_fraction",
     Opt("layout", default="random"),
     "layer",
     "positions",
