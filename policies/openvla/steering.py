@@ -267,8 +267,23 @@ class SteeringHook:
         return self._handle is not None
 
     def attach(self) -> SteeringHook:
-        """Register the hook (idempotent)."""
+        """Register the hook (idempotent).
+
+        Raises:
+            ConfigError: Another steering hook is attached to the same model (a policy that was
+                never closed): its last alpha would silently add to this one's, so an
+                "unsteered" alpha = 0 would still be steered.
+        """
         if self._handle is None:
+            live: list[SteeringHook] = self.model.__dict__.setdefault("_steering_hooks", [])
+            if live:
+                raise ConfigError(
+                    f"the model already has a steering hook attached (layer "
+                    f"{live[0].intervention.layer}, alpha {live[0].alpha:g}); two hooks would "
+                    "add up",
+                    fix="close() the policy that attached it (OpenVLAPolicy.close) first",
+                )
+            live.append(self)
             layer = self.model.decoder_layers[self.intervention.layer]
             if isinstance(self.intervention, SteeringDirection):
                 self._handle = layer.register_forward_hook(self._add)
@@ -282,6 +297,9 @@ class SteeringHook:
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
+            live = self.model.__dict__.get("_steering_hooks", [])
+            if self in live:
+                live.remove(self)
 
     def __enter__(self) -> SteeringHook:
         return self.attach()

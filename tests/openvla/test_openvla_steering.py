@@ -170,3 +170,56 @@ def test_policy_alpha_knob_drives_the_hook(tiny: tuple) -> None:
     assert np.array_equal(policy.predict_action_chunk(obs), a0)
     policy.close()
     assert not policy.hook.attached
+
+
+def test_a_second_hook_on_the_same_model_is_refused_until_the_first_policy_closes(
+    tiny: tuple,
+) -> None:
+    """Regression: ``lab steer dial`` built one policy per method on one model and never closed
+    them, so each method's "alpha = 0" still carried the previous method's hook at its last
+    alpha (the dial's paired and probe rows at alpha 0 equalled the previous method's alpha 2)."""
+    model, proc = tiny
+    obs = {"image.front": np.zeros((64, 64, 3), np.uint8), "instruction": "reach the red cube"}
+    plain = OpenVLAPolicy(model, proc).predict_action_chunk(obs)
+    first = OpenVLAPolicy(model, proc, intervention=_direction(model), alpha_limit=4.0)
+    first.set_knob("alpha", 4.0)
+    with pytest.raises(ConfigError, match="already has a steering hook") as exc:
+        OpenVLAPolicy(model, proc, intervention=_direction(model), alpha_limit=4.0)
+    assert "close()" in exc.value.fix
+    first.close()
+    second = OpenVLAPolicy(model, proc, intervention=_direction(model), alpha_limit=4.0)
+    assert np.array_equal(second.predict_action_chunk(obs), plain)  # alpha 0: nothing added
+    second.close()
+    second.close()  # idempotent
+    assert model.__dict__["_steering_hooks"] == []
+
+
+def test_dial_leaves_no_hook_and_every_method_shares_the_unsteered_point(
+    tiny: tuple, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each method's alpha = 0 row is the same unsteered model: the dial closes each policy."""
+    from embodied.apps.lab import steer as lab_steer
+    from embodied.apps.lab.config_steer import DialSettings, SteerExperimentConfig
+
+    model, _proc = tiny
+    seen: list[int] = []
+
+    def fake_run(env, policy, controller, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(len(model.__dict__.get("_steering_hooks", [])))
+        policy.set_knob("alpha", 2.0)  # leave the knob where the last alpha of a sweep does
+        return {"episodes": [{"success": True, "mean_speed": 0.1, "scene": 0}]}
+
+    monkeypatch.setattr(lab_steer, "run_episodes", fake_run)
+    monkeypatch.setattr(lab_steer, "extract_direction", lambda m, *a, **k: _direction(m))
+    monkeypatch.setattr(lab_steer, "collect_graded_demonstrations", lambda *a, **k: None)
+    monkeypatch.setattr(lab_steer, "load_pretrained", lambda *a, **k: tiny)
+    monkeypatch.setattr(lab_steer, "plot_dose_response", lambda *a, **k: None)
+    out = tmp_path / "dial"
+    (out / "vla").mkdir(parents=True)
+    (out / "vla" / "config.json").write_text("{}")  # "trained": reuse (load_pretrained above)
+    settings = DialSettings(
+        methods=("mean_difference", "probe"), alphas=(0.0, 1.0), episodes=1, demonstrations=2
+    )
+    lab_steer.dial_experiment(out, SteerExperimentConfig(layout="fixed"), settings)
+    assert seen == [1, 1, 1, 1]  # each run sees its own hook only
+    assert model.__dict__.get("_steering_hooks", []) == []

@@ -975,12 +975,15 @@ def dial_experiment(
                 preset="as_trained", source=str(vla_dir),
             )  # fmt: skip
             points = []
-            for a in dial.alphas:
-                run = run_episodes(
-                    env, policy, controllers.make("fixed", value=a), base, dial.episodes,
-                    f"{method} a={a:g}", log, first_seed=dial.tuning_seed,
-                )  # fmt: skip
-                points.append(dose_point(a, run["episodes"]))
+            try:
+                for a in dial.alphas:
+                    run = run_episodes(
+                        env, policy, controllers.make("fixed", value=a), base, dial.episodes,
+                        f"{method} a={a:g}", log, first_seed=dial.tuning_seed,
+                    )  # fmt: skip
+                    points.append(dose_point(a, run["episodes"]))
+            finally:  # the next method's policy steers the same model: detach this hook
+                policy.close()
             verdict = check_dial(points, dial.min_success)
             curves[method] = points
             report["methods"][method] = {
