@@ -154,6 +154,12 @@ def test_arm_reach_jitter_moves_each_placed_cube_per_seed_within_bounds() -> Non
         assert exc.value.fix
     with pytest.raises(ConfigError, match="'fixed', 'jittered' or 'random'"):
         steer_env("mujoco:arm_reach", None, "wobbly")
+    _env, reset, _ = steer_env("mujoco:arm_reach", None, "jittered", 0.01)
+    assert reset["jitter"] == 0.01
+    from embodied.apps.training.config_vla import TinyVLAConfig
+
+    with pytest.raises(ConfigError, match="jitter=0.2"):
+        TinyVLAConfig(jitter=0.2)
 
 
 def _drive_to(

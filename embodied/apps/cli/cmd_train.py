@@ -197,6 +197,7 @@ def select_pdp_cmd(
     Opt("env_id", flag="--env"),
     "demonstration_episodes",
     "layout",
+    "jitter",
     "image_size",
     "llm_layers",
 )
@@ -225,7 +226,7 @@ def train_vla_cmd(
     # the last vision layers are unused: DDP must not wait for their gradients
     with Distributed.from_env(find_unused_parameters=True) as dist:
         dist.shard(settings.batch_size)  # a batch that does not split fails before any work
-        env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout)
+        env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout, cfg.jitter)
         *_, history = train_tiny_on_env(
             env, out, cfg.demonstration_episodes, settings, reset, targets, seed=0,
             log=log if dist.is_main else (lambda msg: None), dist=dist,

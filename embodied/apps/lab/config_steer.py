@@ -70,9 +70,6 @@ class SteerExperimentConfig(TinyVLAConfig):
     unnamed_fraction: float = checked(0.0, ge=0.0, le=1.0, fix="use a fraction in [0, 1]")
     method: str = "mean_difference"
 
-    def __post_init__(self) -> None:
-        validate(self)
-
 
 @dataclass
 class ExperimentSettings:

@@ -781,7 +781,7 @@ def steer_experiment(
     settings = settings or ExperimentSettings()
     t0 = time.perf_counter()
     timing: dict[str, float] = {}
-    env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout)
+    env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout, cfg.jitter)
     check_disjoint_seeds(settings.seed_ranges(training_seed_range(cfg, len(targets))))
     demonstrations = None
     graded = cfg.speed_labels != "adverbs"
@@ -917,7 +917,7 @@ def dial_experiment(
     cfg = config or SteerExperimentConfig(speed_labels="none", layout="random")
     dial = settings or DialSettings()
     t0 = time.perf_counter()
-    env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout)
+    env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout, cfg.jitter)
     seeds = {
         "demonstrations": (0, dial.demonstrations),
         "tuning": (dial.tuning_seed, dial.tuning_seed + dial.episodes),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from embodied.config import checked, validate
+
 
 @dataclass(frozen=True)
 class TinyVLAConfig:
@@ -17,6 +19,8 @@ class TinyVLAConfig:
     Args:
         env_id: Env id (mujoco:* records fresh expert demonstrations; libero:... on a GPU).
         layout: arm_reach cube layout: fixed | jittered | random.
+        jitter: layout jittered: the largest move of each cube per axis (m; the success radius
+            is 0.025).
         image_size: Camera size in pixels (mujoco envs).
         llm_layers: Tiny model: Llama decoder layers.
         demonstration_episodes: Tiny model: demonstration episodes per (level, target) (4 and
@@ -25,6 +29,10 @@ class TinyVLAConfig:
 
     env_id: str = "mujoco:arm_reach"
     layout: str = "fixed"
+    jitter: float = checked(0.025, ge=0.0, le=0.05, fix="use a jitter between 0 and 0.05 m")
     image_size: int = 64
     llm_layers: int = 4
     demonstration_episodes: int = 4
+
+    def __post_init__(self) -> None:
+        validate(self)

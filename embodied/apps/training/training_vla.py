@@ -149,13 +149,13 @@ FIXED_LAYOUT: dict[str, tuple[float, float]] = {
 """Cube (x, y) in m of the CPU experiment's fixed layout (``--layout fixed``)."""
 
 LAYOUT_JITTER_M = 0.025
-"""``--layout jittered``: each cube of :data:`FIXED_LAYOUT` moves uniformly up to this far (m)
-per axis, drawn from the episode seed. The closest pair (red, yellow: 0.12 m apart) stays at
+"""``--layout jittered``'s default ``--jitter``: each cube of :data:`FIXED_LAYOUT` moves uniformly
+up to this far (m) per axis, drawn from the episode seed. The closest pair (red, yellow: 0.12 m apart) stays at
 least 0.049 m apart, more than a cube's 0.04 m width."""
 
 
 def steer_env(
-    env_id: str, image_size: int | None, layout: str
+    env_id: str, image_size: int | None, layout: str, jitter_m: float = LAYOUT_JITTER_M
 ) -> tuple[Env, dict[str, Any], list[str]]:
     """The env, its reset options and the speed-demonstration targets (arm_reach: the cubes).
 
@@ -165,6 +165,7 @@ def steer_env(
         layout: arm_reach cube layout: ``fixed`` (one scene for every seed), ``jittered`` (the
             fixed layout moved up to :data:`LAYOUT_JITTER_M` per cube and seed: distinct scenes,
             colour still tells roughly where the cube is) or ``random`` (anywhere on the table).
+        jitter_m: ``jittered``: the largest move per axis (m).
 
     Raises:
         ConfigError: An unknown ``layout`` (arm_reach).
@@ -180,7 +181,7 @@ def steer_env(
         if layout in ("fixed", "jittered"):
             reset["cubes"] = {k: list(v) for k, v in FIXED_LAYOUT.items()}
         if layout == "jittered":
-            reset["jitter"] = LAYOUT_JITTER_M
+            reset["jitter"] = float(jitter_m)
         elif layout not in ("fixed", "random"):
             raise ConfigError(
                 f"unknown --layout {layout!r}", fix="use 'fixed', 'jittered' or 'random'"

@@ -38,6 +38,7 @@ _DIRECTION = (
     "neurons",
     "unnorm_key",
     "layout",
+    "jitter",
 )
 """Options of :class:`SteerExperimentConfig` that ``extract`` and ``experiment`` share."""
 
@@ -68,7 +69,7 @@ def extract_cmd(
     if cfg.dataset is not None:
         inter = extract_speed_intervention(m, proc, cfg, log=log)
     else:
-        env, reset, targets = steer_env(cfg.env_id, m.config.image_size, cfg.layout)
+        env, reset, targets = steer_env(cfg.env_id, m.config.image_size, cfg.layout, cfg.jitter)
         inter = extract_speed_intervention(m, proc, cfg, env, reset, targets, log=log)
     path = inter.save(out)
     print(json.dumps({"path": str(path), "layer": inter.layer, "meta": inter.meta}))
@@ -146,6 +147,7 @@ def experiment_cmd(
     "speed_range",
     "unnamed_fraction",
     Opt("layout", default="random"),
+    "jitter",
     "layer",
     "positions",
     "llm_layers",
