@@ -108,6 +108,9 @@ class OpenVLAPolicy(KnobMixin, Policy):
         alpha_limit: Knob bounds ``[-alpha_limit, alpha_limit]``.
         preset: The :data:`PRESETS` name the processor was set up with (for the preflight).
         source: The checkpoint folder or hub id (for the preflight).
+        instruction_suffix: Words appended to every instruction (e.g. "at speed 5": a model
+            trained on prompts that name a speed runs at that nominal speed, which steering
+            then moves); empty: the env's instruction as it is.
     """
 
     def __init__(
@@ -120,9 +123,11 @@ class OpenVLAPolicy(KnobMixin, Policy):
         alpha_limit: float = 4.0,
         preset: str | None = None,
         source: str = "",
+        instruction_suffix: str = "",
     ) -> None:
         super().__init__()
         self.model = model
+        self.instruction_suffix = instruction_suffix.strip()
         self.processor = processor
         self.preset = preset
         self.source = source
@@ -274,6 +279,8 @@ class OpenVLAPolicy(KnobMixin, Policy):
             raise ConfigError(
                 "observation has no instruction", fix="the env must set obs['instruction']"
             )
+        if self.instruction_suffix:
+            instruction = f"{instruction} {self.instruction_suffix}"
         return self.predict_batch([self._image(obs)], [str(instruction)])
 
 

@@ -223,3 +223,21 @@ def test_dial_leaves_no_hook_and_every_method_shares_the_unsteered_point(
     lab_steer.dial_experiment(out, SteerExperimentConfig(layout="fixed"), settings)
     assert seen == [1, 1, 1, 1]  # each run sees its own hook only
     assert model.__dict__.get("_steering_hooks", []) == []
+
+
+def test_instruction_suffix_names_the_nominal_speed(
+    tiny: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, proc = tiny
+    obs = {"image.front": np.zeros((64, 64, 3), np.uint8), "instruction": "reach the red cube"}
+    seen: list[list[str]] = []
+    encode = proc.encode_prompts
+
+    def spy(texts, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(list(texts))
+        return encode(texts, *args, **kwargs)
+
+    monkeypatch.setattr(proc, "encode_prompts", spy)
+    OpenVLAPolicy(model, proc).predict_action_chunk(obs)
+    OpenVLAPolicy(model, proc, instruction_suffix=" at speed 5 ").predict_action_chunk(obs)
+    assert seen == [["reach the red cube"], ["reach the red cube at speed 5"]]

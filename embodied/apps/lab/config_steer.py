@@ -190,6 +190,9 @@ class DialSettings:
             class and cube colour).
         min_success: Success rate the working range keeps (fraction).
         alpha_limit: Knob bounds (+/-).
+        instruction_suffix: Words appended to the env's instruction while the dial is measured
+            (e.g. "at speed 5" under continuum labels: the VLA runs at a named nominal speed
+            that the direction moves; empty: the plain instruction).
     """
 
     config_name: ClassVar[str] = "steer dial"
@@ -201,6 +204,7 @@ class DialSettings:
     demonstrations: int = checked(48, ge=2, fix="use demonstrations >= 2")
     min_success: float = 0.9
     alpha_limit: float = 4.0
+    instruction_suffix: str = ""
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(

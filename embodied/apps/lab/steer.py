@@ -973,6 +973,7 @@ def dial_experiment(
             policy = OpenVLAPolicy(
                 model, proc, intervention=direction, alpha_limit=dial.alpha_limit,
                 preset="as_trained", source=str(vla_dir),
+                instruction_suffix=dial.instruction_suffix,
             )  # fmt: skip
             points = []
             try:
@@ -1005,9 +1006,10 @@ def dial_experiment(
 
 def dial_markdown(report: dict[str, Any]) -> str:
     """The dial report as a markdown table (one row per method and alpha)."""
+    suffix = report.get("settings", {}).get("instruction_suffix", "")
     lines = [
         f"# Dose-response ({report['env_id']}, speed labels {report['speed_labels']}, "
-        f"layout {report['layout']})",
+        f"layout {report['layout']}" + (f", instruction + {suffix!r})" if suffix else ")"),
         "",
         "| method | alpha | mean speed m/s [95 %] | success [Wilson 95 %] | scenes |",
         "|---|---|---|---|---|",
