@@ -18,6 +18,7 @@ import numpy as np
 
 import policies
 import sim
+from embodied.apps.training.config_vla import TinyVLAConfig
 from embodied.contracts import Env
 from embodied.distributed import Distributed
 from embodied.errors import ConfigError
@@ -148,10 +149,11 @@ FIXED_LAYOUT: dict[str, tuple[float, float]] = {
 }
 """Cube (x, y) in m of the CPU experiment's fixed layout (``--layout fixed``)."""
 
-LAYOUT_JITTER_M = 0.025
-"""``--layout jittered``'s default ``--jitter``: each cube of :data:`FIXED_LAYOUT` moves uniformly
-up to this far (m) per axis, drawn from the episode seed. The closest pair (red, yellow: 0.12 m apart) stays at
-least 0.049 m apart, more than a cube's 0.04 m width."""
+LAYOUT_JITTER_M: float = TinyVLAConfig.jitter
+"""``--layout jittered``'s default ``--jitter`` (declared once, on :class:`TinyVLAConfig`): each
+cube of :data:`FIXED_LAYOUT` moves uniformly up to this far (m) per axis, drawn from the episode
+seed. At 0.025 m the closest pair (red, yellow: 0.12 m apart) stays at least 0.049 m apart, more
+than a cube's 0.04 m width."""
 
 
 def steer_env(
