@@ -412,6 +412,10 @@ class OpenVLAConfig:
         return cls(**base)
 
 
+BC_SAMPLING = ("steps", "episodes")
+"""How :class:`BCSettings` draws a batch's demonstration steps."""
+
+
 @dataclass
 class BCSettings:
     """Behaviour-cloning hyperparameters.
@@ -424,6 +428,11 @@ class BCSettings:
         grad_clip: Gradient-norm clip.
         seed: Sampling seed.
         log_every: Steps between progress callbacks.
+        sampling: How a batch draws its steps: ``steps`` (uniformly over all steps, OpenVLA's
+            default) or ``episodes`` (an episode uniformly, then a step in it; ours: a slow
+            demonstration has more steps than a fast one, so under ``steps`` the frames the
+            model sees over-weight slow episodes and an unnamed prompt decodes near the slowest
+            speed).
     """
 
     config_name: ClassVar[str] = "BC settings"
@@ -435,6 +444,9 @@ class BCSettings:
     grad_clip: float = checked(1.0, ge=0, fix="use e.g. 1.0")
     seed: int = 0
     log_every: int = checked(100, gt=0, fix="use e.g. 100")
+    sampling: str = checked(
+        "steps", choices=BC_SAMPLING, fix="use steps (uniform over steps) or episodes"
+    )
 
     def __post_init__(self) -> None:
         validate(self)

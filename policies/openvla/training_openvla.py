@@ -20,7 +20,7 @@ import torch
 
 from embodied.distributed import Distributed
 from embodied.errors import ConfigError
-from policies.openvla.configuration_openvla import BCSettings, OpenVLAConfig
+from policies.openvla.configuration_openvla import BC_SAMPLING, BCSettings, OpenVLAConfig
 from policies.openvla.modeling_openvla import IGNORE_INDEX, OpenVLAModel
 from policies.openvla.processor_openvla import (
     OpenVLAProcessor,
@@ -135,6 +135,33 @@ def action_token_accuracy(model: OpenVLAModel, batch: dict[str, torch.Tensor]) -
     return float((pred[keep] == target[keep]).float().mean())
 
 
+def step_sampler(
+    demonstrations: DemonstrationSteps, sampling: str, rng: np.random.Generator
+) -> Callable[[int], np.ndarray]:
+    """``draw(n)``: ``n`` step indices into ``demonstrations`` under ``sampling``.
+
+    ``steps`` draws uniformly over all steps; ``episodes`` draws an episode uniformly, then a
+    step uniformly within it (every episode weighs the same, whatever its length).
+    """
+    if sampling == "steps":
+        return lambda n: rng.integers(0, len(demonstrations), size=n)
+    if sampling != "episodes":
+        raise ConfigError(
+            f"sampling {sampling!r} is not one of {list(BC_SAMPLING)}",
+            fix="use steps or episodes",
+        )
+    order = np.argsort(demonstrations.episode, kind="stable")
+    _, starts, lengths = np.unique(
+        demonstrations.episode[order], return_index=True, return_counts=True
+    )
+
+    def draw(n: int) -> np.ndarray:
+        e = rng.integers(0, len(starts), size=n)
+        return order[starts[e] + (rng.random(n) * lengths[e]).astype(np.int64)]
+
+    return draw
+
+
 def train_bc(
     model: OpenVLAModel,
     processor: OpenVLAProcessor,
@@ -179,11 +206,12 @@ def train_bc(
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     ddp_model, ddp_opt = dist.prepare(model, opt)  # identity in a plain single process
+    draw = step_sampler(demonstrations, s.sampling, rng)
     history: list[dict[str, float]] = []
     t0 = time.perf_counter()
     running, count = 0.0, 0
     for step in range(s.steps):
-        idx = rng.integers(0, len(demonstrations), size=global_batch)  # same on every rank
+        idx = draw(global_batch)  # same on every rank
         batch = make_batch(processor, demonstrations, idx[dist.shard(global_batch)], unnorm_key)
         batch = {k: v.to(dist.device, non_blocking=True) for k, v in batch.items()}
         with dist.autocast():

@@ -14,6 +14,7 @@ from policies.openvla.training_openvla import (
     DemonstrationSteps,
     build_tiny_vla,
     make_batch,
+    step_sampler,
     train_bc,
 )
 
@@ -58,6 +59,33 @@ def test_bc_lowers_the_action_token_loss(tmp_path: Path) -> None:
             demonstrations.episode,
             demonstrations.concept,
         )
+
+
+def test_episode_sampling_weighs_every_episode_the_same() -> None:
+    """A 60-step slow episode and a 10-step fast one: ``steps`` sampling sees the slow one 6x
+    as often, ``episodes`` sampling as often as the fast one, each step of an episode alike."""
+    episode = np.array([0] * 60 + [1] * 10)
+    demonstrations = DemonstrationSteps(
+        np.zeros((70, 8, 8, 3), np.uint8),
+        ["go"] * 70,
+        np.zeros((70, 4)),
+        episode,
+        np.where(episode == 0, 0.04, 0.24),
+    )
+    n = 60_000
+    by_step = step_sampler(demonstrations, "steps", np.random.default_rng(0))(n)
+    assert np.mean(episode[by_step] == 0) == pytest.approx(60 / 70, abs=0.01)
+    by_episode = step_sampler(demonstrations, "episodes", np.random.default_rng(0))(n)
+    assert np.mean(episode[by_episode] == 0) == pytest.approx(0.5, abs=0.01)
+    counts = np.bincount(by_episode, minlength=70)
+    assert counts[:60].min() > 0.8 * n / 120 and counts[60:].min() > 0.8 * n / 20
+    shuffled = demonstrations.subset(np.random.default_rng(1).permutation(70))  # not contiguous
+    draw = step_sampler(shuffled, "episodes", np.random.default_rng(0))(n)
+    assert np.mean(shuffled.episode[draw] == 0) == pytest.approx(0.5, abs=0.01)
+    with pytest.raises(ConfigError, match="sampling 'frames'"):
+        step_sampler(demonstrations, "frames", np.random.default_rng(0))
+    with pytest.raises(ConfigError, match="sampling"):
+        BCSettings(sampling="frames")
 
 
 def test_checkpoint_loads_through_policies_and_steers_in_the_loop(tmp_path: Path) -> None:

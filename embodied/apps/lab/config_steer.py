@@ -36,6 +36,9 @@ class SteerExperimentConfig(TinyVLAConfig):
         extraction_episodes: Fresh demonstration episodes per (level, target) to extract the
             direction from.
         train_steps: Tiny model: BC steps.
+        bc_sampling: Tiny model: how BC batches draw demonstration steps: steps (uniformly)
+            or episodes (each episode weighs the same, so slow demonstrations, which have more
+            steps, do not dominate what an unnamed prompt learns; ours).
         retrain: Retrain the tiny model even if OUT/vla exists.
         pid_kp: PID kp (None: both gains from the fixed-alpha sweep).
         pid_ki: PID ki (1/s).
@@ -62,6 +65,7 @@ class SteerExperimentConfig(TinyVLAConfig):
     unnorm_key: str | None = None
     extraction_episodes: int = 1
     train_steps: int = 2000
+    bc_sampling: str = checked("steps", choices=("steps", "episodes"), fix="use steps or episodes")
     retrain: bool = False
     pid_kp: float | None = None
     pid_ki: float | None = None

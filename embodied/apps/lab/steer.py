@@ -799,7 +799,10 @@ def steer_experiment(
             model, proc = load_pretrained(vla_dir, device="cpu")
         else:
             steps = cfg.train_steps
-            bc = BCSettings(steps=steps, batch_size=16, lr=2e-3, log_every=max(1, steps // 8))
+            bc = BCSettings(
+                steps=steps, batch_size=16, lr=2e-3, log_every=max(1, steps // 8),
+                sampling=cfg.bc_sampling,
+            )  # fmt: skip
             t_bc = time.perf_counter()
             model, proc, demonstrations, hist = train_tiny_on_env(
                 env,
@@ -934,8 +937,9 @@ def dial_experiment(
         model, proc = load_pretrained(vla_dir, device="cpu")
     else:
         bc = BCSettings(
-            steps=cfg.train_steps, batch_size=16, lr=2e-3, log_every=max(1, cfg.train_steps // 8)
-        )
+            steps=cfg.train_steps, batch_size=16, lr=2e-3,
+            log_every=max(1, cfg.train_steps // 8), sampling=cfg.bc_sampling,
+        )  # fmt: skip
         t_bc = time.perf_counter()
         model, proc, _, _ = train_tiny_on_env(
             env, vla_dir, 0, bc, reset, targets, log=log, demonstrations=demonstrations,
@@ -953,6 +957,7 @@ def dial_experiment(
         "speed_range": list(cfg.speed_range),
         "layout": cfg.layout,
         "unnamed_fraction": cfg.unnamed_fraction,
+        "bc_sampling": cfg.bc_sampling,
         "settings": asdict(dial),
         "seeds": {k: list(v) for k, v in seeds.items()},
         "methods": {},

@@ -105,6 +105,7 @@ def extract_cmd(
     "llm_layers",
     "demonstration_episodes",
     "train_steps",
+    "bc_sampling",
     "retrain",
     "image_size",
     "pid_kp",
@@ -152,6 +153,7 @@ def experiment_cmd(
     "positions",
     "llm_layers",
     "train_steps",
+    "bc_sampling",
     "image_size",
     "retrain",
 )
