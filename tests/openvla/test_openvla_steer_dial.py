@@ -31,6 +31,7 @@ from embodied.apps.lab.steer_dial import (
     speed_prompt,
 )
 from embodied.errors import ConfigError
+from embodied.loop import rollout
 from policies.openvla.training_openvla import DemonstrationSteps, build_tiny_vla
 
 # ---------------------------------------------------------------------------------------------
@@ -182,6 +183,30 @@ def test_graded_demonstrations_leave_the_asked_fraction_unnamed() -> None:
     assert len({steps.images[steps.episode == e][0].tobytes() for e in per_episode}) == 8
     with pytest.raises(ConfigError, match="unnamed_fraction"):
         SteerExperimentConfig(unnamed_fraction=1.5)
+
+
+def test_tiny_vla_sees_the_camera_at_its_own_size(tmp_path: Path) -> None:
+    """--image-size 96 gives a 96 px model (144 patches and room for the prompt), not 64."""
+    from embodied.apps.training.config_vla import TinyVLAConfig
+    from embodied.apps.training.training_vla import train_tiny_on_env
+    from policies.openvla.training_openvla import BCSettings
+
+    env, reset, targets = steer_env("mujoco:arm_reach", 96, "jittered", 0.01)
+    steps = collect_graded_demonstrations(env, 2, "continuum", (0.1, 0.2), 0, reset, targets)
+    model, _, _, hist = train_tiny_on_env(
+        env, tmp_path / "vla", 0, BCSettings(steps=2, batch_size=4, log_every=1), reset,
+        targets, demonstrations=steps, text={"num_hidden_layers": 1},
+    )  # fmt: skip
+    assert model.config.image_size == 96 and model.config.num_patches == 144
+    assert model.config.text["max_position_embeddings"] >= 144 + 128
+    assert np.isfinite(hist[-1]["loss"])
+    policy = policies.load(tmp_path / "vla", device="cpu")
+    episode = rollout(env, policy, seed=99, reset_options=reset, max_steps=2, record_images=False)
+    assert len(episode) == 2 and np.isfinite(episode.actions).all()
+    with pytest.raises(ConfigError, match="image_size"):
+        TinyVLAConfig(image_size=100)  # not a multiple of the 8 px patch
+    with pytest.raises(ConfigError, match="image_size"):
+        TinyVLAConfig(image_size=136)  # more positions than the tiny model has
 
 
 def test_paired_needs_named_speeds_and_unknown_methods_are_refused(

@@ -8,8 +8,12 @@ extends this one: the tiny VLA's fields and their defaults are declared here onl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from embodied.config import checked, validate
+from embodied.config import Rule, checked, validate
+
+TINY_MAX_IMAGE = 128
+"""Largest side (px) the tiny VLA takes: 8 px patches, 256 image positions."""
 
 
 @dataclass(frozen=True)
@@ -21,7 +25,9 @@ class TinyVLAConfig:
         layout: arm_reach cube layout: fixed | jittered | random.
         jitter: layout jittered: the largest move of each cube per axis (m; the success radius
             is 0.025).
-        image_size: Camera size in pixels (mujoco envs).
+        image_size: Camera size in pixels (mujoco envs); the tiny model sees the frames at this
+            size (a multiple of 8, at most 128): more pixels per patch of the workspace
+            localise a moved cube better.
         llm_layers: Tiny model: Llama decoder layers.
         demonstration_episodes: Tiny model: demonstration episodes per (level, target) (4 and
             2000 steps: 30/30 unsteered successes; 2 and 500 steps: about 20 %).
@@ -30,9 +36,20 @@ class TinyVLAConfig:
     env_id: str = "mujoco:arm_reach"
     layout: str = "fixed"
     jitter: float = checked(0.025, ge=0.0, le=0.05, fix="use a jitter between 0 and 0.05 m")
-    image_size: int = 64
+    image_size: int = checked(
+        64, ge=8, le=TINY_MAX_IMAGE, fix=f"use a multiple of 8 up to {TINY_MAX_IMAGE}, e.g. 64"
+    )
     llm_layers: int = 4
     demonstration_episodes: int = 4
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "image_size",
+            lambda c: c.image_size % 8 == 0,
+            "is not a multiple of the tiny model's 8 px patch",
+            "use a multiple of 8, e.g. 64 or 96",
+        ),
+    )
 
     def __post_init__(self) -> None:
         validate(self)

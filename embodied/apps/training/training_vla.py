@@ -18,7 +18,7 @@ import numpy as np
 
 import policies
 import sim
-from embodied.apps.training.config_vla import TinyVLAConfig
+from embodied.apps.training.config_vla import TINY_MAX_IMAGE, TinyVLAConfig
 from embodied.contracts import Env
 from embodied.distributed import Distributed
 from embodied.errors import ConfigError
@@ -222,13 +222,18 @@ def train_tiny_on_env(
     mask = [n not in ("gripper",) for n in names]
     key = env.env_id.replace(":", "_")
     image = env.observation_spec.cameras[demonstrations.meta["camera"].removeprefix("image.")]
+    side = min(TINY_MAX_IMAGE, image.height)  # the model sees the camera's own pixels
+    text = dict(config_overrides.pop("text", {}))
+    # every 8 px patch is a position: leave room for the prompt and the action tokens
+    text.setdefault("max_position_embeddings", max(256, (side // 8) ** 2 + 128))
     model, proc = build_tiny_vla(
         demonstrations.instructions,
         demonstrations.actions,
         key,
         mask,
         seed,
-        image_size=min(64, image.height),
+        image_size=side,
+        text=text,
         **config_overrides,
     )
     n_params = model.num_parameters() / 1e6
