@@ -132,10 +132,12 @@ COMMANDS: dict[tuple[str, ...], list[Any]] = {
         (SteerExperimentConfig, f"--{name.replace('_', '-')}", name, None)
         for name in (
             "model",
+            "preset",
             "direction",
             "llm_layers",
             "demonstration_episodes",
             "train_steps",
+            "bc_sampling",
             "retrain",
             "image_size",
             "pid_kp",

@@ -209,6 +209,41 @@ def test_tiny_vla_sees_the_camera_at_its_own_size(tmp_path: Path) -> None:
         TinyVLAConfig(image_size=136)  # more positions than the tiny model has
 
 
+def test_experiment_runs_a_dial_checkpoint_with_its_preset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``steer experiment --model DIAL/vla --preset as_trained``: the tiny VLA gets the
+    processor it was trained with, not the env's default (openvla) one."""
+    import embodied.apps.lab.steer as steer_mod
+    from policies.openvla.loading_openvla import save_pretrained
+    from policies.openvla.policy_openvla import PRESETS
+    from policies.openvla.steering import SteeringDirection
+
+    steps = _graded_steps("continuum")
+    model, proc = build_tiny_vla(steps.instructions, steps.actions, "mujoco_arm_reach")
+    save_pretrained(model, proc.tokenizer, tmp_path / "vla")
+    SteeringDirection(torch.randn(model.config.llm_dim), layer=1).save(tmp_path / "dir")
+    seen: dict[str, Any] = {}
+
+    def fake_run(env: Any, policy: Any, settings: Any, *args: Any, **kwargs: Any) -> dict:
+        seen.update(preset=policy.preset, reset=settings.reset_options)
+        return {"timing": {}}
+
+    monkeypatch.setattr(steer_mod, "run_experiment", fake_run)
+    for preset, expected in (("as_trained", "as_trained"), (None, "openvla")):
+        cfg = SteerExperimentConfig(
+            model=str(tmp_path / "vla"), preset=preset, direction=tmp_path / "dir",
+            layout="jittered", jitter=0.01, image_size=32,
+        )  # fmt: skip
+        settings = ExperimentSettings(haeon_coefs=(), sweep_alphas=(0.0,), rl_timesteps=0)
+        steer_mod.steer_experiment(tmp_path / str(preset), cfg, settings)
+        assert seen["preset"] == expected and seen["reset"]["jitter"] == 0.01
+    field = SteerExperimentConfig.__dataclass_fields__["preset"]
+    assert set(field.metadata["check"].choices) - {None} == set(PRESETS)
+    with pytest.raises(ConfigError, match="preset"):
+        SteerExperimentConfig(preset="tf")
+
+
 def test_paired_needs_named_speeds_and_unknown_methods_are_refused(
     graded_vla: tuple[Any, Any],
 ) -> None:

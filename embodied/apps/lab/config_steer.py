@@ -25,6 +25,9 @@ class SteerExperimentConfig(TinyVLAConfig):
 
     Args:
         model: OpenVLA checkpoint folder or hub id (None: train the tiny VLA on the env).
+        preset: Processor preset of ``model`` (openvla, libero or as_trained; None: the env's,
+            see ``policies.openvla.policy_openvla.PRESETS``). A tiny VLA trained here on the
+            env's own frames and actions (e.g. ``lab steer dial``'s OUT/vla) is as_trained.
         direction: Saved direction or neuron cluster (None: extract one).
         dataset: Recorded demonstrations to extract the direction from (LIBERO: required).
         image_key: Camera key in the dataset.
@@ -55,6 +58,11 @@ class SteerExperimentConfig(TinyVLAConfig):
     """
 
     model: str | None = None
+    preset: str | None = checked(
+        None,
+        choices=(None, "openvla", "libero", "as_trained"),
+        fix="use openvla, libero or as_trained",
+    )
     direction: Path | None = None
     dataset: Path | None = None
     image_key: str = "image.front"

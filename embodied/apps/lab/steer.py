@@ -825,7 +825,8 @@ def steer_experiment(
         preset = "as_trained"  # the tiny VLA learnt the env's own frames and actions
         proc = OpenVLAProcessor(proc.config, proc.tokenizer, "as_trained")
     else:
-        preset = env_preset(env)  # on LIBERO: OpenVLA's LIBERO evaluation conventions
+        # on LIBERO: OpenVLA's LIBERO evaluation conventions
+        preset = cfg.preset or env_preset(env)
         model, proc = load_for_preset(cfg.model, preset)
         model_name = cfg.model
     if cfg.direction is not None:

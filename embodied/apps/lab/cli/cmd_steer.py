@@ -101,6 +101,7 @@ def extract_cmd(
     SteerExperimentConfig,
     *_DIRECTION,
     "model",
+    "preset",
     Opt("direction", type=Path),
     "llm_layers",
     "demonstration_episodes",
