@@ -139,6 +139,7 @@ COMMANDS: dict[tuple[str, ...], list[Any]] = {
             "train_steps",
             "bc_sampling",
             "retrain",
+            "instruction_suffix",
             "image_size",
             "pid_kp",
             "pid_ki",
@@ -235,7 +236,7 @@ def _default_text(f: dataclasses.Field[object]) -> str | None:
     default = f.default
     if default is dataclasses.MISSING:
         return None
-    if default is None or default == ():
+    if default is None or default in ((), ""):
         return None  # typer shows no default for these
     if isinstance(default, tuple):
         return ",".join(map(str, default))

@@ -226,18 +226,21 @@ def test_experiment_runs_a_dial_checkpoint_with_its_preset(
     seen: dict[str, Any] = {}
 
     def fake_run(env: Any, policy: Any, settings: Any, *args: Any, **kwargs: Any) -> dict:
-        seen.update(preset=policy.preset, reset=settings.reset_options)
+        seen.update(
+            preset=policy.preset, reset=settings.reset_options, suffix=policy.instruction_suffix
+        )
         return {"timing": {}}
 
     monkeypatch.setattr(steer_mod, "run_experiment", fake_run)
     for preset, expected in (("as_trained", "as_trained"), (None, "openvla")):
         cfg = SteerExperimentConfig(
             model=str(tmp_path / "vla"), preset=preset, direction=tmp_path / "dir",
-            layout="jittered", jitter=0.01, image_size=32,
+            layout="jittered", jitter=0.01, image_size=32, instruction_suffix="at speed 5",
         )  # fmt: skip
         settings = ExperimentSettings(haeon_coefs=(), sweep_alphas=(0.0,), rl_timesteps=0)
         steer_mod.steer_experiment(tmp_path / str(preset), cfg, settings)
         assert seen["preset"] == expected and seen["reset"]["jitter"] == 0.01
+        assert seen["suffix"] == "at speed 5"  # the prompt the dial was measured with
     field = SteerExperimentConfig.__dataclass_fields__["preset"]
     assert set(field.metadata["check"].choices) - {None} == set(PRESETS)
     with pytest.raises(ConfigError, match="preset"):
@@ -312,6 +315,9 @@ def test_dial_report_says_why_there_is_no_working_range() -> None:
         p.update(successes=20, episodes=20, success_ci=[0.83, 1.0], scenes=20)
     report["methods"]["mean_difference"] = {"points": working, "verdict": check_dial(working)}
     assert "working range [-1, 1], speed 0.40x-1.60x unsteered" in dial_markdown(report)
+    assert "instruction +" not in md
+    report["instruction_suffix"] = "at speed 5"
+    assert "layout random, instruction + 'at speed 5')" in dial_markdown(report)
 
 
 def test_dial_settings_need_the_unsteered_point_and_disjoint_seeds() -> None:

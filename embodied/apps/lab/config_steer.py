@@ -55,6 +55,9 @@ class SteerExperimentConfig(TinyVLAConfig):
             0: every prompt names its speed, the earlier data).
         method: Direction extraction: mean_difference, paired or probe (``embodied lab steer dial``
             compares all three).
+        instruction_suffix: Words appended to the env's instruction while the VLA is steered
+            (e.g. "at speed 5" under continuum labels: the VLA runs at a named nominal speed
+            that the direction moves; empty: the plain instruction).
     """
 
     model: str | None = None
@@ -81,6 +84,7 @@ class SteerExperimentConfig(TinyVLAConfig):
     speed_range: tuple[float, float] = (0.04, 0.25)
     unnamed_fraction: float = checked(0.0, ge=0.0, le=1.0, fix="use a fraction in [0, 1]")
     method: str = "mean_difference"
+    instruction_suffix: str = ""
 
 
 @dataclass
@@ -202,9 +206,6 @@ class DialSettings:
             class and cube colour).
         min_success: Success rate the working range keeps (fraction).
         alpha_limit: Knob bounds (+/-).
-        instruction_suffix: Words appended to the env's instruction while the dial is measured
-            (e.g. "at speed 5" under continuum labels: the VLA runs at a named nominal speed
-            that the direction moves; empty: the plain instruction).
     """
 
     config_name: ClassVar[str] = "steer dial"
@@ -216,7 +217,6 @@ class DialSettings:
     demonstrations: int = checked(48, ge=2, fix="use demonstrations >= 2")
     min_success: float = 0.9
     alpha_limit: float = 4.0
-    instruction_suffix: str = ""
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(

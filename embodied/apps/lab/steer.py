@@ -855,6 +855,7 @@ def steer_experiment(
         alpha_limit=settings.alpha_limit,
         preset=preset,
         source=model_name,
+        instruction_suffix=cfg.instruction_suffix,
     )
     pid = dict(settings.pid)
     if cfg.pid_kp is not None or cfg.pid_ki is not None:
@@ -881,6 +882,9 @@ def steer_experiment(
         extra={
             "model": model_name,
             "env_id": cfg.env_id,
+            "layout": cfg.layout,
+            "jitter_m": cfg.jitter if cfg.layout == "jittered" else None,
+            "instruction_suffix": cfg.instruction_suffix,
             "intervention": {"kind": cfg.kind, "layer": inter.layer, "meta": inter.meta},
             "vla_training": vla_training,
         },
@@ -959,6 +963,7 @@ def dial_experiment(
         "layout": cfg.layout,
         "unnamed_fraction": cfg.unnamed_fraction,
         "bc_sampling": cfg.bc_sampling,
+        "instruction_suffix": cfg.instruction_suffix,
         "settings": asdict(dial),
         "seeds": {k: list(v) for k, v in seeds.items()},
         "methods": {},
@@ -979,7 +984,7 @@ def dial_experiment(
             policy = OpenVLAPolicy(
                 model, proc, intervention=direction, alpha_limit=dial.alpha_limit,
                 preset="as_trained", source=str(vla_dir),
-                instruction_suffix=dial.instruction_suffix,
+                instruction_suffix=cfg.instruction_suffix,
             )  # fmt: skip
             points = []
             try:
@@ -1012,7 +1017,7 @@ def dial_experiment(
 
 def dial_markdown(report: dict[str, Any]) -> str:
     """The dial report as a markdown table (one row per method and alpha)."""
-    suffix = report.get("settings", {}).get("instruction_suffix", "")
+    suffix = report.get("instruction_suffix", "")
     lines = [
         f"# Dose-response ({report['env_id']}, speed labels {report['speed_labels']}, "
         f"layout {report['layout']}" + (f", instruction + {suffix!r})" if suffix else ")"),

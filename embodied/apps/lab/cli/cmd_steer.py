@@ -115,6 +115,7 @@ def extract_cmd(
     "speed_range",
     "unnamed_fraction",
     "method",
+    "instruction_suffix",
 )
 def experiment_cmd(
     out: Path = typer.Option(Path("runs/ctrl_steer"), "--out", help="Output folder."),
@@ -157,6 +158,7 @@ def experiment_cmd(
     "bc_sampling",
     "image_size",
     "retrain",
+    "instruction_suffix",
 )
 def dial_cmd(
     out: Path = typer.Option(Path("runs/steer_dial"), "--out", help="Output folder."),
