@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -220,7 +221,9 @@ def test_experiment_runs_a_dial_checkpoint_with_its_preset(
     from policies.openvla.steering import SteeringDirection
 
     steps = _graded_steps("continuum")
-    model, proc = build_tiny_vla(steps.instructions, steps.actions, "mujoco_arm_reach")
+    model, proc = build_tiny_vla(
+        steps.instructions, steps.actions, "mujoco_arm_reach", image_size=32
+    )
     save_pretrained(model, proc.tokenizer, tmp_path / "vla")
     SteeringDirection(torch.randn(model.config.llm_dim), layer=1).save(tmp_path / "dir")
     seen: dict[str, Any] = {}
@@ -241,6 +244,9 @@ def test_experiment_runs_a_dial_checkpoint_with_its_preset(
         steer_mod.steer_experiment(tmp_path / str(preset), cfg, settings)
         assert seen["preset"] == expected and seen["reset"]["jitter"] == 0.01
         assert seen["suffix"] == "at speed 5"  # the prompt the dial was measured with
+    wrong = replace(cfg, preset="as_trained", image_size=64)
+    with pytest.raises(ConfigError, match="pass --image-size 32"):
+        steer_mod.steer_experiment(tmp_path / "wrong", wrong, settings)
     field = SteerExperimentConfig.__dataclass_fields__["preset"]
     assert set(field.metadata["check"].choices) - {None} == set(PRESETS)
     with pytest.raises(ConfigError, match="preset"):

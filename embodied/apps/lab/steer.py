@@ -829,6 +829,14 @@ def steer_experiment(
         preset = cfg.preset or env_preset(env)
         model, proc = load_for_preset(cfg.model, preset)
         model_name = cfg.model
+        side = model.config.image_size
+        heights = {c.height for c in env.observation_spec.cameras.values()}
+        if preset == "as_trained" and heights != {side}:  # no pipeline resizes its frames
+            raise ConfigError(
+                f"image_size={cfg.image_size}: the env's camera gives {sorted(heights)} px "
+                f"frames but {cfg.model} was trained on {side} px",
+                fix=f"pass --image-size {side}",
+            )
     if cfg.direction is not None:
         inter = load_intervention(cfg.direction)
     elif graded and demonstrations is not None:  # issue #36: the method the dial chose
