@@ -199,6 +199,8 @@ def test_tiny_vla_sees_the_camera_at_its_own_size(tmp_path: Path) -> None:
         targets, demonstrations=steps, text={"num_hidden_layers": 1},
     )  # fmt: skip
     assert model.config.image_size == 96 and model.config.num_patches == 144
+    record = json.loads((tmp_path / "vla" / "config.json").read_text())["training"]
+    assert record["demonstration_seeds"] == [0, 2]  # what steer experiment --model keeps apart
     assert model.config.text["max_position_embeddings"] >= 144 + 128
     assert np.isfinite(hist[-1]["loss"])
     policy = policies.load(tmp_path / "vla", device="cpu")
@@ -244,6 +246,13 @@ def test_experiment_runs_a_dial_checkpoint_with_its_preset(
         steer_mod.steer_experiment(tmp_path / str(preset), cfg, settings)
         assert seen["preset"] == expected and seen["reset"]["jitter"] == 0.01
         assert seen["suffix"] == "at speed 5"  # the prompt the dial was measured with
+    assert steer_mod.model_training_seeds(cfg.model) == (0, 0)  # saved without a record
+    config_json = tmp_path / "vla" / "config.json"
+    saved = json.loads(config_json.read_text())
+    config_json.write_text(json.dumps({**saved, "training": {"demonstration_seeds": [0, 96]}}))
+    assert steer_mod.experiment_training_seeds(cfg, 4) == (0, 96)
+    with pytest.raises(ConfigError, match=r"training seeds \[0, 96\) overlap evaluation"):
+        steer_mod.steer_experiment(tmp_path / "overlap", cfg, replace(settings, seed=90))
     wrong = replace(cfg, preset="as_trained", image_size=64)
     with pytest.raises(ConfigError, match="pass --image-size 32"):
         steer_mod.steer_experiment(tmp_path / "wrong", wrong, settings)

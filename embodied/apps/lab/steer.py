@@ -117,6 +117,27 @@ def training_seed_range(config: SteerExperimentConfig, n_targets: int) -> tuple[
     return (0, per_level * eps)
 
 
+def model_training_seeds(model: str | None) -> tuple[int, int]:
+    """``[first, end)`` of the demonstration seeds a local tiny-VLA checkpoint was trained on
+    (its ``config.json`` training record), ``(0, 0)`` when unknown (a hub id, a released
+    checkpoint, or an older one)."""
+    if model is None or not (Path(model) / "config.json").is_file():
+        return (0, 0)
+    record = json.loads((Path(model) / "config.json").read_text()).get("training") or {}
+    seeds = record.get("demonstration_seeds")
+    return (int(seeds[0]), int(seeds[1])) if seeds else (0, 0)
+
+
+def experiment_training_seeds(cfg: SteerExperimentConfig, n_targets: int) -> tuple[int, int]:
+    """The seeds the VLA and its direction come from: :func:`training_seed_range` together
+    with those of ``cfg.model``'s own demonstrations (one range covering both)."""
+    ranges = [r for r in (training_seed_range(cfg, n_targets), model_training_seeds(cfg.model))
+              if r[1] > r[0]]  # fmt: skip
+    if not ranges:
+        return (0, 0)
+    return (min(r[0] for r in ranges), max(r[1] for r in ranges))
+
+
 # ---------------------------------------------------------------------------------------------
 # demonstrations
 # ---------------------------------------------------------------------------------------------
@@ -782,7 +803,7 @@ def steer_experiment(
     t0 = time.perf_counter()
     timing: dict[str, float] = {}
     env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout, cfg.jitter)
-    check_disjoint_seeds(settings.seed_ranges(training_seed_range(cfg, len(targets))))
+    check_disjoint_seeds(settings.seed_ranges(experiment_training_seeds(cfg, len(targets))))
     demonstrations = None
     graded = cfg.speed_labels != "adverbs"
     if graded and cfg.model is None:  # the same data budget as the three named classes
@@ -896,7 +917,7 @@ def steer_experiment(
             "intervention": {"kind": cfg.kind, "layer": inter.layer, "meta": inter.meta},
             "vla_training": vla_training,
         },
-        training_seeds=training_seed_range(cfg, len(targets)),
+        training_seeds=experiment_training_seeds(cfg, len(targets)),
         haeon=haeon,
     )
     report["timing"] = {**timing, **report["timing"]}

@@ -137,6 +137,7 @@ def collect_speed_demonstrations(
             "env_id": env.env_id,
             "levels": {k: list(v) for k, v in levels.items()},
             "camera": steps.camera,
+            "first_seed": seed,
         }
     )
 
@@ -189,6 +190,15 @@ def steer_env(
                 f"unknown --layout {layout!r}", fix="use 'fixed', 'jittered' or 'random'"
             )
     return env, reset, targets
+
+
+def demonstration_seeds(demonstrations: DemonstrationSteps) -> list[int] | None:
+    """``[first, end)`` of the reset seeds ``demonstrations`` were recorded on (episode ``e`` on
+    seed ``first_seed + e``), or None when they were not recorded here (a dataset)."""
+    first = demonstrations.meta.get("first_seed")
+    if first is None:
+        return None
+    return [int(first), int(first) + len(np.unique(demonstrations.episode))]
 
 
 def train_tiny_on_env(
@@ -263,6 +273,7 @@ def train_tiny_on_env(
                     "levels": demonstrations.meta.get("levels"),
                     "speed_labels": demonstrations.meta.get("speed_labels", "adverbs"),
                     "speed_range": demonstrations.meta.get("speed_range"),
+                    "demonstration_seeds": demonstration_seeds(demonstrations),
                     "world_size": 1 if dist is None else dist.world_size,
                 }
             },
