@@ -432,7 +432,7 @@ class BCSettings:
             default) or ``episodes`` (an episode uniformly, then a step in it; ours: a slow
             demonstration has more steps than a fast one, so under ``steps`` the frames the
             model sees over-weight slow episodes and an unnamed prompt decodes near the slowest
-            speed).
+            speed; on the steering dial it did not help, see docs/openvla-steering.md).
     """
 
     config_name: ClassVar[str] = "BC settings"

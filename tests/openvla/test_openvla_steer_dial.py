@@ -218,6 +218,7 @@ def test_experiment_runs_a_dial_checkpoint_with_its_preset(
     """``steer experiment --model DIAL/vla --preset as_trained``: the tiny VLA gets the
     processor it was trained with, not the env's default (openvla) one."""
     import embodied.apps.lab.steer as steer_mod
+    from policies.openvla.configuration_openvla import BC_SAMPLING
     from policies.openvla.loading_openvla import save_pretrained
     from policies.openvla.policy_openvla import PRESETS
     from policies.openvla.steering import SteeringDirection
@@ -258,6 +259,8 @@ def test_experiment_runs_a_dial_checkpoint_with_its_preset(
         steer_mod.steer_experiment(tmp_path / "wrong", wrong, settings)
     field = SteerExperimentConfig.__dataclass_fields__["preset"]
     assert set(field.metadata["check"].choices) - {None} == set(PRESETS)
+    sampling = SteerExperimentConfig.__dataclass_fields__["bc_sampling"].metadata["check"]
+    assert tuple(sampling.choices) == BC_SAMPLING  # the lab's choices are BCSettings' own
     with pytest.raises(ConfigError, match="preset"):
         SteerExperimentConfig(preset="tf")
 
