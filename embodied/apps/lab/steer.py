@@ -803,7 +803,8 @@ def steer_experiment(
     t0 = time.perf_counter()
     timing: dict[str, float] = {}
     env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout, cfg.jitter)
-    check_disjoint_seeds(settings.seed_ranges(experiment_training_seeds(cfg, len(targets))))
+    training_seeds = experiment_training_seeds(cfg, len(targets))
+    check_disjoint_seeds(settings.seed_ranges(training_seeds))
     demonstrations = None
     graded = cfg.speed_labels != "adverbs"
     if graded and cfg.model is None:  # the same data budget as the three named classes
@@ -917,7 +918,7 @@ def steer_experiment(
             "intervention": {"kind": cfg.kind, "layer": inter.layer, "meta": inter.meta},
             "vla_training": vla_training,
         },
-        training_seeds=experiment_training_seeds(cfg, len(targets)),
+        training_seeds=training_seeds,
         haeon=haeon,
     )
     report["timing"] = {**timing, **report["timing"]}
