@@ -433,6 +433,11 @@ class BCSettings:
             demonstration has more steps than a fast one, so under ``steps`` the frames the
             model sees over-weight slow episodes and an unnamed prompt decodes near the slowest
             speed; on the steering dial it did not help, see docs/openvla-steering.md).
+        ordinal_words: Words of an ordered scale (e.g. "1" .. "9" of "at speed k") whose input
+            embeddings train tied to one line, evenly spaced in this order: row k is
+            ``base + c_k * step`` with ``c`` from -1 to 1 (ours: separate token embeddings
+            give a concept no line a steering direction could follow; tied, a point between
+            two words is a speed between theirs). Empty: every embedding is free (OpenVLA's).
     """
 
     config_name: ClassVar[str] = "BC settings"
@@ -447,6 +452,7 @@ class BCSettings:
     sampling: str = checked(
         "steps", choices=BC_SAMPLING, fix="use steps (uniform over steps) or episodes"
     )
+    ordinal_words: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         validate(self)

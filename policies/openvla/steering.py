@@ -9,7 +9,9 @@
   activations set to a constant (:func:`select_value_vector_neurons`).
 * :class:`SteeringHook` - adds ``alpha * direction`` to the output of the chosen decoder
   layer at every position: the whole prefill and every cached decode step, so every
-  generated token is steered. ``alpha`` is read at each call, so a controller can change
+  generated token is steered. A direction may instead name its ``site`` (the layer's input:
+  layer 0's input is the token and patch embeddings) and one prompt ``position`` (e.g. the
+  speed word's; ours): it is then added there only, once, in the prefill. ``alpha`` is read at each call, so a controller can change
   it between control steps; ``alpha == 0`` skips the addition (bitwise-identical outputs).
 
 Both artefacts save to ``<name>.safetensors`` + ``<name>.json`` (metadata).
@@ -38,6 +40,9 @@ from embodied.io import (
 from policies.openvla.modeling_openvla import OpenVLAModel
 
 _T = TypeVar("_T")
+
+STEERING_SITES = ("output", "input")
+"""Where a :class:`SteeringDirection` is added: a decoder layer's output or its input."""
 
 _EXTRACT_FIX = "re-create it with `embodied lab steer extract` (the files are damaged or not ours)"
 
@@ -113,15 +118,35 @@ class SteeringDirection:
 
     Attributes:
         vector: (hidden,) float32; ``alpha = 1`` shifts activations by the full mean difference.
-        layer: Decoder layer index whose output is steered.
+        layer: Decoder layer index whose output (or input, see ``site``) is steered.
         concept: Concept name (e.g. ``"ee_speed"``).
         meta: Extraction metadata (contrast sets, counts, norms, model name).
+        site: ``"output"`` (the layer's output, the references' choice) or ``"input"`` (the
+            residual stream entering the layer; layer 0's input is the embeddings: ours, it
+            reaches what layer 0's attention reads).
+        position: None: every position of the prefill and of each decode step (the
+            references'). k >= 1: only the prompt's k-th position from its end (1 = the last
+            prompt token), once in the prefill (ours: the position of a concept word).
     """
 
     vector: torch.Tensor
     layer: int
     concept: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    site: str = "output"
+    position: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.site not in STEERING_SITES:
+            raise ConfigError(
+                f"steering site {self.site!r} is not one of {list(STEERING_SITES)}",
+                fix="use output (the layer's output) or input (the residual stream entering it)",
+            )
+        if self.position is not None and int(self.position) < 1:
+            raise ConfigError(
+                f"steering position {self.position} must be >= 1 (1 = the last prompt token)",
+                fix="count prompt positions from its end, or leave it None for every position",
+            )
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write ``<path>.safetensors`` and ``<path>.json``; returns the safetensors path."""
@@ -133,6 +158,8 @@ class SteeringDirection:
                 "layer": self.layer,
                 "concept": self.concept,
                 "hidden_size": int(self.vector.numel()),
+                "site": self.site,
+                "position": self.position,
                 "meta": self.meta,
             },
         )
@@ -145,7 +172,12 @@ class SteeringDirection:
             "direction",
             "steering direction",
             lambda meta, t: cls(
-                t["direction"], int(meta["layer"]), meta.get("concept", ""), meta.get("meta", {})
+                t["direction"],
+                int(meta["layer"]),
+                meta.get("concept", ""),
+                meta.get("meta", {}),
+                meta.get("site", "output"),  # saved before sites existed: the output
+                meta.get("position"),
             ),
             "steering direction",
         )
@@ -286,7 +318,12 @@ class SteeringHook:
             live.append(self)
             layer = self.model.decoder_layers[self.intervention.layer]
             if isinstance(self.intervention, SteeringDirection):
-                self._handle = layer.register_forward_hook(self._add)
+                if self.intervention.site == "input":
+                    self._handle = layer.register_forward_pre_hook(
+                        self._add_input, with_kwargs=True
+                    )
+                else:
+                    self._handle = layer.register_forward_hook(self._add)
             else:
                 mlp: Any = layer.mlp
                 self._handle = mlp.down_proj.register_forward_pre_hook(self._overwrite)
@@ -307,13 +344,38 @@ class SteeringHook:
     def __exit__(self, *exc: object) -> None:
         self.remove()
 
+    def _shift(self, h: torch.Tensor) -> torch.Tensor | None:
+        """``h`` steered, or None where this call leaves it alone."""
+        assert isinstance(self.intervention, SteeringDirection)
+        k = self.intervention.position
+        if k is None:
+            return h + self.alpha * self._vec
+        # one prompt position: present only in the prefill (a decode step has one position)
+        if h.shape[1] <= 1 or h.shape[1] < k:
+            return None
+        h = h.clone()
+        h[:, -k] += self.alpha * self._vec
+        return h
+
     def _add(self, module: nn.Module, args: Any, output: Any) -> Any:
         self.calls += 1
         if self.alpha == 0.0:
             return None
-        if isinstance(output, tuple):
-            return (output[0] + self.alpha * self._vec, *output[1:])
-        return output + self.alpha * self._vec
+        h = self._shift(output[0] if isinstance(output, tuple) else output)
+        if h is None:
+            return None
+        return (h, *output[1:]) if isinstance(output, tuple) else h
+
+    def _add_input(self, module: nn.Module, args: Any, kwargs: dict[str, Any]) -> Any:
+        self.calls += 1
+        if self.alpha == 0.0:
+            return None
+        h = self._shift(args[0] if args else kwargs["hidden_states"])
+        if h is None:
+            return None
+        if args:
+            return (h, *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": h}
 
     def _overwrite(self, module: nn.Module, args: Any) -> Any:
         self.calls += 1
@@ -339,6 +401,7 @@ def collect_activations(
     n_last: int,
     site: str = "residual",
     batch_size: int = 32,
+    position: int | None = None,
 ) -> torch.Tensor:
     """Mean activation over the last ``n_last`` positions of each row at decoder ``layer``.
 
@@ -349,8 +412,11 @@ def collect_activations(
         attention_mask: (N, T).
         layer: Decoder layer index.
         n_last: Positions averaged (e.g. those that generate the action tokens).
-        site: ``"residual"`` (layer output) or ``"mlp"`` (``down_proj`` input).
+        site: ``"residual"`` (layer output), ``"input"`` (the residual stream entering the
+            layer; layer 0's input is the embeddings) or ``"mlp"`` (``down_proj`` input).
         batch_size: Rows per forward pass.
+        position: If given, the activation at this one position counted from the end (1 = the
+            last) instead of the mean over ``n_last``.
 
     Returns:
         (N, hidden) or (N, intermediate) float32 activations.
@@ -359,17 +425,25 @@ def collect_activations(
     store: list[torch.Tensor] = []
 
     def grab(t: torch.Tensor) -> None:
-        store.append(t[:, -n_last:].float().mean(1).cpu())
+        rows = t[:, -n_last:] if position is None else t[:, -position : t.shape[1] - position + 1]
+        store.append(rows.float().mean(1).cpu())
 
     if site == "residual":
         handle = target.register_forward_hook(
             lambda m, a, o: grab(o[0] if isinstance(o, tuple) else o)
         )
+    elif site == "input":
+        handle = target.register_forward_pre_hook(
+            lambda m, a, k: grab(a[0] if a else k["hidden_states"]), with_kwargs=True
+        )
     elif site == "mlp":
         mlp: Any = target.mlp
         handle = mlp.down_proj.register_forward_pre_hook(lambda m, a: grab(a[0]))
     else:
-        raise ConfigError(f"unknown activation site {site!r}; use 'residual' or 'mlp'")
+        raise ConfigError(
+            f"unknown activation site {site!r}; use 'residual', 'input' or 'mlp'",
+            fix="use residual (a layer's output)",
+        )
     try:
         for i in range(0, len(input_ids), batch_size):
             sl = slice(i, i + batch_size)

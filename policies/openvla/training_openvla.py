@@ -12,11 +12,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
+from torch.nn.utils import parametrize
 
 from embodied.distributed import Distributed
 from embodied.errors import ConfigError
@@ -162,6 +164,59 @@ def step_sampler(
     return draw
 
 
+class OrdinalLine(nn.Module):
+    """Embedding-table parametrization: the rows ``ids`` lie on one line, evenly spaced.
+
+    Row ``ids[k]`` is ``base + c_k * step``, ``c`` evenly from -1 to 1; ``base`` and ``step``
+    start at the least-squares line through the rows they replace and train with the model.
+    """
+
+    def __init__(self, weight: torch.Tensor, ids: Sequence[int]) -> None:
+        super().__init__()
+        index = torch.as_tensor(list(ids), dtype=torch.long, device=weight.device)
+        c = torch.linspace(-1.0, 1.0, len(index), device=weight.device, dtype=weight.dtype)
+        rows = weight.detach()[index]
+        mean = rows.mean(0)
+        self.index: torch.Tensor
+        self.c: torch.Tensor
+        self.register_buffer("index", index)
+        self.register_buffer("c", c)
+        self.base = nn.Parameter(mean.clone())
+        self.step = nn.Parameter(((c[:, None] * (rows - mean)).sum(0) / (c**2).sum()).clone())
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        """The table with the tied rows replaced."""
+        out = weight.clone()
+        out[self.index] = self.base + self.c[:, None] * self.step
+        return out
+
+
+def ordinal_token_ids(processor: OpenVLAProcessor, words: Sequence[str]) -> list[int]:
+    """The single token id of each of ``words``.
+
+    Raises:
+        ConfigError: Fewer than two words, repeated words, or a word that is not one known
+            token of the processor's tokenizer.
+    """
+    if len(words) < 2 or len(set(words)) != len(words):
+        raise ConfigError(
+            f"ordinal_words {list(words)!r} must be two or more distinct words",
+            fix="give the scale's words in order, e.g. 1,2,3,4,5,6,7,8,9",
+        )
+    tok = processor.tokenizer
+    ids = []
+    for w in words:
+        got = [int(i) for i in tok(w, add_special_tokens=False)["input_ids"]]
+        if len(got) != 1 or got[0] == getattr(tok, "unk_token_id", None):
+            raise ConfigError(
+                f"ordinal word {w!r} is {len(got)} token(s) {got} of the tokenizer, not one "
+                "known token",
+                fix="use words the training prompts contain, each one token",
+            )
+        ids.append(got[0])
+    return ids
+
+
 def train_bc(
     model: OpenVLAModel,
     processor: OpenVLAProcessor,
@@ -194,6 +249,17 @@ def train_bc(
     dist = dist or Distributed.from_env(find_unused_parameters=True)
     global_batch = min(s.batch_size, len(demonstrations))
     dist.shard(global_batch)  # fail before training if the batch does not split evenly
+    if s.ordinal_words:
+        table: Any = model.language_model.get_input_embeddings()
+        line = OrdinalLine(table.weight, ordinal_token_ids(processor, s.ordinal_words))
+        parametrize.register_parametrization(table, "weight", line)
+        try:
+            return train_bc(
+                model, processor, demonstrations, replace(s, ordinal_words=()), unnorm_key,
+                progress, dist,
+            )  # fmt: skip
+        finally:  # a plain table again: the checkpoint is an ordinary OpenVLA
+            parametrize.remove_parametrizations(table, "weight", leave_parametrized=True)
     rng = np.random.default_rng(s.seed)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=s.weight_decay)

@@ -13,10 +13,16 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from torch.nn.utils import parametrize
 
 import policies
 import sim
-from embodied.apps.lab.config_steer import DialSettings, ExperimentSettings, SteerExperimentConfig
+from embodied.apps.lab.config_steer import (
+    CONTINUUM_WORDS,
+    DialSettings,
+    ExperimentSettings,
+    SteerExperimentConfig,
+)
 from embodied.apps.lab.steer import best_fixed, dial_markdown, run_episodes, steer_env
 from embodied.apps.lab.steer_dial import (
     _activations,
@@ -30,10 +36,18 @@ from embodied.apps.lab.steer_dial import (
     ridge_probe,
     speed_named,
     speed_prompt,
+    word_position,
 )
 from embodied.errors import ConfigError
 from embodied.loop import rollout
-from policies.openvla.training_openvla import DemonstrationSteps, build_tiny_vla
+from policies.openvla.steering import SteeringHook
+from policies.openvla.training_openvla import (
+    BCSettings,
+    DemonstrationSteps,
+    build_tiny_vla,
+    ordinal_token_ids,
+    train_bc,
+)
 
 # ---------------------------------------------------------------------------------------------
 # prompts and contrast sets
@@ -418,3 +432,111 @@ def test_steer_dial_command_writes_the_dose_response(tmp_path: Path) -> None:
     assert report["seeds"] == {"demonstrations": [0, 4], "tuning": [5000, 5002]}
     assert (out / "dial.png").stat().st_size > 0 and "| probe |" in (out / "dial.md").read_text()
     assert math.isfinite(report["methods"]["probe"]["points"][1]["mean_speed"])
+
+
+# ---------------------------------------------------------------------------------------------
+# the speed word's own position, the embeddings, and numbers tied to a line
+# ---------------------------------------------------------------------------------------------
+
+
+def _prefill_logits(model: Any, proc: Any, prompt: str, image: np.ndarray) -> torch.Tensor:
+    ids, am = proc.encode_prompts([prompt])
+    emb, mask, pos, _ = model.embed(proc.images([image]), ids, am)
+    out = model.language_model(inputs_embeds=emb, attention_mask=mask, position_ids=pos)
+    return out.logits[:, -1].float()
+
+
+def test_word_direction_at_the_embeddings_moves_the_speed_word_exactly(
+    graded_vla: tuple[Any, Any],
+) -> None:
+    """Paired at the speed word, layer 0's input: the vector is the difference of the two
+    numbers' embeddings, and alpha = 1 on "at speed 1" gives what "at speed 9" gives."""
+    model, proc = graded_vla
+    steps = _graded_steps("continuum")
+    k = word_position(proc, "reach the red cube", "at speed 9", "at speed 1")
+    ids = proc.prompt_ids("reach the red cube at speed 9")
+    assert proc.tokenizer.convert_ids_to_tokens([ids[-k]]) == ["9"]
+    d = extract_direction(
+        model, proc, steps, "paired", 0, "word", "toy", max_steps=48, site="input"
+    )  # fmt: skip
+    assert d.position == k and d.site == "input" and d.meta["site"] == "input"
+    table = model.language_model.get_input_embeddings().weight
+    nine, one = proc.tokenizer.convert_tokens_to_ids(["9", "1"])
+    torch.testing.assert_close(d.vector, table[nine] - table[one])
+    image = steps.images[0]
+    slow, fast = (
+        _prefill_logits(model, proc, f"reach the red cube at speed {w}", image) for w in (1, 9)
+    )
+    hook = SteeringHook(model, d, alpha=1.0).attach()
+    try:
+        torch.testing.assert_close(
+            _prefill_logits(model, proc, "reach the red cube at speed 1", image), fast,
+            rtol=1e-4, atol=1e-4,
+        )  # fmt: skip
+        hook.alpha = 0.5
+        half = _prefill_logits(model, proc, "reach the red cube at speed 1", image)
+        assert not torch.allclose(half, slow) and not torch.allclose(half, fast)
+        # a cached decode step (one position) carries no prompt position: left alone
+        assert hook._shift(torch.zeros(1, 1, model.config.llm_dim)) is None
+        tokens = model.generate_tokens(proc.images([image]), *proc.encode_prompts(["x"]), 3)
+        assert tokens.shape == (1, 3)
+    finally:
+        hook.remove()
+
+
+def test_a_layers_input_site_reads_the_previous_layers_output(
+    graded_vla: tuple[Any, Any],
+) -> None:
+    model, proc = graded_vla
+    steps = _graded_steps("continuum")
+    idx = np.arange(6)
+    after_0 = _activations(model, proc, steps, idx, 0, "last", "toy", site="output")
+    into_1 = _activations(model, proc, steps, idx, 1, "last", "toy", site="input")
+    torch.testing.assert_close(after_0, into_1)
+    word = _activations(model, proc, steps, idx, 0, 4, "toy", site="input")
+    assert word.shape == after_0.shape and not torch.allclose(word, after_0)
+    with pytest.raises(ConfigError, match="site 'middle'"):
+        extract_direction(model, proc, steps, "paired", 0, "word", "toy", site="middle")
+    with pytest.raises(ConfigError, match="positions 'first'"):
+        extract_direction(model, proc, steps, "paired", 0, "first", "toy")
+    with pytest.raises(ConfigError, match="one word position"):
+        word_position(proc, "reach the red cube", "quickly", "at speed 1")
+
+
+def test_numbers_train_tied_to_one_evenly_spaced_line() -> None:
+    """``BCSettings.ordinal_words``: after training the nine numbers' embeddings lie on one
+    line, evenly spaced, in a plain table (an ordinary checkpoint); other rows train freely."""
+    steps = _graded_steps("continuum")
+    words = [speed_prompt("reach the red cube", v, "continuum", (0.04, 0.25)) for v in
+             np.linspace(0.04, 0.25, 9)]  # fmt: skip
+    model, proc = build_tiny_vla(words, steps.actions, "toy", seed=0, image_size=32)
+    table = model.language_model.get_input_embeddings()
+    before = table.weight.detach().clone()
+    ids = ordinal_token_ids(proc, CONTINUUM_WORDS)
+    train_bc(
+        model, proc, steps,
+        BCSettings(steps=6, batch_size=8, lr=3e-3, log_every=3, ordinal_words=CONTINUUM_WORDS),
+        "toy",
+    )  # fmt: skip
+    assert not parametrize.is_parametrized(table)
+    rows = table.weight.detach()[ids]
+    gaps = rows[1:] - rows[:-1]
+    torch.testing.assert_close(gaps, gaps[:1].expand_as(gaps), rtol=1e-4, atol=1e-5)
+    assert float(gaps[0].norm()) > 0
+    reach = proc.tokenizer.convert_tokens_to_ids("reach")
+    assert not torch.equal(table.weight[reach], before[reach])  # the rest still trains
+    assert not torch.equal(rows, before[ids])
+    with pytest.raises(ConfigError, match="ordinal word 'zzz'"):
+        ordinal_token_ids(proc, ("1", "zzz"))
+    with pytest.raises(ConfigError, match="two or more distinct"):
+        ordinal_token_ids(proc, ("1", "1"))
+
+
+def test_line_embedding_needs_the_continuum_labels() -> None:
+    with pytest.raises(ConfigError, match="speed_embedding"):
+        SteerExperimentConfig(speed_embedding="line")
+    cfg = SteerExperimentConfig(speed_embedding="line", speed_labels="continuum")
+    assert cfg.ordinal_words() == CONTINUUM_WORDS == tuple("123456789")
+    assert SteerExperimentConfig().ordinal_words() == ()
+    with pytest.raises(ConfigError, match="positions"):
+        SteerExperimentConfig(positions="first")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +131,19 @@ def test_directions_and_clusters_save_and_load_with_metadata(tmp_path: Path, tin
         SteeringHook(model, SteeringDirection(d.vector, layer=9))
     with pytest.raises(ConfigError, match="hidden size"):
         SteeringHook(model, SteeringDirection(torch.zeros(5), layer=0))
+    word = SteeringDirection(d.vector, 0, "ee_speed", {}, site="input", position=4)
+    word.save(tmp_path / "word")
+    back = SteeringDirection.load(tmp_path / "word")
+    assert (back.site, back.position) == ("input", 4)
+    meta = json.loads((tmp_path / "speed.json").read_text())
+    del meta["site"], meta["position"]  # saved before sites existed
+    (tmp_path / "speed.json").write_text(json.dumps(meta))
+    assert (SteeringDirection.load(tmp_path / "speed").site, back.layer) == ("output", 0)
+    assert SteeringDirection.load(tmp_path / "speed").position is None
+    with pytest.raises(ConfigError, match="steering site 'middle'"):
+        SteeringDirection(d.vector, 0, site="middle")
+    with pytest.raises(ConfigError, match="steering position 0"):
+        SteeringDirection(d.vector, 0, position=0)
 
 
 def test_mean_difference_recovers_a_planted_direction(tiny: tuple) -> None:

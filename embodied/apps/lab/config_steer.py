@@ -14,6 +14,11 @@ from typing import Any, ClassVar
 from embodied.apps.training.config_vla import TinyVLAConfig
 from embodied.config import Rule, checked, validate
 
+CONTINUUM_LEVELS = 9
+"""Levels of the ``continuum`` speed labels, "at speed 1" .. "at speed 9"."""
+CONTINUUM_WORDS = tuple(str(k) for k in range(1, CONTINUUM_LEVELS + 1))
+"""The words of those levels, slowest first."""
+
 
 @dataclass(frozen=True)
 class SteerExperimentConfig(TinyVLAConfig):
@@ -33,7 +38,11 @@ class SteerExperimentConfig(TinyVLAConfig):
         image_key: Camera key in the dataset.
         kind: Intervention kind: direction | neurons.
         layer: Decoder layer (None: the middle one, (n-1)//2).
-        positions: Contrast positions: last | action | text.
+        positions: Contrast positions: last | action | text (averaged; the direction is added
+            at every position) or word (the speed word's own prompt position, and the
+            direction is added there only; ours; needs named speeds).
+        site: Where the direction is read and added: output (the layer's output) or input (the
+            residual stream entering it; layer 0's input is the embeddings; ours).
         neurons: Neurons in a neuron cluster (kind neurons).
         unnorm_key: Dataset statistics key of the model.
         extraction_episodes: Fresh demonstration episodes per (level, target) to extract the
@@ -58,6 +67,9 @@ class SteerExperimentConfig(TinyVLAConfig):
         instruction_suffix: Words appended to the env's instruction while the VLA is steered
             (e.g. "at speed 5" under continuum labels: the VLA runs at a named nominal speed
             that the direction moves; empty: the plain instruction).
+        speed_embedding: Tiny model under continuum labels: free (each "at speed k" number its
+            own token embedding) or line (the nine numbers' embeddings tied to one line, evenly
+            spaced: ``BCSettings.ordinal_words``; ours).
     """
 
     model: str | None = None
@@ -71,7 +83,10 @@ class SteerExperimentConfig(TinyVLAConfig):
     image_key: str = "image.front"
     kind: str = "direction"
     layer: int | None = None
-    positions: str = "last"
+    positions: str = checked(
+        "last", choices=("last", "text", "action", "word"), fix="use last, text, action or word"
+    )
+    site: str = checked("output", choices=("output", "input"), fix="use output or input")
     neurons: int = 64
     unnorm_key: str | None = None
     extraction_episodes: int = 1
@@ -85,6 +100,21 @@ class SteerExperimentConfig(TinyVLAConfig):
     unnamed_fraction: float = checked(0.0, ge=0.0, le=1.0, fix="use a fraction in [0, 1]")
     method: str = "mean_difference"
     instruction_suffix: str = ""
+    speed_embedding: str = checked("free", choices=("free", "line"), fix="use free or line")
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        *TinyVLAConfig.rules,
+        Rule(
+            "speed_embedding",
+            lambda c: c.speed_embedding == "free" or c.speed_labels == "continuum",
+            "ties the numbers of 'at speed k' to a line, but speed_labels is {speed_labels!r}",
+            "add --speed-labels continuum, or use --speed-embedding free",
+        ),
+    )
+
+    def ordinal_words(self) -> tuple[str, ...]:
+        """The words :class:`BCSettings` ties to a line (none under a free embedding)."""
+        return CONTINUUM_WORDS if self.speed_embedding == "line" else ()
 
 
 @dataclass

@@ -195,6 +195,11 @@ def extract_speed_intervention(
     Raises:
         ConfigError: no demonstrations to extract from (a non-mujoco env without a dataset).
     """
+    if cfg.site != "output":
+        raise ConfigError(
+            f"site {cfg.site!r}: directions from recorded demonstrations steer a layer's output",
+            fix="use --site output (input needs graded demonstrations: --speed-labels continuum)",
+        )
     if cfg.dataset is not None:
         demonstrations = demonstrations_from_dataset(str(cfg.dataset), cfg.image_key)
     elif demonstrations is None:
@@ -239,7 +244,11 @@ def extract_intervention(
     demonstration action tokens as inputs); ``"text"`` = every prompt token after the image patches.
     """
     if positions not in ("last", "text", "action"):
-        raise ConfigError(f"unknown positions {positions!r}; use 'last', 'text' or 'action'")
+        raise ConfigError(
+            f"positions {positions!r}: the fast-vs-slow contrast of recorded demonstrations "
+            "takes last, text or action",
+            fix="use --positions last (word needs graded demonstrations: --speed-labels continuum)",
+        )
     layer = (len(model.decoder_layers) - 1) // 2 if layer is None else int(layer)
     # thirds of *episodes* by speed: thirds of steps put plain steps in the fast set (slow
     # episodes are longer)
@@ -823,7 +832,7 @@ def steer_experiment(
             steps = cfg.train_steps
             bc = BCSettings(
                 steps=steps, batch_size=16, lr=2e-3, log_every=max(1, steps // 8),
-                sampling=cfg.bc_sampling,
+                sampling=cfg.bc_sampling, ordinal_words=cfg.ordinal_words(),
             )  # fmt: skip
             t_bc = time.perf_counter()
             model, proc, demonstrations, hist = train_tiny_on_env(
@@ -863,8 +872,9 @@ def steer_experiment(
         inter = load_intervention(cfg.direction)
     elif graded and demonstrations is not None:  # issue #36: the method the dial chose
         inter = extract_direction(
-            model, proc, demonstrations, cfg.method, cfg.layer, cfg.positions, cfg.unnorm_key
-        )
+            model, proc, demonstrations, cfg.method, cfg.layer, cfg.positions, cfg.unnorm_key,
+            site=cfg.site,
+        )  # fmt: skip
         inter.save(out / f"speed_{cfg.method}")
         log(f"{cfg.method} direction at layer {inter.layer}: {json.dumps(inter.meta)[:300]}")
     else:
@@ -974,6 +984,7 @@ def dial_experiment(
         bc = BCSettings(
             steps=cfg.train_steps, batch_size=16, lr=2e-3,
             log_every=max(1, cfg.train_steps // 8), sampling=cfg.bc_sampling,
+            ordinal_words=cfg.ordinal_words(),
         )  # fmt: skip
         t_bc = time.perf_counter()
         model, proc, _, _ = train_tiny_on_env(
@@ -993,6 +1004,9 @@ def dial_experiment(
         "layout": cfg.layout,
         "unnamed_fraction": cfg.unnamed_fraction,
         "bc_sampling": cfg.bc_sampling,
+        "speed_embedding": cfg.speed_embedding,
+        "positions": cfg.positions,
+        "site": cfg.site,
         "instruction_suffix": cfg.instruction_suffix,
         "settings": asdict(dial),
         "seeds": {k: list(v) for k, v in seeds.items()},
@@ -1004,7 +1018,7 @@ def dial_experiment(
             t_m = time.perf_counter()
             try:
                 direction = extract_direction(
-                    model, proc, demonstrations, method, cfg.layer, cfg.positions
+                    model, proc, demonstrations, method, cfg.layer, cfg.positions, site=cfg.site
                 )
             except ConfigError as exc:  # e.g. paired on prompts without speed words
                 log(f"{method}: skipped ({exc})")

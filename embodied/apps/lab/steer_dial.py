@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 import policies
+from embodied.apps.lab.config_steer import CONTINUUM_LEVELS
 from embodied.apps.lab.stats import Z95, wilson_interval
 from embodied.apps.training.training_vla import (
     SPEED_LEVELS,
@@ -48,17 +49,22 @@ from embodied.errors import ConfigError
 from embodied.loop import rollout
 from policies.openvla.modeling_openvla import OpenVLAModel
 from policies.openvla.processor_openvla import OpenVLAProcessor, action_stats, normalize
-from policies.openvla.steering import SteeringDirection, collect_activations, mean_difference
+from policies.openvla.steering import (
+    STEERING_SITES,
+    SteeringDirection,
+    collect_activations,
+    mean_difference,
+)
 from policies.openvla.training_openvla import DemonstrationSteps
 
 SPEED_LABELS = ("none", "continuum", "adverbs")
 """How a graded demonstration's prompt names its speed (see the module docstring)."""
-CONTINUUM_LEVELS = 9
-"""Words of the ``continuum`` scale ("at speed 1" ... "at speed 9")."""
 ADVERB_LEVELS = SPEED_LEVELS
 """The earlier experiment's three classes: level -> (speed range m/s, adverb)."""
 METHODS = ("mean_difference", "paired", "probe")
 """Direction extraction methods of :func:`extract_direction`."""
+POSITIONS = ("last", "text", "action", "word")
+"""Contrast positions of :func:`extract_direction` (``word``: the speed word's own)."""
 _SUFFIX = re.compile(r"\s+(?:quickly|slowly|at speed \d+)$")
 
 
@@ -224,17 +230,44 @@ def episode_contrast(
     return np.isin(episode, fast), np.isin(episode, slow)
 
 
+def word_position(processor: OpenVLAProcessor, instruction: str, hi: str, lo: str) -> int:
+    """Where the speed words sit in a prompt: positions from its end (1 = the last token).
+
+    The last position where the prompts ``instruction hi`` and ``instruction lo`` differ, e.g.
+    the number of "at speed 9" / "at speed 1"; the template's tail after the instruction is
+    fixed, so the offset holds for every instruction.
+
+    Raises:
+        ConfigError: The two prompts differ in length (speed words of unequal token counts) or
+            not at all.
+    """
+    a = processor.prompt_ids(f"{instruction} {hi}")
+    b = processor.prompt_ids(f"{instruction} {lo}")
+    differ = [i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y]
+    if len(a) != len(b) or not differ:
+        raise ConfigError(
+            f"speed words {hi!r} and {lo!r} give prompts of {len(a)} and {len(b)} tokens that "
+            f"differ at {len(differ)} positions; positions 'word' needs one word position",
+            fix="use --positions last, or speed labels whose words are one token each",
+        )
+    return len(a) - differ[-1]
+
+
 def _activations(
     model: OpenVLAModel,
     processor: OpenVLAProcessor,
     demonstrations: DemonstrationSteps,
     idx: np.ndarray,
     layer: int,
-    positions: str,
+    positions: str | int,
     unnorm_key: str | None,
     prompts: Sequence[str] | None = None,
+    site: str = "output",
 ) -> torch.Tensor:
-    """Residual activations of steps ``idx`` (optionally under other ``prompts``)."""
+    """Residual activations of steps ``idx`` (optionally under other ``prompts``).
+
+    ``positions`` is last, text or action, or an int: that one prompt position from the end.
+    """
     stats = action_stats(model.config, unnorm_key)
     tokens = processor.actions.encode(normalize(demonstrations.actions[idx], stats))
     d = tokens.shape[1]
@@ -242,8 +275,11 @@ def _activations(
     texts = list(prompts) if prompts is not None else [demonstrations.instructions[i] for i in idx]
     ids, am = processor.encode_prompts(texts, suffix)
     pv = processor.images(demonstrations.images[idx]).to(model.dtype)
+    where = "input" if site == "input" else "residual"
+    if isinstance(positions, int):
+        return collect_activations(model, pv, ids, am, layer, 1, site=where, position=positions)
     n_last = {"text": int(am.sum(1).min()) - 1, "action": d, "last": 1}[positions]
-    return collect_activations(model, pv, ids, am, layer, n_last=n_last, site="residual")
+    return collect_activations(model, pv, ids, am, layer, n_last=n_last, site=where)
 
 
 def ridge_probe(
@@ -302,22 +338,38 @@ def extract_direction(
     unnorm_key: str | None = None,
     max_steps: int = 600,
     seed: int = 0,
+    site: str = "output",
 ) -> SteeringDirection:
     """The speed direction of ``method`` (:data:`METHODS`) at decoder ``layer`` and ``positions``.
 
     All three have the scale of the mean difference: alpha = 1 moves the activations (or the
     probe's reading) from the slow third of the demonstrations to the fast third.
 
+    ``positions`` last, text and action average the contrast over those positions and the
+    direction is added at every position (the references' way); ``word`` takes it at the
+    speed word's own prompt position (:func:`word_position`) and adds it there only (ours).
+    ``site`` ``input`` reads and steers the residual stream entering ``layer`` (layer 0: the
+    embeddings), ``output`` the layer's output.
+
     Raises:
-        ConfigError: An unknown method or positions; ``paired`` on prompts without speed words.
+        ConfigError: An unknown method, positions or site; ``paired`` or ``word`` on prompts
+            without speed words.
     """
     if method not in METHODS:
         raise ConfigError(
             f"method {method!r} is not one of {list(METHODS)}", fix="use mean_difference"
         )
-    if positions not in ("last", "text", "action"):
-        raise ConfigError(f"positions {positions!r}: use last, text or action", fix="use last")
+    if positions not in POSITIONS:
+        raise ConfigError(
+            f"positions {positions!r} is not one of {list(POSITIONS)}", fix="use last"
+        )
+    if site not in STEERING_SITES:
+        raise ConfigError(f"site {site!r} is not one of {list(STEERING_SITES)}", fix="use output")
     layer = (len(model.decoder_layers) - 1) // 2 if layer is None else int(layer)
+    at: str | int = positions
+    if positions == "word":
+        hi, lo = extreme_prompts(str(demonstrations.meta.get("speed_labels", "adverbs")))
+        at = word_position(processor, base_instruction(demonstrations.instructions[0]), hi, lo)
     rng = np.random.default_rng(seed)
     named = speed_named(demonstrations)
     fast, slow = episode_contrast(demonstrations.concept, demonstrations.episode, named=named)
@@ -338,14 +390,21 @@ def extract_direction(
 
     def acts(idx: np.ndarray, prompts: Sequence[str] | None = None) -> torch.Tensor:
         return _activations(
-            model, processor, demonstrations, idx, layer, positions, unnorm_key, prompts
+            model, processor, demonstrations, idx, layer, at, unnorm_key, prompts, site
         )
 
+    meta["site"] = site
+
+    def direction(vec: torch.Tensor, info: dict[str, Any]) -> SteeringDirection:
+        position = at if isinstance(at, int) else None
+        return SteeringDirection(vec.float(), layer, "ee_speed", info, site, position)
+
     if method == "mean_difference":
-        return mean_difference(
+        d = mean_difference(
             acts(sample(fast, max_steps // 2)), acts(sample(slow, max_steps // 2)), layer,
             "ee_speed", meta,
         )  # fmt: skip
+        return direction(d.vector, d.meta)
     if method == "paired":
         hi, lo = extreme_prompts(str(demonstrations.meta.get("speed_labels", "adverbs")))
         idx = sample(np.ones(len(demonstrations), bool), max_steps // 2)
@@ -360,12 +419,12 @@ def extract_direction(
                 torch.nn.functional.cosine_similarity(diff, vec[None]).mean()
             ),
         }
-        return SteeringDirection(vec.float(), layer, "ee_speed", meta)
+        return direction(vec, meta)
     idx = sample(named, max_steps)
     w, info = ridge_probe(acts(idx), demonstrations.concept[idx], demonstrations.episode[idx])
     vec = w * (delta / float(w @ w))  # alpha = 1 moves the reading by the fast-slow difference
     meta |= {"norm": float(vec.norm()), "probe": info, "n_steps": len(idx)}
-    return SteeringDirection(vec.float(), layer, "ee_speed", meta)
+    return direction(vec, meta)
 
 
 # ---------------------------------------------------------------------------------------------

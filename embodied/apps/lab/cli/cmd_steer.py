@@ -114,7 +114,9 @@ def extract_cmd(
     "speed_labels",
     "speed_range",
     "unnamed_fraction",
+    "speed_embedding",
     "method",
+    "site",
     "instruction_suffix",
 )
 def experiment_cmd(
@@ -153,9 +155,11 @@ def experiment_cmd(
     "jitter",
     "layer",
     "positions",
+    "site",
     "llm_layers",
     "train_steps",
     "bc_sampling",
+    "speed_embedding",
     "image_size",
     "retrain",
     "instruction_suffix",
