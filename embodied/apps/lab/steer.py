@@ -516,15 +516,18 @@ def train_rl(
     log: Log = no_log,
 ) -> Controller:
     """PPO controller trained on steered rollouts of the frozen policy (seeds ``rl_seed`` on)."""
+    # the knob's step and its penalty scale with its range (the same as before at the default
+    # alpha_limit 4), so a direction with another unit gets the same controller
+    knob_scale = settings.alpha_limit / 4.0
     cfg = RLControllerConfig(
         output_min=-settings.alpha_limit,
         output_max=settings.alpha_limit,
-        max_delta=0.5,
+        max_delta=0.5 * knob_scale,
         error_scale=0.05,
         horizon_steps=env.max_episode_steps,
         setpoint_low=min(settings.targets()) * 0.7,
         setpoint_high=max(settings.targets()) * 1.3,
-        lambda_delta=0.05,
+        lambda_delta=0.05 / knob_scale,
         beta_success=2.0,
     )
     senv = SeededSteeringEnv(
