@@ -11,8 +11,9 @@
   layer at every position: the whole prefill and every cached decode step, so every
   generated token is steered. A direction may instead name its ``site`` (the layer's input:
   layer 0's input is the token and patch embeddings) and one prompt ``position`` (e.g. the
-  speed word's; ours): it is then added there only, once, in the prefill. ``alpha`` is read at each call, so a controller can change
-  it between control steps; ``alpha == 0`` skips the addition (bitwise-identical outputs).
+  speed word's; ours): it is then added there only, once, in the prefill. ``alpha`` is read
+  at each call, so a controller can change it between control steps; ``alpha == 0`` skips
+  the addition (bitwise-identical outputs).
 
 Both artefacts save to ``<name>.safetensors`` + ``<name>.json`` (metadata).
 """
@@ -126,7 +127,9 @@ class SteeringDirection:
             reaches what layer 0's attention reads).
         position: None: every position of the prefill and of each decode step (the
             references'). k >= 1: only the prompt's k-th position from its end (1 = the last
-            prompt token), once in the prefill (ours: the position of a concept word).
+            prompt token), once in the prefill (ours: the position of a concept word). It
+            counts from the end of whatever the layer sees, so it suits generation (the
+            prefill ends with the prompt), not a teacher-forced pass with action tokens.
     """
 
     vector: torch.Tensor
