@@ -157,21 +157,46 @@ def normalize(actions: np.ndarray, stats: dict[str, np.ndarray]) -> np.ndarray:
     return np.where(stats["mask"], np.clip(2.0 * (a - lo) / span - 1.0, -1.0, 1.0), a)
 
 
-def compute_norm_stats(actions: np.ndarray, mask: Sequence[bool] | None = None) -> dict[str, Any]:
-    """OpenVLA-style statistics of (N, D) actions: mean, std, min, max, q01, q99, mask."""
+ACTION_BOUNDS = ("q99", "minmax")
+"""How actions map onto [-1, 1]: OpenVLA's default ``BOUNDS_Q99`` or its ``BOUNDS`` (min/max)."""
+
+
+def compute_norm_stats(
+    actions: np.ndarray, mask: Sequence[bool] | None = None, bounds: str = "q99"
+) -> dict[str, Any]:
+    """OpenVLA-style statistics of (N, D) actions: mean, std, min, max, q01, q99, mask.
+
+    Args:
+        actions: (N, D) actions in env units.
+        mask: Which dims are normalised (False = passed through, e.g. the gripper).
+        bounds: ``q99`` (OpenVLA's ``BOUNDS_Q99``: the 1st and 99th percentiles, the rarest
+            largest actions clip) or ``minmax`` (its ``BOUNDS``: nothing clips). Under
+            ``minmax`` the ``q01``/``q99`` fields, the ones OpenVLA's inference reads, hold the
+            min and max, and ``bounds`` says so.
+
+    Raises:
+        ConfigError: Not (N, D) actions with N > 0, or an unknown ``bounds``.
+    """
     a = np.asarray(actions, dtype=np.float64)
     if a.ndim != 2 or len(a) == 0:
         raise ConfigError(f"need (N, D) actions with N > 0, got shape {a.shape}")
+    if bounds not in ACTION_BOUNDS:
+        raise ConfigError(
+            f"action bounds {bounds!r} is not one of {list(ACTION_BOUNDS)}",
+            fix="use q99 (OpenVLA's default) or minmax",
+        )
     m = np.ones(a.shape[1], dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    lo, hi = (a.min(0), a.max(0)) if bounds == "minmax" else np.quantile(a, [0.01, 0.99], axis=0)
     return {
         "action": {
             "mean": a.mean(0).tolist(),
             "std": a.std(0).tolist(),
             "min": a.min(0).tolist(),
             "max": a.max(0).tolist(),
-            "q01": np.quantile(a, 0.01, axis=0).tolist(),
-            "q99": np.quantile(a, 0.99, axis=0).tolist(),
+            "q01": lo.tolist(),
+            "q99": hi.tolist(),
             "mask": m.tolist(),
+            "bounds": bounds,
         },
         "num_transitions": len(a),
     }

@@ -83,6 +83,7 @@ def build_tiny_vla(
     unnorm_key: str,
     mask: Sequence[bool] | None = None,
     seed: int = 0,
+    action_bounds: str = "q99",
     **config_overrides: Any,
 ) -> tuple[OpenVLAModel, OpenVLAProcessor]:
     """A tiny random-init OpenVLA whose tokenizer knows the instruction words.
@@ -93,10 +94,11 @@ def build_tiny_vla(
         unnorm_key: Name of the dataset statistics entry.
         mask: Which action dims are normalised (False = passed through, e.g. the gripper).
         seed: Initialisation seed.
+        action_bounds: How actions map onto the bins (:func:`compute_norm_stats`' ``bounds``).
         **config_overrides: Passed to :meth:`OpenVLAConfig.tiny`.
     """
     tokenizer = build_tiny_tokenizer(tokenizer_words(instructions))
-    stats = {unnorm_key: compute_norm_stats(actions, mask)}
+    stats = {unnorm_key: compute_norm_stats(actions, mask, action_bounds)}
     cfg = OpenVLAConfig.tiny(
         vocab_size=len(tokenizer) - 1 + 64, norm_stats=stats, **config_overrides
     )

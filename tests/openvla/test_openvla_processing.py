@@ -90,6 +90,21 @@ def test_norm_stats_shape_checked() -> None:
     assert len(st["action"]["q01"]) == 4 and st["action"]["mask"][-1] is False
 
 
+def test_minmax_bounds_keep_the_largest_actions_that_q99_clips() -> None:
+    """OpenVLA's BOUNDS (min/max) round-trip the fastest actions; BOUNDS_Q99 clips them."""
+    a = np.random.default_rng(0).normal(size=(500, 3))
+    a[0] = [4.0, -4.0, 4.0]  # one rare, largest action
+    for bounds, kept in (("minmax", True), ("q99", False)):
+        st = compute_norm_stats(a, bounds=bounds)
+        assert st["action"]["bounds"] == bounds
+        stats = {k: np.asarray(st["action"][k]) for k in ("q01", "q99", "mask")}
+        back = unnormalize(normalize(a[:1], stats), stats)
+        assert np.allclose(back, a[:1]) is kept
+    assert compute_norm_stats(a, bounds="minmax")["action"]["q99"][0] == 4.0
+    with pytest.raises(ConfigError, match="action bounds 'q95'"):
+        compute_norm_stats(a, bounds="q95")
+
+
 def test_config_validates_and_derives() -> None:
     cfg = tiny_config()
     assert cfg.num_patches == 64 and cfg.vision_dim == 96 and cfg.text_vocab_size == 384

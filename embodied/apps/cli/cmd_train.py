@@ -200,6 +200,7 @@ def select_pdp_cmd(
     "jitter",
     "image_size",
     "llm_layers",
+    "action_bounds",
 )
 def train_vla_cmd(
     out: Path = typer.Option(Path("runs/vla_tiny"), "--out", help="Checkpoint folder."),
@@ -230,7 +231,7 @@ def train_vla_cmd(
         *_, history = train_tiny_on_env(
             env, out, cfg.demonstration_episodes, settings, reset, targets, seed=0,
             log=log if dist.is_main else (lambda msg: None), dist=dist,
-            text={"num_hidden_layers": cfg.llm_layers},
+            text={"num_hidden_layers": cfg.llm_layers}, action_bounds=cfg.action_bounds,
         )  # fmt: skip
         if dist.is_main:
             print(json.dumps({"checkpoint": str(out), "final_loss": history[-1]["loss"]}))

@@ -848,6 +848,7 @@ def steer_experiment(
                 log=log,
                 demonstrations=demonstrations,
                 text={"num_hidden_layers": cfg.llm_layers},
+                action_bounds=cfg.action_bounds,
             )
             timing["vla_training_s"] = time.perf_counter() - t_bc
             vla_training = {
@@ -992,7 +993,7 @@ def dial_experiment(
         t_bc = time.perf_counter()
         model, proc, _, _ = train_tiny_on_env(
             env, vla_dir, 0, bc, reset, targets, log=log, demonstrations=demonstrations,
-            text={"num_hidden_layers": cfg.llm_layers},
+            text={"num_hidden_layers": cfg.llm_layers}, action_bounds=cfg.action_bounds,
         )  # fmt: skip
         timing["vla_training_s"] = time.perf_counter() - t_bc
     proc = OpenVLAProcessor(proc.config, proc.tokenizer, "as_trained")
@@ -1008,6 +1009,7 @@ def dial_experiment(
         "unnamed_fraction": cfg.unnamed_fraction,
         "bc_sampling": cfg.bc_sampling,
         "speed_embedding": cfg.speed_embedding,
+        "action_bounds": cfg.action_bounds,
         "positions": cfg.positions,
         "site": cfg.site,
         "instruction_suffix": cfg.instruction_suffix,

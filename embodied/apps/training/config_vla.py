@@ -31,6 +31,9 @@ class TinyVLAConfig:
         llm_layers: Tiny model: Llama decoder layers.
         demonstration_episodes: Tiny model: demonstration episodes per (level, target) (4 and
             2000 steps: 30/30 unsteered successes; 2 and 500 steps: about 20 %).
+        action_bounds: Tiny model: how actions map onto its 256 bins: q99 (OpenVLA's default:
+            the 1st-99th percentiles, so the fastest demonstrations' actions clip) or minmax
+            (OpenVLA's BOUNDS: none clip).
     """
 
     env_id: str = "mujoco:arm_reach"
@@ -41,6 +44,7 @@ class TinyVLAConfig:
     )
     llm_layers: int = 4
     demonstration_episodes: int = 4
+    action_bounds: str = checked("q99", choices=("q99", "minmax"), fix="use q99 or minmax")
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(

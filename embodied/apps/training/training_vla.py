@@ -212,6 +212,7 @@ def train_tiny_on_env(
     log: Log = no_log,
     dist: Distributed | None = None,
     demonstrations: DemonstrationSteps | None = None,
+    action_bounds: str = "q99",
     **config_overrides: Any,
 ) -> tuple[OpenVLAModel, OpenVLAProcessor, DemonstrationSteps, list[dict[str, float]]]:
     """Collect speed demonstrations, behaviour-clone a tiny OpenVLA, save it to ``out``.
@@ -219,7 +220,8 @@ def train_tiny_on_env(
     Under ``torchrun`` pass ``dist``: every rank collects the same (deterministic)
     demonstrations and trains on its share of each global batch; only the main process saves.
     ``demonstrations`` given (e.g. graded ones, :mod:`~embodied.apps.lab.steer_dial`)
-    are trained on instead of the three named speed classes.
+    are trained on instead of the three named speed classes. ``action_bounds``: how the
+    actions map onto the bins (:func:`~policies.openvla.processor_openvla.compute_norm_stats`).
 
     Returns:
         Model, processor, demonstrations and the training history (one dict per logged step).
@@ -242,6 +244,7 @@ def train_tiny_on_env(
         key,
         mask,
         seed,
+        action_bounds,
         image_size=side,
         text=text,
         **config_overrides,
