@@ -314,6 +314,11 @@ def test_pid_gain_fit_on_the_working_range_or_the_half_range() -> None:
     controllers.make(
         "pid", **{k: v for k, v in cfg.items() if k not in ("static_gain", "fit", "fit_alphas")}
     )
+    # the line v = 0.1 - 0.04 alpha inverted: each setpoint starts from its alpha on the line
+    assert cfg["bias"] + cfg["kff"] * 0.14 == pytest.approx(-1.0)
+    assert cfg["bias"] + cfg["kff"] * 0.06 == pytest.approx(1.0)
+    plain = steer.pid_from_sweep(sweep, ExperimentSettings(pid_feedforward="none"), 0.9)
+    assert "bias" not in plain and "kff" not in plain and plain["kp"] == cfg["kp"]
     old = steer.pid_from_sweep(sweep, ExperimentSettings(pid_fit="half_range"), min_success=0.9)
     assert old["fit_alphas"] == [-2.0, -1.0, 0.0, 1.0]  # the earlier rule fits through the stall
     with pytest.raises(ConfigError, match="pid_fit"):

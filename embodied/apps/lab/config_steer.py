@@ -152,6 +152,10 @@ class ExperimentSettings:
         pid_fit: How PID's static gain d speed / d alpha is fitted on the sweep: working_range
             (the contiguous sweep points around alpha = 0 that keep the success floor) or
             half_range (every point with |alpha| <= alpha_limit / 2, the earlier rule).
+        pid_feedforward: static: PID's output starts from the alpha the sweep's fitted line
+            gives the setpoint (bias + kff * setpoint) and feedback trims the rest; none: it
+            starts from alpha = 0 (the earlier rule, whose integrator winds up while the arm
+            accelerates from rest).
         min_success_ratio: The best fixed alpha* (and Häon constant) must keep this fraction of
             the unsteered success on the tuning seeds (the sweep's alpha = 0 point); 0: the
             closest mean speed regardless of success (the earlier rule).
@@ -185,6 +189,9 @@ class ExperimentSettings:
     setpoint_change_s: float = checked(0.0, ge=0, fix="e.g. 1.0, or 0 for no setpoint-change rows")
     pid_fit: str = checked(
         "working_range", choices=("working_range", "half_range"), fix="use working_range"
+    )
+    pid_feedforward: str = checked(
+        "static", choices=("static", "none"), fix="use static (the fitted line) or none"
     )
 
     rules: ClassVar[tuple[Rule, ...]] = (

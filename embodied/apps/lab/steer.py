@@ -453,6 +453,11 @@ def pid_from_sweep(
     IMC tuning of a first-order plant (gain K, time constant ~0.2 s) with closed-loop time
     constant 1 s: ``kp = T / (|K| lambda)``, ``ki = 1 / (|K| lambda)``, and the PID's
     ``direction`` the sign of K (a dial that slows the arm for positive alpha acts reversed).
+
+    ``settings.pid_feedforward == "static"`` also inverts the same line ``v = v0 + K alpha``
+    as the PID's setpoint feedforward (``bias = -v0 / K``, ``kff = 1 / K``): each setpoint
+    starts from the alpha the dial's line gives it, and feedback trims the rest. ``none``
+    (the earlier rule) starts every setpoint from alpha = 0.
     """
     if settings.pid_fit == "working_range":
         rows = working_range(sweep, min_success)
@@ -463,14 +468,18 @@ def pid_from_sweep(
         for r in rows
         if np.isfinite(r["summary"]["mean_speed"])
     )
-    gain = math.nan
+    gain, offset = math.nan, math.nan
     if len(pts) >= 2:
         a, v = np.array(pts).T
-        gain = float(np.polyfit(a, v, 1)[0])
+        gain, offset = (float(x) for x in np.polyfit(a, v, 1))
     if not np.isfinite(gain) or abs(gain) <= 1e-3:
-        gain = 0.05  # m/s per unit alpha: a conservative fallback
+        gain, offset = 0.05, math.nan  # m/s per unit alpha: a conservative fallback, no line
     lam, tau = 1.0, 0.2
+    feedforward = {}
+    if settings.pid_feedforward == "static" and np.isfinite(offset):
+        feedforward = {"bias": -offset / gain, "kff": 1.0 / gain}
     return {
+        **feedforward,
         "kp": tau / (abs(gain) * lam),
         "ki": 1.0 / (abs(gain) * lam),
         "kd": 0.0,

@@ -94,6 +94,7 @@ def extract_cmd(
     "setpoints",
     "setpoint_change_s",
     "pid_fit",
+    "pid_feedforward",
     "min_success_ratio",
     into="settings",
 )
