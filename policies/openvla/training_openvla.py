@@ -84,6 +84,7 @@ def build_tiny_vla(
     mask: Sequence[bool] | None = None,
     seed: int = 0,
     action_bounds: str = "q99",
+    extra_words: Sequence[str] = (),
     **config_overrides: Any,
 ) -> tuple[OpenVLAModel, OpenVLAProcessor]:
     """A tiny random-init OpenVLA whose tokenizer knows the instruction words.
@@ -95,9 +96,13 @@ def build_tiny_vla(
         mask: Which action dims are normalised (False = passed through, e.g. the gripper).
         seed: Initialisation seed.
         action_bounds: How actions map onto the bins (:func:`compute_norm_stats`' ``bounds``).
+        extra_words: Words the tokenizer knows even if no instruction has them (e.g. every
+            number of a scale that :attr:`BCSettings.ordinal_words` ties, when few
+            demonstrations name only some of them).
         **config_overrides: Passed to :meth:`OpenVLAConfig.tiny`.
     """
-    tokenizer = build_tiny_tokenizer(tokenizer_words(instructions))
+    words = tokenizer_words(instructions)
+    tokenizer = build_tiny_tokenizer([*words, *(w for w in extra_words if w not in words)])
     stats = {unnorm_key: compute_norm_stats(actions, mask, action_bounds)}
     cfg = OpenVLAConfig.tiny(
         vocab_size=len(tokenizer) - 1 + 64, norm_stats=stats, **config_overrides

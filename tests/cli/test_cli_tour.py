@@ -51,6 +51,10 @@ EXTRA: dict[str, list[str]] = {
         "--image-size", "32", "--episodes", "1", "--sweep-episodes", "1",
         "--sweep-alphas", "0,1", "--haeon-coefs", "0.5,1", "--setpoints", "0.1",
     ],
+    "lab steer dial": [
+        "--demonstrations", "2", "--train-steps", "2", "--llm-layers", "1",
+        "--image-size", "32", "--episodes", "1", "--alphas", "0,0.5",
+    ],
     "deploy": ["--max-seconds", "1"],
 }  # fmt: skip
 """Options added to a tour command (its verb -> options) to make it small; the others run

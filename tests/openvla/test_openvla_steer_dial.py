@@ -528,6 +528,12 @@ def test_numbers_train_tied_to_one_evenly_spaced_line() -> None:
     assert not torch.equal(rows, before[ids])
     with pytest.raises(ConfigError, match="ordinal word 'zzz'"):
         ordinal_token_ids(proc, ("1", "zzz"))
+    # few demonstrations name only some numbers: the tokenizer still knows the whole scale
+    _, few_proc = build_tiny_vla(
+        ["reach the red cube at speed 5"], steps.actions, "toy", image_size=32,
+        extra_words=CONTINUUM_WORDS,
+    )  # fmt: skip
+    assert len(set(ordinal_token_ids(few_proc, CONTINUUM_WORDS))) == 9
     with pytest.raises(ConfigError, match="two or more distinct"):
         ordinal_token_ids(proc, ("1", "1"))
 

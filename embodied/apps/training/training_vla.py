@@ -245,6 +245,7 @@ def train_tiny_on_env(
         mask,
         seed,
         action_bounds,
+        bc.ordinal_words,  # the whole scale, also numbers no demonstration names
         image_size=side,
         text=text,
         **config_overrides,
