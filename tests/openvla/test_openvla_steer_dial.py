@@ -19,6 +19,7 @@ import policies
 import sim
 from embodied.apps.lab.config_steer import (
     CONTINUUM_WORDS,
+    SITES,
     DialSettings,
     ExperimentSettings,
     SteerExperimentConfig,
@@ -40,7 +41,7 @@ from embodied.apps.lab.steer_dial import (
 )
 from embodied.errors import ConfigError
 from embodied.loop import rollout
-from policies.openvla.steering import SteeringHook
+from policies.openvla.steering import STEERING_SITES, SteeringHook
 from policies.openvla.training_openvla import (
     BCSettings,
     DemonstrationSteps,
@@ -546,3 +547,13 @@ def test_line_embedding_needs_the_continuum_labels() -> None:
     assert SteerExperimentConfig().ordinal_words() == ()
     with pytest.raises(ConfigError, match="positions"):
         SteerExperimentConfig(positions="first")
+
+
+def test_the_torch_free_config_offers_exactly_the_sites_the_hook_knows() -> None:
+    # The config is torch-free (the CLI builds its options without torch), so it keeps its
+    # own copy of the component's tuple; the two must never drift apart.
+    assert SITES == STEERING_SITES
+    for site in STEERING_SITES:
+        assert SteerExperimentConfig(site=site).site == site
+    with pytest.raises(ConfigError, match="site"):
+        SteerExperimentConfig(site="attention")

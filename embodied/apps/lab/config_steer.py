@@ -18,6 +18,11 @@ CONTINUUM_LEVELS = 9
 """Levels of the ``continuum`` speed labels, "at speed 1" .. "at speed 9"."""
 CONTINUUM_WORDS = tuple(str(k) for k in range(1, CONTINUUM_LEVELS + 1))
 """The words of those levels, slowest first."""
+POSITIONS = ("last", "text", "action", "word")
+"""Contrast positions of direction extraction (``word``: the speed word's own)."""
+SITES = ("output", "input")
+"""Where a direction is added: a decoder layer's output or its input. The component's own
+``policies.openvla.steering.STEERING_SITES`` (which needs torch) is held equal by a test."""
 
 
 @dataclass(frozen=True)
@@ -83,10 +88,8 @@ class SteerExperimentConfig(TinyVLAConfig):
     image_key: str = "image.front"
     kind: str = "direction"
     layer: int | None = None
-    positions: str = checked(
-        "last", choices=("last", "text", "action", "word"), fix="use last, text, action or word"
-    )
-    site: str = checked("output", choices=("output", "input"), fix="use output or input")
+    positions: str = checked("last", choices=POSITIONS, fix="use last, text, action or word")
+    site: str = checked("output", choices=SITES, fix="use output or input")
     neurons: int = 64
     unnorm_key: str | None = None
     extraction_episodes: int = 1

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 import policies
-from embodied.apps.lab.config_steer import CONTINUUM_LEVELS
+from embodied.apps.lab.config_steer import CONTINUUM_LEVELS, POSITIONS
 from embodied.apps.lab.stats import Z95, wilson_interval
 from embodied.apps.training.training_vla import (
     SPEED_LEVELS,
@@ -63,8 +63,6 @@ ADVERB_LEVELS = SPEED_LEVELS
 """The earlier experiment's three classes: level -> (speed range m/s, adverb)."""
 METHODS = ("mean_difference", "paired", "probe")
 """Direction extraction methods of :func:`extract_direction`."""
-POSITIONS = ("last", "text", "action", "word")
-"""Contrast positions of :func:`extract_direction` (``word``: the speed word's own)."""
 _SUFFIX = re.compile(r"\s+(?:quickly|slowly|at speed \d+)$")
 
 
