@@ -4,6 +4,8 @@
 - :func:`step_response`: 10-90 % rise time, overshoot, settling time in a band (2 % by
   default), steady-state error, IAE and ITAE of a recorded step (standard definitions; crossing
   times interpolated between samples, so coarse control rates still give sub-sample estimates).
+- :func:`tracking_rmse`, :func:`steady_state_rmse`: RMS tracking error over the whole record,
+  and once the transients after the start and after each setpoint change are over.
 - :class:`SettledStep`: a setpoint schedule that steps only once the signal has settled at the
   start value (band and dwell stated), so a step test never measures from a transient.
 - :func:`fit_fopdt`, :func:`simc_pi`, :func:`loop_margins`: a first-order-plus-dead-time model
@@ -176,6 +178,48 @@ def tracking_rmse(
     if not ok.any():
         return math.nan
     return float(np.sqrt(np.mean((m[ok] - s[ok]) ** 2)))
+
+
+def steady_state_rmse(
+    measurements: Sequence[float] | np.ndarray,
+    setpoints: Sequence[float] | np.ndarray,
+    rate_hz: float,
+    transient_s: float,
+) -> float:
+    """RMS tracking error once the transients are over: the samples less than ``transient_s``
+    after the episode's start or after any change of the setpoint are left out.
+
+    The whole-record :func:`tracking_rmse` of a run that starts from rest is dominated by the
+    rise from 0, which no controller can avoid (even a plant driven at exactly the setpoint
+    speed rises through it); this figure is the steady-state tracking error beside it.
+
+    Args:
+        measurements: The measured signal, one sample per control step.
+        setpoints: The setpoint at each step (same length).
+        rate_hz: Control rate (Hz).
+        transient_s: Time left out after the start and after each setpoint change (s).
+
+    Returns:
+        The RMSE over the kept finite samples; NaN when none is kept.
+    """
+    m = np.asarray(measurements, dtype=np.float64)
+    s = np.asarray(setpoints, dtype=np.float64)
+    if m.shape != s.shape or m.ndim != 1:
+        raise ConfigError(f"steady_state_rmse: shapes differ or are not 1-D {m.shape} vs {s.shape}")
+    if not rate_hz > 0 or not transient_s >= 0:
+        raise ConfigError(
+            f"steady_state_rmse: rate_hz={rate_hz}, transient_s={transient_s}",
+            fix="use rate_hz > 0 and transient_s >= 0",
+        )
+    skip = math.ceil(transient_s * rate_hz - 1e-9)
+    keep = np.ones(m.shape, dtype=bool)
+    starts = [0, *(np.flatnonzero(np.diff(s) != 0) + 1).tolist()]
+    for k in starts:
+        keep[k : k + skip] = False
+    keep &= np.isfinite(m) & np.isfinite(s)
+    if not keep.any():
+        return math.nan
+    return float(np.sqrt(np.mean((m[keep] - s[keep]) ** 2)))
 
 
 class SettledStep:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from controllers.analysis import step_response, tracking_rmse
+from controllers.analysis import step_response, steady_state_rmse, tracking_rmse
 from embodied.errors import ConfigError
 
 
@@ -65,6 +65,22 @@ def test_bad_inputs() -> None:
 def test_tracking_rmse() -> None:
     assert tracking_rmse([1, 2, 3], [1, 2, 5]) == pytest.approx(math.sqrt(4 / 3))
     assert tracking_rmse([9, 2, float("nan")], [1, 2, 3], skip=1) == 0.0
+
+
+def test_steady_state_rmse_leaves_out_the_start_and_each_setpoint_change() -> None:
+    # 10 Hz, 0.3 s transient: 3 samples after the start and after the change at index 6.
+    setpoints = [1.0] * 6 + [2.0] * 6
+    measured = [0.0, 0.5, 0.9, 1.1, 0.9, 1.0, 1.0, 1.5, 1.8, 2.2, 1.8, 2.0]
+    kept = [(1.1, 1.0), (0.9, 1.0), (1.0, 1.0), (2.2, 2.0), (1.8, 2.0), (2.0, 2.0)]
+    want = math.sqrt(sum((m - s) ** 2 for m, s in kept) / len(kept))
+    assert steady_state_rmse(measured, setpoints, rate_hz=10, transient_s=0.3) == pytest.approx(want)
+    # no transient: the whole-record figure; all left out: NaN
+    whole = steady_state_rmse(measured, setpoints, rate_hz=10, transient_s=0.0)
+    assert whole == pytest.approx(tracking_rmse(measured, setpoints))
+    assert math.isnan(steady_state_rmse(measured, setpoints, rate_hz=10, transient_s=1.0))
+    assert steady_state_rmse(measured, setpoints, 10, 0.3) < tracking_rmse(measured, setpoints)
+    with pytest.raises(ConfigError, match="rate_hz"):
+        steady_state_rmse(measured, setpoints, rate_hz=0, transient_s=0.3)
 
 
 # ---------------------------------------------------------------------------------------------

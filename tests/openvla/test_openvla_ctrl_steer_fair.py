@@ -3,6 +3,8 @@ the tuning seeds only, Häon et al.'s value-vector neurons and constant hook, th
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -325,3 +327,69 @@ def test_pid_gain_fit_on_the_working_range_or_the_half_range() -> None:
         ExperimentSettings(pid_fit="cliff")
     with pytest.raises(ConfigError, match="setpoints"):
         ExperimentSettings(setpoints=(0.1, -0.2))
+
+
+def test_the_expert_at_the_setpoint_is_the_reference_row_and_its_steady_error_is_small() -> None:
+    """The reference row drives the real arm_reach expert at the setpoint: over the whole episode
+    its RMSE is well above 10 % of the setpoint (the rise from rest), once the transient is
+    left out it is not, so the steady-state figure measures tracking and not the start."""
+    from embodied.apps.training.training_vla import steer_env
+
+    env, reset, _ = steer_env("mujoco:arm_reach", 32, "jittered", 0.01)
+    try:
+        s = ExperimentSettings(episodes=2, seed=10_000, reset_options=reset)
+        expert = steer._expert_at(env, 0.1)
+        assert expert is not None
+        r = steer._run_reference(env, expert, s, 0.1, "expert at setpoint", lambda *_: None)
+    finally:
+        env.close()
+    summary = r["summary"]
+    assert r["reference"] and r["setpoint"] == 0.1 and summary["successes"] == 2
+    assert summary["rmse"] > 0.1 * 0.1
+    assert summary["rmse_steady"] < 0.1 * 0.1 < summary["rmse"]
+    assert summary["rmse_steady_ci"][0] <= summary["rmse_steady"] <= summary["rmse_steady_ci"][1]
+    assert abs(summary["mean_speed"] - 0.1) < 0.02
+    assert steer._expert_at(_Env(), 0.1) is None  # an env without an expert gets no row
+
+
+def test_rescore_adds_the_steady_state_rmse_from_the_saved_traces(tmp_path: Path) -> None:
+    eps = _episodes(3, 1000, 0.06, True)
+    for e in eps:  # rises from rest over 4 samples (0.2 s at 20 Hz), then 0.01 above the setpoint
+        e["speed"] = [0.0, 0.02, 0.04, 0.05] + [0.07] * 6
+    old_summary = summarize(eps)
+    assert math.isnan(old_summary["rmse_steady"])  # a run from before the steady-state figure
+    report = {
+        "settings": {**dataclasses.asdict(ExperimentSettings(episodes=3)), "stale_key": 1},
+        "rows": [{"controller": "none", "setpoint": 0.06, **old_summary}],
+        "traces": {"none": eps},
+    }
+    new = steer.rescore(report, 20.0, transient_s=0.2)
+    assert new["rows"][0]["rmse_steady"] == pytest.approx(0.01)
+    assert new["settings"]["steady_transient_s"] == 0.2 and "stale_key" not in new["settings"]
+    assert math.isnan(report["rows"][0]["rmse_steady"]) and "rmse_steady" not in eps[0]  # untouched
+    assert "| 0.0100 |" in markdown_table(new) and "16.7 |" in markdown_table(new)
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps(report))
+    from typer.testing import CliRunner
+
+    from embodied.apps.cli import app
+
+    result = CliRunner().invoke(
+        app,
+        [
+            "lab",
+            "steer",
+            "rescore",
+            str(run),
+            "--no-expert-reference",
+            "--steady-transient-s",
+            "0.2",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads((run / "rescored" / "results.json").read_text())["rows"][0][
+        "rmse_steady"
+    ] == pytest.approx(0.01)
+    assert sorted(p.name for p in run.iterdir()) == ["rescored", "results.json"]

@@ -159,6 +159,11 @@ class ExperimentSettings:
             gives the setpoint (bias + kff * setpoint) and feedback trims the rest; none: it
             starts from alpha = 0 (the earlier rule, whose integrator winds up while the arm
             accelerates from rest).
+        steady_transient_s: The steady-state RMSE beside the whole-episode one leaves out this
+            long after the start (from rest) and after each setpoint change (s).
+        expert_reference: Add a reference row per setpoint: the env's scripted expert driven at
+            exactly the setpoint speed, unsteered (the RMSE no controller of the VLA can be
+            expected to beat: the arm still rises from rest and the filter still lags).
         min_success_ratio: The best fixed alpha* (and Häon constant) must keep this fraction of
             the unsteered success on the tuning seeds (the sweep's alpha = 0 point); 0: the
             closest mean speed regardless of success (the earlier rule).
@@ -196,6 +201,8 @@ class ExperimentSettings:
     pid_feedforward: str = checked(
         "static", choices=("static", "none"), fix="use static (the fitted line) or none"
     )
+    steady_transient_s: float = checked(0.5, ge=0, fix="use e.g. 0.5 (s)")
+    expert_reference: bool = True
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(

@@ -28,7 +28,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,8 @@ import numpy as np
 import torch
 
 import controllers
-from controllers.analysis import step_response, tracking_rmse
+import policies
+from controllers.analysis import steady_state_rmse, step_response, tracking_rmse
 from controllers.rl import RLControllerConfig, SteeringEnv
 from controllers.rl.training_rl import CONTROLLER_PPO, RLTrainSettings, train_rl_controller
 from embodied.apps.lab.config_steer import (
@@ -331,6 +332,9 @@ def run_episodes(
             "success": bool(ep.success),
             "steps": len(ep),
             "rmse": tracking_rmse(y, ep.setpoints, skip=1),
+            "rmse_steady": steady_state_rmse(
+                y, ep.setpoints, env.control_rate_hz, settings.steady_transient_s
+            ),
             "mean_speed": float(np.nanmean(y[1:])) if len(y) > 1 else math.nan,
             "speed": y.tolist(),
             "setpoints": np.asarray(ep.setpoints, dtype=np.float64).tolist(),
@@ -360,22 +364,28 @@ def summarize(episodes: list[dict[str, Any]]) -> dict[str, Any]:
     interval of the success rate and a normal 95% interval of the mean RMSE."""
 
     def mean(key: str) -> float:
-        vals = np.array([e[key] for e in episodes], dtype=np.float64)
+        vals = np.array([e.get(key, math.nan) for e in episodes], dtype=np.float64)
         vals = vals[np.isfinite(vals)]
         return float(vals.mean()) if vals.size else math.nan
 
     settled = [e for e in episodes if np.isfinite(e["settling_time_s"])]
     wins = sum(bool(e["success"]) for e in episodes)
-    rmse = np.array([e["rmse"] for e in episodes], dtype=np.float64)
-    rmse = rmse[np.isfinite(rmse)]
-    half = float(Z95 * rmse.std(ddof=1) / math.sqrt(rmse.size)) if rmse.size > 1 else math.nan
+
+    def interval(key: str) -> list[float]:
+        vals = np.array([e.get(key, math.nan) for e in episodes], dtype=np.float64)
+        vals = vals[np.isfinite(vals)]
+        half = float(Z95 * vals.std(ddof=1) / math.sqrt(vals.size)) if vals.size > 1 else math.nan
+        return [mean(key) - half, mean(key) + half]
+
     return {
         "episodes": len(episodes),
         "successes": wins,
         "success_rate": wins / len(episodes),
         "success_ci": list(wilson_interval(wins, len(episodes))),
         "rmse": mean("rmse"),
-        "rmse_ci": [mean("rmse") - half, mean("rmse") + half],
+        "rmse_ci": interval("rmse"),
+        "rmse_steady": mean("rmse_steady"),
+        "rmse_steady_ci": interval("rmse_steady"),
         "mean_speed": mean("mean_speed"),
         "overshoot_pct": mean("overshoot_pct"),
         "settling_time_s": mean("settling_time_s"),
@@ -645,7 +655,13 @@ def _tune_and_evaluate(
         "sweep": [{"alpha": r["alpha"], **r["summary"]} for r in tuning.sweep],
         "haeon_sweep": [{"coef": r["coef"], **r["summary"]} for r in tuning.haeon_sweep],
         "rows": [
-            {"controller": r["label"], "setpoint": r["setpoint"], **r["summary"]} for r in results
+            {
+                "controller": r["label"],
+                "setpoint": r["setpoint"],
+                **({"reference": True} if r.get("reference") else {}),
+                **r["summary"],
+            }
+            for r in results
         ],
         "traces": {r["label"]: r["episodes"] for r in results},
         "timing": timing,
@@ -747,6 +763,12 @@ def _evaluate_rows(
     for sp in targets:
         tag = "" if len(targets) == 1 else f"sp={sp:g} "
         a_sp = tuning.alpha_stars[sp]
+        if settings.expert_reference:
+            expert = _expert_at(env, sp)
+            if expert is not None:
+                results.append(
+                    _run_reference(env, expert, settings, sp, f"{tag}expert at setpoint", log)
+                )
         results.append(evaluate(f"{tag}none", None, sp))
         results.append(
             evaluate(f"{tag}fixed alpha*={a_sp:g}", controllers.make("fixed", value=a_sp), sp)
@@ -769,6 +791,91 @@ def _evaluate_rows(
         if rl is not None:
             results.append(evaluate(f"rl, {tag}", rl, hi, change))
     return results
+
+
+def _expert_at(env: Env, speed: float) -> Policy | None:
+    """The env's scripted expert driving at ``speed`` (m/s), or None when the env has none."""
+    if not callable(getattr(getattr(env, "unwrapped", env), "expert", None)):
+        return None
+    return policies.load("expert", env=env, speed=speed)
+
+
+def _run_reference(
+    env: Env,
+    expert: Policy,
+    settings: ExperimentSettings,
+    sp: float,
+    label: str,
+    log: Log,
+) -> dict[str, Any]:
+    """The expert-at-setpoint row: same evaluation seeds, filter and figures as every row."""
+    at = settings if sp == settings.setpoint else replace(settings, setpoint=sp)
+    r = run_episodes(env, expert, None, at, settings.episodes, label, log)
+    r["setpoint"] = sp
+    r["reference"] = True
+    return r
+
+
+def rescore(
+    report: dict[str, Any],
+    rate_hz: float,
+    transient_s: float,
+    env: Env | None = None,
+    log: Log = no_log,
+) -> dict[str, Any]:
+    """A finished experiment's report with the steady-state RMSE recomputed from its traces.
+
+    Nothing is rolled out again for the controller rows: each episode's trace (speed and
+    setpoint per step) gives its :func:`~controllers.analysis.steady_state_rmse` and every row
+    is summarised anew. With ``env`` and no reference rows yet, the expert-at-setpoint rows
+    are added on the report's own evaluation seeds (:func:`_run_reference`).
+
+    Args:
+        report: ``results.json`` of :func:`run_experiment` (left unchanged).
+        rate_hz: The env's control rate (Hz).
+        transient_s: Time left out after the start and after each setpoint change (s).
+        env: The experiment's env (for the reference rows); None: no reference rows added.
+        log: Progress sink.
+    """
+    out = json.loads(json.dumps(report))
+    known = {f.name for f in fields(ExperimentSettings)}
+    values = {k: v for k, v in out["settings"].items() if k in known}
+    values["steady_transient_s"] = transient_s
+    settings = ExperimentSettings(**values)
+    out["settings"] = asdict(settings)
+    rows = {r["controller"]: r for r in out["rows"]}
+    for label, episodes in out["traces"].items():
+        sp = rows[label].get("setpoint", settings.setpoint)
+        for e in episodes:
+            e["rmse_steady"] = steady_state_rmse(
+                e["speed"], e.get("setpoints", [sp] * len(e["speed"])), rate_hz, transient_s
+            )
+        rows[label].update(summarize(episodes))
+    if (
+        env is not None
+        and settings.expert_reference
+        and not any(r.get("reference") for r in out["rows"])
+    ):
+        expert_rows = []
+        for sp in settings.targets():
+            expert = _expert_at(env, sp)
+            if expert is None:
+                break
+            tag = "" if len(settings.targets()) == 1 else f"sp={sp:g} "
+            expert_rows.append(
+                _run_reference(env, expert, settings, sp, f"{tag}expert at setpoint", log)
+            )
+        for r in expert_rows:
+            first = next(i for i, row in enumerate(out["rows"]) if row["setpoint"] == r["setpoint"])
+            out["rows"].insert(
+                first,
+                {"controller": r["label"], "setpoint": r["setpoint"], "reference": True,
+                 **r["summary"]},
+            )  # fmt: skip
+            out["traces"][r["label"]] = r["episodes"]
+        # the plots pair rows and traces by position
+        out["traces"] = {row["controller"]: out["traces"][row["controller"]] for row in out["rows"]}
+    return out
 
 
 def haeon_neurons(

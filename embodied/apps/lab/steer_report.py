@@ -27,18 +27,25 @@ def markdown_table(report: dict[str, Any]) -> str:
     lines = [
         f"Target end-effector speed: {', '.join(f'{t:g}' for t in targets)} m/s; "
         f"{s['episodes']} evaluation episodes per row. Success: rate [Wilson 95%]; RMSE: mean "
-        "[95% normal interval].",
+        "[95% normal interval] over the whole episode, and steady-state (leaving out "
+        f"{s.get('steady_transient_s', math.nan):g} s after the start and after each setpoint "
+        "change) with its % of the setpoint.",
         "",
-        "| controller | success | success 95% CI | RMSE (m/s) | RMSE 95% CI | mean speed (m/s) "
+        "| controller | success | success 95% CI | RMSE (m/s) | RMSE 95% CI "
+        "| steady RMSE (m/s) | steady 95% CI | steady % of setpoint | mean speed (m/s) "
         "| overshoot (%) | settling (s) | settled |" + (" scenes |" if many else ""),
-        "|---|---|---|---|---|---|---|---|---|" + ("---|" if many else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if many else ""),
     ]
     for r in report["rows"]:
         scenes = f" {r.get('distinct_scenes', '?')} |" if many else ""
+        steady = r.get("rmse_steady", math.nan)
+        sp = r.get("setpoint", s["setpoint"])
         lines.append(
             f"| {r['controller']} | {r['success_rate']:.2f} ({r.get('successes', '?')}/"
             f"{r['episodes']}) | {_ci(r.get('success_ci'), '.2f')} | {r['rmse']:.4f} "
-            f"| {_ci(r.get('rmse_ci'), '.4f')} | {r['mean_speed']:.3f} "
+            f"| {_ci(r.get('rmse_ci'), '.4f')} | {steady:.4f} "
+            f"| {_ci(r.get('rmse_steady_ci'), '.4f')} | {100 * steady / sp:.1f} "
+            f"| {r['mean_speed']:.3f} "
             f"| {r['overshoot_pct']:.1f} | {r['settling_time_s']:.2f} | {r['settled_fraction']:.2f} |"
             + scenes
         )

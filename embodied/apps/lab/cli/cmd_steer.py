@@ -96,6 +96,8 @@ def extract_cmd(
     "pid_fit",
     "pid_feedforward",
     "min_success_ratio",
+    "steady_transient_s",
+    "expert_reference",
     into="settings",
 )
 @config_options(
@@ -190,6 +192,54 @@ def dial_cmd(
     report = dial_experiment(out, cfg, settings, log)
     print((out / "dial.md").read_text(encoding="utf-8"))
     print(f"dial methods: {report['dial_methods'] or 'none'}; wrote {out / 'dial.png'}")
+
+
+@steer_app.command("rescore")
+def rescore_cmd(
+    run: Path = typer.Argument(..., help="Folder of a finished `lab steer experiment`."),
+    out: Path | None = typer.Option(None, "--out", help="Output folder (default RUN/rescored)."),
+    steady_transient_s: float = typer.Option(
+        ExperimentSettings.steady_transient_s,
+        "--steady-transient-s",
+        help="Time left out after the start and after each setpoint change (s).",
+    ),
+    expert_reference: bool = typer.Option(
+        True,
+        "--expert-reference/--no-expert-reference",
+        help="Add the expert-at-setpoint rows (rolls the scripted expert out on the run's "
+        "evaluation seeds) when the run has none.",
+    ),
+) -> None:
+    """Re-summarise a finished experiment from its saved traces with the steady-state RMSE
+    (and the expert-at-setpoint reference rows), into a new folder; the run is not touched."""
+    from embodied.apps.cli._common import log
+    from embodied.apps.lab.steer import rescore
+    from embodied.apps.lab.steer_report import markdown_table, write_report
+    from embodied.apps.training.training_vla import steer_env
+    from embodied.errors import ConfigError
+    from embodied.io import read_json_file
+
+    if not steady_transient_s >= 0:
+        raise ConfigError(
+            f"--steady-transient-s {steady_transient_s} is negative", fix="use e.g. 0.5 (s)"
+        )
+    report = read_json_file(run / "results.json")
+    target = out or run / "rescored"
+    if target.resolve() == run.resolve():
+        raise ConfigError(f"--out {target} is the run itself", fix="name a new folder")
+    env, _, _ = steer_env(
+        report.get("env_id", "mujoco:arm_reach"), 32, report.get("layout", "fixed"),
+        report.get("jitter_m") or 0.0,
+    )  # fmt: skip
+    try:
+        new = rescore(
+            report, env.control_rate_hz, steady_transient_s, env if expert_reference else None, log
+        )
+    finally:
+        env.close()
+    write_report(new, target, env.control_rate_hz)
+    print(markdown_table(new))
+    print(f"wrote {target / 'results.json'} and {target / 'results.md'}")
 
 
 @steer_app.command("reference")
