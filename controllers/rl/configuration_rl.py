@@ -14,7 +14,8 @@ from embodied.errors import ConfigError
 
 OBS_NAMES = ("error", "integral", "derivative", "alpha_prev", "progress")
 """Observation entries: scaled error, its clipped time integral (s), its scaled derivative,
-the previous command and episode progress t / T."""
+the previous command and episode progress t / T (then ``setpoint`` with
+:attr:`RLControllerConfig.observe_setpoint`)."""
 
 
 @dataclass
@@ -23,7 +24,8 @@ class RLControllerConfig:
 
     Observation (all float32), with ``e = (setpoint - measurement) / error_scale``:
     ``(e, clip(sum e dt, +-integral_limit_s), clip(derivative_time_s * de/dt, +-obs_clip),
-    alpha_{t-1}, min(t / horizon_steps, 1))``.
+    alpha_{t-1}, min(t / horizon_steps, 1))``, then ``clip(setpoint / error_scale, +-obs_clip)``
+    with ``observe_setpoint``.
 
     Action: ``a`` in [-1, 1]; the command moves by ``delta_alpha = max_delta * a`` per step
     and is clipped into ``[output_min, output_max]``.
@@ -46,6 +48,9 @@ class RLControllerConfig:
         setpoint_low: Lowest training setpoint (measurement units).
         setpoint_high: Highest training setpoint; each episode draws one uniformly.
         hidden_sizes: Hidden layer widths of the actor (and critic) MLP, tanh activations.
+        observe_setpoint: Also observe the setpoint itself, so one actor can start each
+            setpoint from its own command (feedforward) instead of finding it by feedback
+            alone; off for controllers saved before it existed.
     """
 
     config_name: ClassVar[str] = "RL controller"
@@ -64,6 +69,7 @@ class RLControllerConfig:
     setpoint_low: float = checked(0.05, fix="use e.g. 0.05")
     setpoint_high: float = checked(0.2, fix="use e.g. 0.2")
     hidden_sizes: tuple[int, ...] = checked((64, 64), ge=1, min_len=1, fix="use e.g. (64, 64)")
+    observe_setpoint: bool = False
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
@@ -96,6 +102,10 @@ class RLControllerConfig:
         self.hidden_sizes = tuple(self.hidden_sizes)
         validate(self)
         self.horizon_steps = int(self.horizon_steps)
+
+    def obs_names(self) -> tuple[str, ...]:
+        """The observation entries this config builds, in order."""
+        return (*OBS_NAMES, "setpoint") if self.observe_setpoint else OBS_NAMES
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict."""
@@ -143,7 +153,10 @@ class ObservationBuilder:
         self.e_prev = self.error = e
         progress = min(self.t / c.horizon_steps, 1.0)
         self.t += 1
-        return [e, self.integral, deriv, self.alpha, progress]
+        obs = [e, self.integral, deriv, self.alpha, progress]
+        if c.observe_setpoint:
+            obs.append(max(-lim, min(lim, setpoint / c.error_scale)))
+        return obs
 
     def apply(self, action: float) -> tuple[float, float]:
         """Move the command by ``max_delta * clip(action, -1, 1)``; returns (alpha, delta)."""

@@ -23,7 +23,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from controllers.rl.configuration_rl import OBS_NAMES, ObservationBuilder, RLControllerConfig
+from controllers.rl.configuration_rl import ObservationBuilder, RLControllerConfig
 from embodied.contracts import ActionFilter, Concept, Env, Policy, Steerable
 from embodied.errors import CompatibilityError, ConfigError
 from embodied.loop import Steering, rollout
@@ -114,20 +114,23 @@ class SteeringEnv(gym.Env[np.ndarray, np.ndarray]):
         self.knob, self.to_knob, self.safety = knob, to_knob, safety
         self.reset_options = dict(reset_options or {})
         lim = self.config.obs_clip
+        extra = [lim] if self.config.observe_setpoint else []
         high = np.array(
-            [lim, self.config.integral_limit_s, lim, self.config.output_max, 1.0], dtype=np.float32
+            [lim, self.config.integral_limit_s, lim, self.config.output_max, 1.0, *extra],
+            dtype=np.float32,
         )
         low = np.array(
-            [-lim, -self.config.integral_limit_s, -lim, self.config.output_min, 0.0],
+            [-lim, -self.config.integral_limit_s, -lim, self.config.output_min, 0.0]
+            + [-x for x in extra],
             dtype=np.float32,
         )
         self.observation_space = gym.spaces.Box(low, high, dtype=np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
-        self.obs_names = OBS_NAMES
+        self.obs_names = self.config.obs_names()
         self.builder = ObservationBuilder(self.config)
         self._bridge: _BridgeController | None = None
         self._thread: threading.Thread | None = None
-        self._obs = np.zeros(5, dtype=np.float32)
+        self._obs = np.zeros(len(self.obs_names), dtype=np.float32)
         self.setpoint = math.nan
         self.last_episode: Any = None
 

@@ -37,7 +37,7 @@ class MLPActor:
             ``out.weight`` (1, last), ``out.bias``.
     """
 
-    def __init__(self, state: dict[str, np.ndarray]) -> None:
+    def __init__(self, state: dict[str, np.ndarray], n_obs: int = len(OBS_NAMES)) -> None:
         n_hidden = len([k for k in state if k.startswith("hidden.") and k.endswith(".weight")])
         expected = {f"hidden.{i}.{p}" for i in range(n_hidden) for p in ("weight", "bias")}
         expected |= {"out.weight", "out.bias"}
@@ -58,10 +58,10 @@ class MLPActor:
             np.ascontiguousarray(state["out.bias"], dtype=np.float32),
         )
         in_dim = self.layers[0][0].shape[1] if self.layers else self.out[0].shape[1]
-        if in_dim != len(OBS_NAMES) or self.out[0].shape[0] != 1:
+        if in_dim != n_obs or self.out[0].shape[0] != 1:
             raise CheckpointError(
                 f"RL actor maps {in_dim} inputs to {self.out[0].shape[0]} outputs; expected "
-                f"{len(OBS_NAMES)} -> 1"
+                f"{n_obs} -> 1"
             )
 
     @property
@@ -78,26 +78,26 @@ class MLPActor:
         return out
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
-        """Actions (..., 1), unclipped, for observations (..., 5)."""
+        """Actions (..., 1), unclipped, for observations (..., n_obs)."""
         h = np.asarray(obs, dtype=np.float32)
         for w, b in self.layers:
             h = np.tanh(h @ w.T + b)
         return h @ self.out[0].T + self.out[1]
 
 
-def actor_state_from_sb3(model: Any) -> dict[str, np.ndarray]:
+def actor_state_from_sb3(model: Any, n_obs: int = len(OBS_NAMES)) -> dict[str, np.ndarray]:
     """Extract the deterministic actor of an SB3 PPO ``MlpPolicy`` as an :class:`MLPActor` state.
 
     Raises:
-        ConfigError: the policy is not a plain tanh MLP on a flat 5-dim observation.
+        ConfigError: the policy is not a plain tanh MLP on a flat ``n_obs``-dim observation.
     """
     import torch
 
     policy = model.policy
     net = policy.mlp_extractor.policy_net
-    if tuple(policy.observation_space.shape) != (len(OBS_NAMES),):
+    if tuple(policy.observation_space.shape) != (n_obs,):
         raise ConfigError(
-            f"SB3 policy observes {policy.observation_space}, expected {len(OBS_NAMES)} entries"
+            f"SB3 policy observes {policy.observation_space}, expected {n_obs} entries"
         )
     linears = [m for m in net if isinstance(m, torch.nn.Linear)]
     acts = [m for m in net if not isinstance(m, torch.nn.Linear)]
@@ -137,7 +137,7 @@ class RLController:
         self.actor = actor
         self.meta = dict(meta or {})
         self._builder = ObservationBuilder(config)
-        self._last_obs = [0.0] * len(OBS_NAMES)
+        self._last_obs = [0.0] * len(config.obs_names())
         self._last_action = 0.0
 
     def reset(self) -> None:
@@ -145,7 +145,7 @@ class RLController:
         self._builder.reset()
 
     def act(self, obs: np.ndarray) -> np.ndarray:
-        """Deterministic actions in [-1, 1] for observations (..., 5)."""
+        """Deterministic actions in [-1, 1] for observations (..., n_obs)."""
         return np.clip(self.actor(obs), -1.0, 1.0)
 
     def update(self, measurement: float, setpoint: float, dt: float) -> float:
@@ -158,7 +158,7 @@ class RLController:
 
     def state(self) -> dict[str, float]:
         """Telemetry: the observation entries, the last action and the output."""
-        out = dict(zip(OBS_NAMES, self._last_obs, strict=True))
+        out = dict(zip(self.config.obs_names(), self._last_obs, strict=True))
         out.update(action=self._last_action, output=self._builder.alpha)
         return out
 
@@ -174,7 +174,7 @@ class RLController:
             {
                 "controller_type": CONTROLLER_TYPE,
                 "config": self.config.to_dict(),
-                "obs_names": list(OBS_NAMES),
+                "obs_names": list(self.config.obs_names()),
                 "meta": self.meta,
             },
         )
@@ -211,27 +211,31 @@ class RLController:
                 f"RL controller config {str(cfg_file)!r} lacks the 'config' object",
                 fix=RESAVE_FIX,
             )
-        if data.get("obs_names") != list(OBS_NAMES):  # also a damaged (non-list) value
-            raise CheckpointError(
-                f"{cfg_file} was trained on observations {data.get('obs_names')}, this version "
-                f"builds {list(OBS_NAMES)}",
-                fix="retrain the controller",
-            )
-        if "hidden_sizes" in overrides:
-            raise ConfigError("hidden_sizes is fixed by the saved weights; do not override it")
+        for fixed in ("hidden_sizes", "observe_setpoint"):
+            if fixed in overrides:
+                raise ConfigError(f"{fixed} is fixed by the saved weights; do not override it")
         config = build_from_file(
             cfg_file,
             lambda: RLControllerConfig.from_dict(data["config"]),
             what="RL controller config",
             fix=RESAVE_FIX,
         )
+        if data.get("obs_names") != list(config.obs_names()):  # also a damaged (non-list) value
+            raise CheckpointError(
+                f"{cfg_file} was trained on observations {data.get('obs_names')}, this version "
+                f"builds {list(config.obs_names())} from its config",
+                fix="retrain the controller",
+            )
         if overrides:  # outside build_from_file: a bad override is the caller's, not the file's
             config = RLControllerConfig.from_dict({**config.to_dict(), **overrides})
         weights = load_safetensors_file(
             w_file, what="RL controller weights", fix=RESAVE_FIX, framework="np"
         )
         actor = build_from_file(
-            w_file, lambda: MLPActor(weights), what="RL controller weights", fix=RESAVE_FIX
+            w_file,
+            lambda: MLPActor(weights, len(config.obs_names())),
+            what="RL controller weights",
+            fix=RESAVE_FIX,
         )
         if actor.hidden_sizes != config.hidden_sizes:
             raise CheckpointError(

@@ -98,7 +98,8 @@ def controller_from_ppo(
     model: Any, env: SteeringEnv, meta: dict[str, Any] | None = None
 ) -> RLController:
     """Export the PPO model's deterministic actor as an :class:`RLController`."""
-    return RLController(env.config, MLPActor(actor_state_from_sb3(model)), meta=meta)
+    n_obs = len(env.config.obs_names())
+    return RLController(env.config, MLPActor(actor_state_from_sb3(model, n_obs), n_obs), meta=meta)
 
 
 def train_rl_controller(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 from pathlib import Path
@@ -14,7 +15,8 @@ import policies
 import sim
 from controllers.analysis import tracking_rmse
 from controllers.fixed import FixedController
-from controllers.rl import RLController, RLControllerConfig, SteeringEnv
+from controllers.rl import OBS_NAMES, RLController, RLControllerConfig, SteeringEnv
+from controllers.rl.modeling_rl import MLPActor
 from controllers.rl.training_rl import RLTrainSettings, train_rl_controller
 from embodied.concepts import make_concept
 from embodied.contracts import Controller, Env
@@ -183,6 +185,51 @@ def test_train_export_save_load_round_trip(tmp_path: Path, monkeypatch: pytest.M
     assert np.all(rl < 0.75 * none), (rl, none)
     assert rl.mean() < 0.6 * none.mean(), (rl, none)
     senv.close()
+
+
+def test_an_actor_that_observes_the_setpoint_saves_loads_and_acts_on_it(tmp_path: Path) -> None:
+    senv = make_steering_env(observe_setpoint=True, error_scale=0.05)
+    try:
+        obs, _ = senv.reset(seed=3, options={"setpoint": 0.3, "inner_seed": 11})
+        assert senv.obs_names[-1] == "setpoint" and obs.shape == (6,)
+        assert senv.observation_space.contains(obs)
+        assert obs[5] == pytest.approx(0.3 / 0.05)
+        obs, *_ = senv.step(np.array([0.5], dtype=np.float32))
+        assert obs[5] == pytest.approx(0.3 / 0.05)
+    finally:
+        senv.close()
+    # an actor that reads only the setpoint entry: its command differs per setpoint
+    cfg = RLControllerConfig(observe_setpoint=True, hidden_sizes=(1,), error_scale=0.05)
+    state = {
+        "hidden.0.weight": np.array([[0, 0, 0, 0, 0, 1.0]], dtype=np.float32),
+        "hidden.0.bias": np.array([-4.0], dtype=np.float32),
+        "out.weight": np.array([[1.0]], dtype=np.float32),
+        "out.bias": np.array([0.0], dtype=np.float32),
+    }
+    ctrl = RLController(cfg, MLPActor(state, n_obs=6))
+    assert (
+        ctrl.update(0.1, 0.1, 0.05)
+        < 0
+        < RLController(cfg, MLPActor(state, 6)).update(0.1, 0.3, 0.05)
+    )
+    assert list(ctrl.state())[:6] == [*OBS_NAMES, "setpoint"]
+    folder = ctrl.save_pretrained(tmp_path / "rl")
+    loaded = RLController.from_pretrained(folder)
+    assert loaded.config.observe_setpoint
+    fresh = RLController(cfg, MLPActor(state, 6))
+    seq = [(0.0, 0.3), (0.2, 0.3), (0.1, 0.1)]
+    assert [loaded.update(m, sp, 0.05) for m, sp in seq] == [
+        fresh.update(m, sp, 0.05) for m, sp in seq
+    ]
+    with pytest.raises(ConfigError, match="observe_setpoint"):
+        RLController.from_pretrained(folder, observe_setpoint=False)
+    with pytest.raises(CheckpointError, match="expected 5 -> 1"):
+        MLPActor(state)  # a six-input actor is not a plain one
+    data = json.loads((folder / "config.json").read_text())
+    data["config"]["observe_setpoint"] = False  # config and weights from different controllers
+    (folder / "config.json").write_text(json.dumps(data))
+    with pytest.raises(CheckpointError, match="retrain"):
+        RLController.from_pretrained(folder)
 
 
 def test_load_errors(tmp_path: Path) -> None:

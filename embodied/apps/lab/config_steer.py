@@ -144,6 +144,10 @@ class ExperimentSettings:
         pid: PID gains/limits (``controllers.make("pid", **pid)``); empty = derive from the sweep.
         rl_timesteps: PPO timesteps for the RL controller (0 = skip the RL row).
         rl_seed: First inner-episode seed of PPO's training episodes.
+        rl_observe_setpoint: PPO's controller also observes the setpoint (one actor serves
+            every setpoint, as PID's feedforward does); off: error, integral, derivative, last
+            command and progress only (the earlier controller, which must find each
+            setpoint's command by feedback alone).
         concept_tau_s: EMA time constant of the speed measurement (s).
         band: Settling band as a fraction of the setpoint step.
         reset_options: Inner-env reset options (e.g. a fixed cube layout).
@@ -185,6 +189,7 @@ class ExperimentSettings:
     pid: dict[str, Any] = field(default_factory=dict)
     rl_timesteps: int = checked(100_000, ge=0, fix="use e.g. 100000")
     rl_seed: int = 1_000_000
+    rl_observe_setpoint: bool = True
     concept_tau_s: float = 0.1
     band: float = 0.1
     reset_options: dict[str, Any] = field(default_factory=dict)

@@ -548,6 +548,7 @@ def train_rl(
         setpoint_high=max(settings.targets()) * 1.3,
         lambda_delta=0.05 / knob_scale,
         beta_success=2.0,
+        observe_setpoint=settings.rl_observe_setpoint,
     )
     senv = SeededSteeringEnv(
         env,

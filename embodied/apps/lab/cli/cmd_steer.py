@@ -91,6 +91,7 @@ def extract_cmd(
     "haeon_top_k",
     "rl_timesteps",
     "rl_seed",
+    "rl_observe_setpoint",
     "setpoints",
     "setpoint_change_s",
     "pid_fit",
