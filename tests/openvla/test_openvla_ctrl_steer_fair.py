@@ -393,3 +393,26 @@ def test_rescore_adds_the_steady_state_rmse_from_the_saved_traces(tmp_path: Path
         "rmse_steady"
     ] == pytest.approx(0.01)
     assert sorted(p.name for p in run.iterdir()) == ["rescored", "results.json"]
+
+
+def test_rescore_adds_the_expert_reference_row_before_its_setpoints_rows(tmp_path: Path) -> None:
+    from embodied.apps.training.training_vla import steer_env
+
+    eps = _episodes(1, 10_000, 0.1, True)
+    report = {
+        "settings": dataclasses.asdict(ExperimentSettings(setpoint=0.1, episodes=1)),
+        "rows": [{"controller": "none", "setpoint": 0.1, **summarize(eps)}],
+        "traces": {"none": eps},
+    }
+    env, reset, _ = steer_env("mujoco:arm_reach", 32, "jittered", 0.01)
+    report["settings"]["reset_options"] = reset
+    try:
+        new = steer.rescore(report, env.control_rate_hz, 0.5, env)
+        again = steer.rescore(new, env.control_rate_hz, 0.5, env)
+    finally:
+        env.close()
+    assert [r["controller"] for r in new["rows"]] == ["expert at setpoint", "none"]
+    assert list(new["traces"]) == ["expert at setpoint", "none"]  # plots pair them by position
+    ref = new["rows"][0]
+    assert ref["reference"] and ref["successes"] == 1 and abs(ref["mean_speed"] - 0.1) < 0.02
+    assert [r["controller"] for r in again["rows"]] == ["expert at setpoint", "none"]  # once

@@ -655,15 +655,7 @@ def _tune_and_evaluate(
         "static_gain_mps_per_alpha": static_gain,
         "sweep": [{"alpha": r["alpha"], **r["summary"]} for r in tuning.sweep],
         "haeon_sweep": [{"coef": r["coef"], **r["summary"]} for r in tuning.haeon_sweep],
-        "rows": [
-            {
-                "controller": r["label"],
-                "setpoint": r["setpoint"],
-                **({"reference": True} if r.get("reference") else {}),
-                **r["summary"],
-            }
-            for r in results
-        ],
+        "rows": [_table_row(r) for r in results],
         "traces": {r["label"]: r["episodes"] for r in results},
         "timing": timing,
         **(extra or {}),
@@ -764,12 +756,9 @@ def _evaluate_rows(
     for sp in targets:
         tag = "" if len(targets) == 1 else f"sp={sp:g} "
         a_sp = tuning.alpha_stars[sp]
-        if settings.expert_reference:
-            expert = _expert_at(env, sp)
-            if expert is not None:
-                results.append(
-                    _run_reference(env, expert, settings, sp, f"{tag}expert at setpoint", log)
-                )
+        reference = _reference_row(env, settings, sp, tag, log)
+        if reference is not None:
+            results.append(reference)
         results.append(evaluate(f"{tag}none", None, sp))
         results.append(
             evaluate(f"{tag}fixed alpha*={a_sp:g}", controllers.make("fixed", value=a_sp), sp)
@@ -794,6 +783,16 @@ def _evaluate_rows(
     return results
 
 
+def _table_row(result: dict[str, Any]) -> dict[str, Any]:
+    """A report row of one evaluated controller (what results.md tabulates)."""
+    return {
+        "controller": result["label"],
+        "setpoint": result["setpoint"],
+        **({"reference": True} if result.get("reference") else {}),
+        **result["summary"],
+    }
+
+
 def _expert_at(env: Env, speed: float) -> Policy | None:
     """The env's scripted expert driving at ``speed`` (m/s), or None when the env has none."""
     if not callable(getattr(getattr(env, "unwrapped", env), "expert", None)):
@@ -815,6 +814,17 @@ def _run_reference(
     r["setpoint"] = sp
     r["reference"] = True
     return r
+
+
+def _reference_row(
+    env: Env, settings: ExperimentSettings, sp: float, tag: str, log: Log
+) -> dict[str, Any] | None:
+    """The reference row of setpoint ``sp`` (label prefixed by ``tag``), or None when the
+    settings ask for none or the env has no scripted expert."""
+    expert = _expert_at(env, sp) if settings.expert_reference else None
+    if expert is None:
+        return None
+    return _run_reference(env, expert, settings, sp, f"{tag}expert at setpoint", log)
 
 
 def rescore(
@@ -852,27 +862,14 @@ def rescore(
                 e["speed"], e.get("setpoints", [sp] * len(e["speed"])), rate_hz, transient_s
             )
         rows[label].update(summarize(episodes))
-    if (
-        env is not None
-        and settings.expert_reference
-        and not any(r.get("reference") for r in out["rows"])
-    ):
-        expert_rows = []
-        for sp in settings.targets():
-            expert = _expert_at(env, sp)
-            if expert is None:
+    if env is not None and not any(r.get("reference") for r in out["rows"]):
+        targets = settings.targets()
+        for sp in targets:
+            r = _reference_row(env, settings, sp, "" if len(targets) == 1 else f"sp={sp:g} ", log)
+            if r is None:
                 break
-            tag = "" if len(settings.targets()) == 1 else f"sp={sp:g} "
-            expert_rows.append(
-                _run_reference(env, expert, settings, sp, f"{tag}expert at setpoint", log)
-            )
-        for r in expert_rows:
-            first = next(i for i, row in enumerate(out["rows"]) if row["setpoint"] == r["setpoint"])
-            out["rows"].insert(
-                first,
-                {"controller": r["label"], "setpoint": r["setpoint"], "reference": True,
-                 **r["summary"]},
-            )  # fmt: skip
+            first = next(i for i, row in enumerate(out["rows"]) if row["setpoint"] == sp)
+            out["rows"].insert(first, _table_row(r))  # before the setpoint's first row
             out["traces"][r["label"]] = r["episodes"]
         # the plots pair rows and traces by position
         out["traces"] = {row["controller"]: out["traces"][row["controller"]] for row in out["rows"]}
