@@ -35,6 +35,7 @@ class MLPActor:
     Args:
         state: Tensors ``hidden.{i}.weight`` (out, in), ``hidden.{i}.bias`` and
             ``out.weight`` (1, last), ``out.bias``.
+        n_obs: Observation entries the actor reads (``RLControllerConfig.obs_names()``).
     """
 
     def __init__(self, state: dict[str, np.ndarray], n_obs: int = len(OBS_NAMES)) -> None:
