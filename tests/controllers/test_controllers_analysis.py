@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from controllers.analysis import step_response, steady_state_rmse, tracking_rmse
+from controllers.analysis import steady_state_rmse, step_response, tracking_rmse
 from embodied.errors import ConfigError
 
 
@@ -73,7 +73,9 @@ def test_steady_state_rmse_leaves_out_the_start_and_each_setpoint_change() -> No
     measured = [0.0, 0.5, 0.9, 1.1, 0.9, 1.0, 1.0, 1.5, 1.8, 2.2, 1.8, 2.0]
     kept = [(1.1, 1.0), (0.9, 1.0), (1.0, 1.0), (2.2, 2.0), (1.8, 2.0), (2.0, 2.0)]
     want = math.sqrt(sum((m - s) ** 2 for m, s in kept) / len(kept))
-    assert steady_state_rmse(measured, setpoints, rate_hz=10, transient_s=0.3) == pytest.approx(want)
+    assert steady_state_rmse(measured, setpoints, rate_hz=10, transient_s=0.3) == pytest.approx(
+        want
+    )
     # no transient: the whole-record figure; all left out: NaN
     whole = steady_state_rmse(measured, setpoints, rate_hz=10, transient_s=0.0)
     assert whole == pytest.approx(tracking_rmse(measured, setpoints))
