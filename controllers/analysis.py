@@ -174,10 +174,15 @@ def tracking_rmse(
     s = np.asarray(setpoints, dtype=np.float64)[skip:]
     if m.shape != s.shape:
         raise ConfigError(f"tracking_rmse: shapes differ {m.shape} vs {s.shape}")
-    ok = np.isfinite(m) & np.isfinite(s)
-    if not ok.any():
+    return _rmse(m, s, np.ones(m.shape, dtype=bool))
+
+
+def _rmse(m: np.ndarray, s: np.ndarray, keep: np.ndarray) -> float:
+    """RMS of ``m - s`` over the kept samples where both are finite; NaN when none is."""
+    keep = keep & np.isfinite(m) & np.isfinite(s)
+    if not keep.any():
         return math.nan
-    return float(np.sqrt(np.mean((m[ok] - s[ok]) ** 2)))
+    return float(np.sqrt(np.mean((m[keep] - s[keep]) ** 2)))
 
 
 def steady_state_rmse(
@@ -216,10 +221,7 @@ def steady_state_rmse(
     starts = [0, *(np.flatnonzero(np.diff(s) != 0) + 1).tolist()]
     for k in starts:
         keep[k : k + skip] = False
-    keep &= np.isfinite(m) & np.isfinite(s)
-    if not keep.any():
-        return math.nan
-    return float(np.sqrt(np.mean((m[keep] - s[keep]) ** 2)))
+    return _rmse(m, s, keep)
 
 
 class SettledStep:

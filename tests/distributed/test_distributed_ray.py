@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -38,11 +39,22 @@ def _outcomes(result: Any) -> list[tuple[Any, ...]]:
     return [tuple(getattr(e, k) for k in OUTCOME) for e in result.episodes]
 
 
-def test_ray_backend_without_cluster_names_the_fix() -> None:
-    """--address auto with no running cluster: an error naming the address and the fix."""
+def test_ray_backend_without_cluster_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--address auto with no running cluster: an error naming the address and the fix.
+
+    Ray's ``auto`` discovery is machine-wide (it scans every process for a GCS server and
+    reads /tmp/ray's last-cluster file), so another suite's Ray on the same machine would be
+    found; both finders are made to see no cluster, which is the case this test is about.
+    """
     from embodied.errors import ConfigError
 
     ray = require("ray")
+    from ray._private import services
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    # Ray calls find_gcs_addresses.cache_clear(), so the stand-in is cached too.
+    monkeypatch.setattr(services, "find_gcs_addresses", functools.cache(lambda: []))
+    monkeypatch.setattr(services, "find_bootstrap_address", lambda temp_dir: None)
     assert not ray.is_initialized()
     with pytest.raises(ConfigError, match="'auto'") as info:
         RayBackend(workers=1, address="auto").connect()

@@ -24,6 +24,7 @@ and it is the product's (``embodied train vla``, :mod:`embodied.apps.training.tr
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -363,19 +364,22 @@ def summarize(episodes: list[dict[str, Any]]) -> dict[str, Any]:
     """Means over episodes (settling time over the episodes that settle), the Wilson 95%
     interval of the success rate and a normal 95% interval of the mean RMSE."""
 
-    def mean(key: str) -> float:
+    def finite(key: str) -> np.ndarray:
         vals = np.array([e.get(key, math.nan) for e in episodes], dtype=np.float64)
-        vals = vals[np.isfinite(vals)]
+        return vals[np.isfinite(vals)]
+
+    def mean(key: str) -> float:
+        vals = finite(key)
         return float(vals.mean()) if vals.size else math.nan
 
     settled = [e for e in episodes if np.isfinite(e["settling_time_s"])]
     wins = sum(bool(e["success"]) for e in episodes)
 
     def interval(key: str) -> list[float]:
-        vals = np.array([e.get(key, math.nan) for e in episodes], dtype=np.float64)
-        vals = vals[np.isfinite(vals)]
+        vals = finite(key)
+        centre = float(vals.mean()) if vals.size else math.nan
         half = float(Z95 * vals.std(ddof=1) / math.sqrt(vals.size)) if vals.size > 1 else math.nan
-        return [mean(key) - half, mean(key) + half]
+        return [centre - half, centre + half]
 
     return {
         "episodes": len(episodes),
@@ -848,7 +852,7 @@ def rescore(
         env: The experiment's env (for the reference rows); None: no reference rows added.
         log: Progress sink.
     """
-    out = json.loads(json.dumps(report))
+    out = copy.deepcopy(report)
     known = {f.name for f in fields(ExperimentSettings)}
     values = {k: v for k, v in out["settings"].items() if k in known}
     values["steady_transient_s"] = transient_s
