@@ -8,13 +8,15 @@ Features (all dt-aware, so the continuous-time behaviour does not depend on the 
 * output limits and a rate limit (output units per second);
 * bumpless gain changes at run time: :meth:`PIDController.set_gains` moves the integrator so
   the output does not jump (thread-safe: a UI thread may call it while the loop runs);
-* direction (reverse acting), a constant bias and a setpoint feedforward gain.
+* direction (reverse acting), a constant bias, a setpoint feedforward gain and a lookup-table
+  feedforward (a measured static inverse of the plant, for a plant whose gain is not constant).
 
 The control law, with error ``e = setpoint - measurement`` and direction ``s`` (+1 or -1)::
 
-    u_raw = bias + kff * setpoint + s * (kp * e + I - kd * dy_f)
+    u_raw = bias + kff * setpoint + ff(setpoint) + s * (kp * e + I - kd * dy_f)
     I    += ki * e * dt                       (integrator, kept in output units)
     dy_f  = (tau_d * dy_f + (y - y_prev)) / (tau_d + dt)   (filtered dy/dt, backward Euler)
+    ff    = piecewise-linear through feedforward_table, held at its ends (0 without a table)
     u     = rate_limit(clip(u_raw, output_min, output_max))
 
 The hot path is plain Python float arithmetic (no numpy): one ``update`` costs a few
@@ -23,6 +25,7 @@ microseconds (``embodied bench controllers``).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import threading
@@ -60,6 +63,11 @@ class PIDConfig:
         direction: +1 (output rises when the measurement is below the setpoint) or -1.
         bias: Constant output offset (the output at zero error, before any integral action).
         kff: Setpoint feedforward gain (output units per setpoint unit).
+        feedforward_table: ``(setpoint, output)`` points, setpoints strictly increasing, of a
+            feedforward interpolated linearly between them and held at the end points, added
+            to ``bias + kff * setpoint``: a static inverse of the plant measured point by point
+            (e.g. a sweep of fixed commands), for a plant whose gain changes over its range
+            (a gain-scheduled feedforward); empty: none.
     """
 
     config_name: ClassVar[str] = "PID"
@@ -79,6 +87,7 @@ class PIDConfig:
     direction: int = checked(1, choices=(1, -1), fix="use +1, or -1 for a reverse-acting loop")
     bias: float = checked(0.0, fix="give a finite number")
     kff: float = checked(0.0, fix="give a finite number")
+    feedforward_table: tuple[tuple[float, float], ...] = ()
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
@@ -101,6 +110,7 @@ class PIDConfig:
         if self.tracking_gain is not None:
             self.tracking_gain = float(self.tracking_gain)
         self.direction = int(self.direction)
+        self.feedforward_table = _checked_table(self.feedforward_table)
 
     @property
     def effective_tracking_gain(self) -> float:
@@ -130,6 +140,26 @@ class PIDConfig:
         if kw.get("output_max") is None:
             kw["output_max"] = math.inf
         return config_from_dict(cls, kw, what="PID config")
+
+
+def _checked_table(table: Any) -> tuple[tuple[float, float], ...]:
+    """``feedforward_table`` as float pairs; ConfigError naming the bad entry and the fix."""
+    fix = "give [[setpoint, output], ...] with finite numbers and strictly increasing setpoints"
+    try:
+        pts = tuple((float(sp), float(u)) for sp, u in table)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"PID feedforward_table={table!r} is not (setpoint, output) pairs", fix=fix
+        ) from exc
+    for k, (sp, u) in enumerate(pts):
+        if not (math.isfinite(sp) and math.isfinite(u)):
+            raise ConfigError(f"PID feedforward_table[{k}]={pts[k]!r} is not finite", fix=fix)
+        if k and sp <= pts[k - 1][0]:
+            raise ConfigError(
+                f"PID feedforward_table[{k}] setpoint {sp!r} does not rise above {pts[k - 1][0]!r}",
+                fix=fix,
+            )
+    return pts
 
 
 class PIDController:
@@ -163,6 +193,22 @@ class PIDController:
         self._kt = c.effective_tracking_gain
         self._dir = float(c.direction)
         self._bias, self._kff = c.bias, c.kff
+        self._ff_sp = [p[0] for p in c.feedforward_table]
+        self._ff_u = [p[1] for p in c.feedforward_table]
+
+    def _feedforward(self, sp: float) -> float:
+        """``bias + kff * sp`` plus the table's value at ``sp`` (held at its ends)."""
+        ff = self._bias + self._kff * sp
+        xs, ys = self._ff_sp, self._ff_u
+        if not xs:
+            return ff
+        if sp <= xs[0]:
+            return ff + ys[0]
+        if sp >= xs[-1]:
+            return ff + ys[-1]
+        k = bisect.bisect_right(xs, sp)
+        w = (sp - xs[k - 1]) / (xs[k] - xs[k - 1])
+        return ff + ys[k - 1] + w * (ys[k] - ys[k - 1])
 
     def reset(self, output: float | None = None) -> None:
         """Clear the integrator, derivative filter and previous output.
@@ -223,9 +269,7 @@ class PIDController:
 
     def _terms_without_integral(self) -> float:
         sp = 0.0 if math.isnan(self._sp) else self._sp
-        return (
-            self._bias + self._kff * sp + self._dir * (self._kp * self._e - self._kd * self._d_filt)
-        )
+        return self._feedforward(sp) + self._dir * (self._kp * self._e - self._kd * self._d_filt)
 
     # -- the control step ------------------------------------------------------------------
     def update(self, measurement: float, setpoint: float, dt: float) -> float:
@@ -262,7 +306,7 @@ class PIDController:
             self._d_filt = (self._tau * self._d_filt + (y - y_prev)) / (self._tau + dt)
         self._y_prev = y
         s = self._dir
-        base = self._bias + self._kff * sp + s * (self._kp * e - self._kd * self._d_filt)
+        base = self._feedforward(sp) + s * (self._kp * e - self._kd * self._d_filt)
         i_old = self._integral
         i_new = i_old + s * self._ki * e * dt
         u_raw = base + i_new
@@ -312,7 +356,7 @@ class PIDController:
             "i": self._integral,
             "d": -s * self._kd * self._d_filt,
             "d_measurement": self._d_filt,
-            "feedforward": self._bias + self._kff * (0.0 if math.isnan(self._sp) else self._sp),
+            "feedforward": self._feedforward(0.0 if math.isnan(self._sp) else self._sp),
             "output_raw": self._u_raw,
             "output": self._u,
             "saturated": float(self._u != self._u_raw),

@@ -25,6 +25,7 @@ def test_pid_round_trip_gives_identical_outputs(tmp_path: Path) -> None:
         anti_windup="back_calculation",
         tracking_gain=3.0,
         kff=0.5,
+        feedforward_table=((0.05, -0.2), (0.15, 0.3)),
     )
     path = controllers.save(pid, tmp_path / "gains.yaml", meta={"setpoint": 0.12})
     data = yaml.safe_load(path.read_text())

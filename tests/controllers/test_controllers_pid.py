@@ -237,6 +237,20 @@ def test_bias_and_feedforward() -> None:
     assert pid.update(3.0, 2.0, 0.01) == pytest.approx(0.1 + 0.5 * 2.0)
 
 
+def test_feedforward_table_interpolates_holds_its_ends_and_refuses_bad_points() -> None:
+    table = ((0.05, -0.5), (0.1, 0.0), (0.2, 0.2))
+    pid = PIDController(kp=0.0, bias=0.1, kff=1.0, feedforward_table=table)
+    for sp, ff in ((0.0, -0.5), (0.075, -0.25), (0.15, 0.1), (0.2, 0.2), (0.9, 0.2)):
+        assert pid.update(sp, sp, 0.01) == pytest.approx(0.1 + sp + ff)
+        assert pid.state()["feedforward"] == pytest.approx(0.1 + sp + ff)
+    with pytest.raises(ConfigError, match=r"feedforward_table\[1\].*does not rise"):
+        PIDController(feedforward_table=((0.1, 0.0), (0.1, 1.0)))
+    with pytest.raises(ConfigError, match=r"feedforward_table\[0\].*not finite"):
+        PIDController(feedforward_table=((math.nan, 0.0),))
+    with pytest.raises(ConfigError, match="pairs"):
+        PIDController(feedforward_table=(1.0, 2.0))
+
+
 def test_nan_measurement_holds_output_and_bad_inputs_raise() -> None:
     pid = PIDController(kp=1.0)
     u = pid.update(0.0, 1.0, 0.01)

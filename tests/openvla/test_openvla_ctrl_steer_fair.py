@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -293,7 +294,11 @@ def test_three_setpoints_choose_alpha_star_each_and_a_setpoint_change_row(
     report = run_experiment(_Env(), None, s, tmp_path)  # type: ignore[arg-type]
     # 0.03 is closest to the stalled -2 (0.02): success rules it out, -1 (0.06) is alpha*
     assert report["alpha_stars"] == {"0.03": -1.0, "0.1": 0.0, "0.14": 1.0}
-    assert report["pid_fit"] == {"fit": "working_range", "fit_alphas": [-1.0, 0.0, 1.0]}
+    assert report["pid_fit"] == {
+        "fit": "working_range",
+        "fit_alphas": [-1.0, 0.0, 1.0],
+        "feedforward": "static",
+    }
     assert report["static_gain_mps_per_alpha"] == pytest.approx(0.04)
     names = [r["controller"] for r in report["rows"]]
     assert names[:3] == ["sp=0.03 none", "sp=0.03 fixed alpha*=-1", "sp=0.03 pid"]
@@ -314,19 +319,58 @@ def test_pid_gain_fit_on_the_working_range_or_the_half_range() -> None:
     assert cfg["static_gain"] == pytest.approx(-0.04) and cfg["direction"] == -1
     assert cfg["kp"] == pytest.approx(0.2 / 0.04) and cfg["fit_alphas"] == [-1.0, 0.0, 1.0]
     controllers.make(
-        "pid", **{k: v for k, v in cfg.items() if k not in ("static_gain", "fit", "fit_alphas")}
+        "pid",
+        **{
+            k: v
+            for k, v in cfg.items()
+            if k not in ("static_gain", "fit", "fit_alphas", "feedforward")
+        },
     )
     # the line v = 0.1 - 0.04 alpha inverted: each setpoint starts from its alpha on the line
     assert cfg["bias"] + cfg["kff"] * 0.14 == pytest.approx(-1.0)
     assert cfg["bias"] + cfg["kff"] * 0.06 == pytest.approx(1.0)
     plain = steer.pid_from_sweep(sweep, ExperimentSettings(pid_feedforward="none"), 0.9)
     assert "bias" not in plain and "kff" not in plain and plain["kp"] == cfg["kp"]
+    assert plain["feedforward"] == "none" and cfg["feedforward"] == "static"
     old = steer.pid_from_sweep(sweep, ExperimentSettings(pid_fit="half_range"), min_success=0.9)
     assert old["fit_alphas"] == [-2.0, -1.0, 0.0, 1.0]  # the earlier rule fits through the stall
     with pytest.raises(ConfigError, match="pid_fit"):
         ExperimentSettings(pid_fit="cliff")
     with pytest.raises(ConfigError, match="setpoints"):
         ExperimentSettings(setpoints=(0.1, -0.2))
+
+
+def test_the_sweep_feedforward_inverts_the_points_where_the_dial_bends() -> None:
+    """``--pid-feedforward sweep``: each setpoint starts from the alpha interpolated between the
+    sweep points (the line would put a setpoint on the bent top at the wrong alpha); a sweep
+    whose speeds are not monotone in alpha falls back to the line, and says so."""
+    bent = [(-0.5, 0.04), (-0.25, 0.09), (0.0, 0.13), (0.25, 0.166), (0.5, 0.182)]
+    sweep: list[dict[str, Any]] = [
+        {"alpha": a, "summary": {"mean_speed": v, "success_rate": 1.0}} for a, v in bent
+    ]
+    settings = ExperimentSettings(pid_feedforward="sweep")
+    cfg = steer.pid_from_sweep(sweep, settings, min_success=0.9)
+    assert cfg["feedforward"] == "sweep" and "bias" not in cfg
+    pid = controllers.make(
+        "pid",
+        **{
+            k: v
+            for k, v in cfg.items()
+            if k not in ("static_gain", "fit", "fit_alphas", "feedforward")
+        },
+    )
+    # zero error: the output is the feedforward alone, the sweep's own alpha at each point
+    for alpha, speed in bent:
+        pid.reset()
+        assert pid.update(speed, speed, 1.0) == pytest.approx(alpha)
+    pid.reset()
+    assert pid.update(0.174, 0.174, 1.0) == pytest.approx(0.375)  # halfway up the bend
+    line = steer.pid_from_sweep(sweep, replace(settings, pid_feedforward="static"), 0.9)
+    # the line starts 0.166 m/s past the alpha measured for it, where the dial runs faster
+    assert line["bias"] + line["kff"] * 0.166 > 0.25 + 0.05
+    wobbly = [*sweep[:-1], {"alpha": 0.5, "summary": {"mean_speed": 0.15, "success_rate": 1.0}}]
+    fallback = steer.pid_from_sweep(wobbly, settings, min_success=0.9)
+    assert fallback["feedforward"] == "static" and "feedforward_table" not in fallback
 
 
 def test_the_expert_at_the_setpoint_is_the_reference_row_and_its_steady_error_is_small() -> None:

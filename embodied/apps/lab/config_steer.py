@@ -160,9 +160,11 @@ class ExperimentSettings:
             (the contiguous sweep points around alpha = 0 that keep the success floor) or
             half_range (every point with |alpha| <= alpha_limit / 2, the earlier rule).
         pid_feedforward: static: PID's output starts from the alpha the sweep's fitted line
-            gives the setpoint (bias + kff * setpoint) and feedback trims the rest; none: it
-            starts from alpha = 0 (the earlier rule, whose integrator winds up while the arm
-            accelerates from rest).
+            gives the setpoint (bias + kff * setpoint) and feedback trims the rest; sweep: from
+            the alpha interpolated between the fitted sweep points themselves (a dial that
+            bends near its ends is inverted where it bends; ours); none: it starts from
+            alpha = 0 (the earlier rule, whose integrator winds up while the arm accelerates
+            from rest).
         steady_transient_s: The steady-state RMSE beside the whole-episode one leaves out this
             long after the start (from rest) and after each setpoint change (s).
         expert_reference: Add a reference row per setpoint: the env's scripted expert driven at
@@ -204,7 +206,9 @@ class ExperimentSettings:
         "working_range", choices=("working_range", "half_range"), fix="use working_range"
     )
     pid_feedforward: str = checked(
-        "static", choices=("static", "none"), fix="use static (the fitted line) or none"
+        "static",
+        choices=("static", "sweep", "none"),
+        fix="use static (the fitted line), sweep (the fitted points) or none",
     )
     steady_transient_s: float = checked(0.5, ge=0, fix="use e.g. 0.5 (s)")
     expert_reference: bool = True

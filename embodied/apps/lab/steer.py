@@ -470,8 +470,12 @@ def pid_from_sweep(
 
     ``settings.pid_feedforward == "static"`` also inverts the same line ``v = v0 + K alpha``
     as the PID's setpoint feedforward (``bias = -v0 / K``, ``kff = 1 / K``): each setpoint
-    starts from the alpha the dial's line gives it, and feedback trims the rest. ``none``
-    (the earlier rule) starts every setpoint from alpha = 0.
+    starts from the alpha the dial's line gives it, and feedback trims the rest. ``sweep``
+    inverts the fitted points themselves instead of the line (``PIDConfig.feedforward_table``:
+    linear between neighbouring points, held at the ends), so a dial that bends near its ends
+    starts each setpoint from the alpha measured for it; when the points' speeds are not
+    strictly monotone in alpha it falls back to the line (``feedforward`` in the result says
+    which was used). ``none`` (the earlier rule) starts every setpoint from alpha = 0.
     """
     if settings.pid_fit == "working_range":
         rows = working_range(sweep, min_success)
@@ -489,9 +493,20 @@ def pid_from_sweep(
     if not np.isfinite(gain) or abs(gain) <= 1e-3:
         gain, offset = 0.05, math.nan  # m/s per unit alpha: a conservative fallback, no line
     lam, tau = 1.0, 0.2
-    feedforward = {}
-    if settings.pid_feedforward == "static" and np.isfinite(offset):
+    feedforward: dict[str, Any] = {}
+    used = "none"
+    if settings.pid_feedforward == "sweep" and len(pts) >= 2:
+        alphas, speeds = (np.array(x) for x in zip(*pts, strict=True))
+        steps = np.diff(speeds)
+        if np.all(steps > 0) or np.all(steps < 0):
+            order = np.argsort(speeds)
+            feedforward = {
+                "feedforward_table": [[float(speeds[i]), float(alphas[i])] for i in order]
+            }
+            used = "sweep"
+    if not feedforward and settings.pid_feedforward != "none" and np.isfinite(offset):
         feedforward = {"bias": -offset / gain, "kff": 1.0 / gain}
+        used = "static"
     return {
         **feedforward,
         "kp": tau / (abs(gain) * lam),
@@ -505,6 +520,7 @@ def pid_from_sweep(
         "static_gain": gain,
         "fit": settings.pid_fit,
         "fit_alphas": [p[0] for p in pts],
+        "feedforward": used,
     }
 
 
@@ -620,7 +636,7 @@ def _tune_and_evaluate(
     timing["tuning_s"] = time.perf_counter() - t0
     pid_cfg = dict(settings.pid) or pid_from_sweep(tuning.sweep, settings, tuning.min_success)
     static_gain = pid_cfg.pop("static_gain", None)
-    pid_fit = {k: pid_cfg.pop(k) for k in ("fit", "fit_alphas") if k in pid_cfg}
+    pid_fit = {k: pid_cfg.pop(k) for k in ("fit", "fit_alphas", "feedforward") if k in pid_cfg}
     rl = None
     if settings.rl_timesteps > 0:
         t1 = time.perf_counter()
