@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -308,6 +309,55 @@ def test_three_setpoints_choose_alpha_star_each_and_a_setpoint_change_row(
     assert change(0.0) == 0.03 and change(0.19) == 0.03 and change(0.2) == 0.14
     assert "0.03, 0.1, 0.14 m/s" in (tmp_path / "results.md").read_text()
     assert (tmp_path / "speed_alpha.png").stat().st_size > 0
+
+
+def test_a_saved_rl_controller_is_evaluated_without_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--rl-controller``: an earlier run's PPO controller gets its rows (named by the
+    timesteps it was trained for) with no PPO training; one with another knob range is
+    refused with the fix."""
+    from controllers.rl import MLPActor, RLController, RLControllerConfig
+
+    state = {
+        "hidden.0.weight": np.zeros((1, 6), dtype=np.float32),
+        "hidden.0.bias": np.zeros(1, dtype=np.float32),
+        "out.weight": np.ones((1, 1), dtype=np.float32),
+        "out.bias": np.zeros(1, dtype=np.float32),
+    }
+    cfg = RLControllerConfig(
+        observe_setpoint=True, hidden_sizes=(1,), output_min=-2.0, output_max=2.0
+    )
+    folder = RLController(cfg, MLPActor(state, 6), meta={"total_timesteps": 1234}).save_pretrained(
+        tmp_path / "rl"
+    )
+    s = ExperimentSettings(
+        episodes=2, seed=1000, tuning_seed=500, sweep_alphas=(-1.0, 0.0, 1.0), sweep_episodes=2,
+        alpha_limit=2.0, haeon_coefs=(), rl_timesteps=50_000, rl_controller=folder,
+        setpoints=(0.06, 0.14), setpoint_change_s=0.2,
+    )  # fmt: skip
+    used: list[tuple[str, Any]] = []
+
+    def fake(env, policy, controller, settings, n, label, log=None, first_seed=None, setpoint=None):  # type: ignore[no-untyped-def]
+        used.append((label, controller))
+        eps = _episodes(n, first_seed or settings.seed, 0.1, True)
+        return {"label": label, "summary": summarize(eps), "episodes": eps}
+
+    monkeypatch.setattr(steer, "run_episodes", fake)
+    monkeypatch.setattr(steer, "train_rl", lambda *a, **k: pytest.fail("trained PPO"))
+    report = run_experiment(_Env(), None, s, tmp_path / "run")  # type: ignore[arg-type]
+    rl_rows = [(label, c) for label, c in used if "rl" in label.split(",")[0].split()]
+    assert [label for label, _ in rl_rows] == [
+        "sp=0.06 rl (ppo, 1234 steps)",
+        "sp=0.14 rl (ppo, 1234 steps)",
+        "rl, 0.06->0.14 m/s at 0.2 s",
+    ]
+    assert all(isinstance(c, RLController) and c.config.observe_setpoint for _, c in rl_rows)
+    assert report["budgets"]["rl_training_timesteps"] == 1234
+    with pytest.raises(
+        ConfigError, match=r"rl_controller=.*not \+/- alpha_limit=4.*--alpha-limit 2"
+    ):
+        run_experiment(_Env(), None, replace(s, alpha_limit=4.0), tmp_path / "run2")  # type: ignore[arg-type]
 
 
 def test_pid_gain_fit_on_the_working_range_or_the_half_range() -> None:

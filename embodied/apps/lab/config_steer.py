@@ -144,6 +144,11 @@ class ExperimentSettings:
         pid: PID gains/limits (``controllers.make("pid", **pid)``); empty = derive from the sweep.
         rl_timesteps: PPO timesteps for the RL controller (0 = skip the RL row).
         rl_seed: First inner-episode seed of PPO's training episodes.
+        rl_controller: An RL controller trained by an earlier run (its ``OUT/rl_controller``
+            folder) to evaluate instead of training one (``rl_timesteps`` is then unused; the
+            row reports the timesteps it was trained for). Its knob range must be
+            +/- alpha_limit; the run that trained it must have used the same model, direction
+            and seeds for its figures to stand beside this run's.
         rl_observe_setpoint: PPO's controller also observes the setpoint (one actor serves
             every setpoint, as PID's feedforward does); off: error, integral, derivative, last
             command and progress only (the earlier controller, which must find each
@@ -191,6 +196,7 @@ class ExperimentSettings:
     pid: dict[str, Any] = field(default_factory=dict)
     rl_timesteps: int = checked(100_000, ge=0, fix="use e.g. 100000")
     rl_seed: int = 1_000_000
+    rl_controller: Path | None = None
     rl_observe_setpoint: bool = True
     concept_tau_s: float = 0.1
     band: float = 0.1

@@ -39,7 +39,7 @@ import torch
 import controllers
 import policies
 from controllers.analysis import steady_state_rmse, step_response, tracking_rmse
-from controllers.rl import RLControllerConfig, SteeringEnv
+from controllers.rl import RLController, RLControllerConfig, SteeringEnv
 from controllers.rl.training_rl import CONTROLLER_PPO, RLTrainSettings, train_rl_controller
 from embodied.apps.lab.config_steer import (
     DialSettings,
@@ -588,6 +588,26 @@ def train_rl(
     return controller
 
 
+def load_rl(settings: ExperimentSettings) -> tuple[Controller, int]:
+    """The RL controller of ``settings.rl_controller`` (an earlier run's ``rl_controller``
+    folder) and the PPO timesteps it was trained for.
+
+    Raises:
+        ConfigError: its output limits are not ``+/- alpha_limit`` (the knob range every other
+            row of the experiment is held to).
+    """
+    path = Path(str(settings.rl_controller))
+    controller = RLController.from_pretrained(path)
+    c = controller.config
+    if (c.output_min, c.output_max) != (-settings.alpha_limit, settings.alpha_limit):
+        raise ConfigError(
+            f"rl_controller={str(path)!r} steers alpha in [{c.output_min:g}, {c.output_max:g}], "
+            f"not +/- alpha_limit={settings.alpha_limit:g}",
+            fix=f"pass --alpha-limit {c.output_max:g}, or train one (omit --rl-controller)",
+        )
+    return controller, int(controller.meta.get("total_timesteps", 0))
+
+
 def run_experiment(
     env: Env,
     policy: Policy,
@@ -637,15 +657,19 @@ def _tune_and_evaluate(
     pid_cfg = dict(settings.pid) or pid_from_sweep(tuning.sweep, settings, tuning.min_success)
     static_gain = pid_cfg.pop("static_gain", None)
     pid_fit = {k: pid_cfg.pop(k) for k in ("fit", "fit_alphas", "feedforward") if k in pid_cfg}
-    rl = None
-    if settings.rl_timesteps > 0:
+    rl, rl_steps = None, 0
+    if settings.rl_controller is not None:
+        rl, rl_steps = load_rl(settings)
+        log(f"RL controller from {settings.rl_controller} ({rl_steps} PPO timesteps)")
+    elif settings.rl_timesteps > 0:
         t1 = time.perf_counter()
         torch.set_grad_enabled(True)
         rl = train_rl(env, policy, settings, out / "rl_controller", log)
         torch.set_grad_enabled(False)
         timing["rl_training_s"] = time.perf_counter() - t1
+        rl_steps = settings.rl_timesteps
     t2 = time.perf_counter()
-    results = _evaluate_rows(env, policy, settings, log, haeon, tuning, pid_cfg, rl)
+    results = _evaluate_rows(env, policy, settings, log, haeon, tuning, pid_cfg, rl, rl_steps)
     timing["evaluation_s"] = time.perf_counter() - t2
     n_tune = settings.sweep_episodes
     targets = settings.targets()
@@ -657,7 +681,7 @@ def _tune_and_evaluate(
             "fixed_alpha_tuning_rollouts": n_tune * len(tuning.sweep),
             "haeon_tuning_rollouts": n_tune * len(tuning.haeon_sweep),
             "pid_tuning_rollouts": n_tune * len(tuning.sweep),
-            "rl_training_timesteps": settings.rl_timesteps if rl is not None else 0,
+            "rl_training_timesteps": rl_steps,
             "evaluation_episodes_per_row": settings.episodes,
         },
         "alpha_star": tuning.alpha_stars[targets[0]],
@@ -758,6 +782,7 @@ def _evaluate_rows(
     tuning: _Tuning,
     pid_cfg: dict[str, Any],
     rl: Controller | None,
+    rl_steps: int,
 ) -> list[dict[str, Any]]:
     """Every controller row on the evaluation seeds: per setpoint none, fixed alpha*, Häon,
     PID and RL, then the setpoint change (PID, RL) when there are two setpoints or more."""
@@ -789,7 +814,7 @@ def _evaluate_rows(
                 results.append(evaluate(f"{tag}haeon c*={tuning.coef_stars[sp]:g}", None, sp))
         results.append(evaluate(f"{tag}pid", controllers.make("pid", **pid_cfg), sp))
         if rl is not None:
-            results.append(evaluate(f"{tag}rl (ppo, {settings.rl_timesteps} steps)", rl, sp))
+            results.append(evaluate(f"{tag}rl (ppo, {rl_steps} steps)", rl, sp))
     if settings.setpoint_change_s > 0 and len(targets) >= 2:
         lo, hi, t_change = min(targets), max(targets), settings.setpoint_change_s
 

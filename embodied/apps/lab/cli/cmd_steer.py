@@ -91,6 +91,7 @@ def extract_cmd(
     "haeon_top_k",
     "rl_timesteps",
     "rl_seed",
+    Opt("rl_controller", type=Path),
     "rl_observe_setpoint",
     "setpoints",
     "setpoint_change_s",
