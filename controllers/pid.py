@@ -9,10 +9,16 @@ Features (all dt-aware, so the continuous-time behaviour does not depend on the 
 * bumpless gain changes at run time: :meth:`PIDController.set_gains` moves the integrator so
   the output does not jump (thread-safe: a UI thread may call it while the loop runs);
 * direction (reverse acting), a constant bias, a setpoint feedforward gain and a lookup-table
-  feedforward (a measured static inverse of the plant, for a plant whose gain is not constant).
+  feedforward (a measured static inverse of the plant, for a plant whose gain is not constant);
+* a reference filter for two-degree-of-freedom control: the feedback acts on the setpoint
+  filtered to the response the plant is expected to give (time constant ``setpoint_tau_s``,
+  starting from the first measurement), while the feedforward acts on the setpoint itself, so
+  a plant that starts from rest does not wind the integrator up while it rises.
 
-The control law, with error ``e = setpoint - measurement`` and direction ``s`` (+1 or -1)::
+The control law, with error ``e = r - measurement`` and direction ``s`` (+1 or -1)::
 
+    r     = setpoint, or with setpoint_tau_s > 0: r += (setpoint - r) dt / (setpoint_tau_s + dt)
+            (r starts at the first measurement)
     u_raw = bias + kff * setpoint + ff(setpoint) + s * (kp * e + I - kd * dy_f)
     I    += ki * e * dt                       (integrator, kept in output units)
     dy_f  = (tau_d * dy_f + (y - y_prev)) / (tau_d + dt)   (filtered dy/dt, backward Euler)
@@ -68,6 +74,10 @@ class PIDConfig:
             to ``bias + kff * setpoint``: a static inverse of the plant measured point by point
             (e.g. a sweep of fixed commands), for a plant whose gain changes over its range
             (a gain-scheduled feedforward); empty: none.
+        setpoint_tau_s: Time constant (s) of the reference filter the feedback acts on: the
+            response expected of the plant to a setpoint step, from the first measurement;
+            the feedforward terms use the setpoint itself. 0: the feedback acts on the
+            setpoint (one degree of freedom).
     """
 
     config_name: ClassVar[str] = "PID"
@@ -88,6 +98,7 @@ class PIDConfig:
     bias: float = checked(0.0, fix="give a finite number")
     kff: float = checked(0.0, fix="give a finite number")
     feedforward_table: tuple[tuple[float, float], ...] = ()
+    setpoint_tau_s: float = checked(0.0, ge=0, fix="use a time constant >= 0 s (0 = no filter)")
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
@@ -100,7 +111,17 @@ class PIDConfig:
 
     def __post_init__(self) -> None:
         validate(self)
-        for name in ("kp", "ki", "kd", "tau_d", "bias", "kff", "output_min", "output_max"):
+        for name in (
+            "kp",
+            "ki",
+            "kd",
+            "tau_d",
+            "bias",
+            "kff",
+            "output_min",
+            "output_max",
+            "setpoint_tau_s",
+        ):
             setattr(self, name, float(getattr(self, name)))
         if self.rate_limit is not None:
             self.rate_limit = float(self.rate_limit)
@@ -193,6 +214,7 @@ class PIDController:
         self._kt = c.effective_tracking_gain
         self._dir = float(c.direction)
         self._bias, self._kff = c.bias, c.kff
+        self._ref_tau = c.setpoint_tau_s
         self._ff_sp = [p[0] for p in c.feedforward_table]
         self._ff_u = [p[1] for p in c.feedforward_table]
 
@@ -233,6 +255,7 @@ class PIDController:
         self._e = 0.0
         self._y = math.nan
         self._sp = math.nan
+        self._ref = math.nan  # the filtered setpoint the feedback acts on
         self._held = 0
 
     def set_gains(self, bumpless: bool = True, **changes: Any) -> None:
@@ -299,7 +322,12 @@ class PIDController:
             self._held += 1
             return self._u
         sp = float(setpoint)
-        e = sp - y
+        ref = sp
+        if self._ref_tau > 0.0:
+            prev = self._ref
+            ref = y if prev != prev else prev + (sp - prev) * dt / (self._ref_tau + dt)
+            self._ref = ref
+        e = ref - y
         # derivative of the measurement, first-order low-pass (backward Euler)
         y_prev = self._y_prev
         if y_prev == y_prev:  # not NaN
@@ -352,6 +380,7 @@ class PIDController:
             "error": self._e,
             "measurement": self._y,
             "setpoint": self._sp,
+            "reference": self._sp if self._ref_tau == 0.0 else self._ref,
             "p": s * self._kp * self._e,
             "i": self._integral,
             "d": -s * self._kd * self._d_filt,

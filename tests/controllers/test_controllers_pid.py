@@ -251,6 +251,25 @@ def test_feedforward_table_interpolates_holds_its_ends_and_refuses_bad_points() 
         PIDController(feedforward_table=(1.0, 2.0))
 
 
+def test_reference_filter_keeps_the_integrator_out_of_a_rise_the_feedforward_already_makes() -> (
+    None
+):
+    """Exact feedforward (kff = 1 / gain) on a plant starting from rest: the plant's own rise is
+    the expected response, so with the reference filter at the plant's time constant the
+    feedback sees (almost) no error and nothing overshoots; acting on the raw setpoint, the
+    integrator winds up during the rise and the output overshoots."""
+    gains = {"kp": 0.5, "ki": 4.0, "kff": 1.0 / GAIN, "anti_windup": "back_calculation"}
+    _, y_raw, _ = simulate(PIDController(**gains), 1.0, t_end=4.0, dt=0.01)
+    filtered = PIDController(**gains, setpoint_tau_s=TAU)
+    _, y_ref, _ = simulate(filtered, 1.0, t_end=4.0, dt=0.01)
+    assert y_raw.max() > 1.1  # one degree of freedom: overshoot from the wound-up integrator
+    assert y_ref.max() < 1.005 and abs(y_ref[-1] - 1.0) < 0.01
+    assert abs(filtered.state()["i"]) < 0.01
+    assert filtered.state()["reference"] == pytest.approx(1.0, abs=1e-3)
+    with pytest.raises(ConfigError, match="setpoint_tau_s"):
+        PIDController(setpoint_tau_s=-1.0)
+
+
 def test_nan_measurement_holds_output_and_bad_inputs_raise() -> None:
     pid = PIDController(kp=1.0)
     u = pid.update(0.0, 1.0, 0.01)

@@ -476,6 +476,12 @@ def pid_from_sweep(
     starts each setpoint from the alpha measured for it; when the points' speeds are not
     strictly monotone in alpha it falls back to the line (``feedforward`` in the result says
     which was used). ``none`` (the earlier rule) starts every setpoint from alpha = 0.
+
+    ``settings.pid_reference_tau_s > 0`` makes it two-degree-of-freedom
+    (``PIDConfig.setpoint_tau_s``): the feedback acts on the rise expected of the arm (a
+    first-order filter of the setpoint from the first measurement), not on the error of an arm
+    that has to accelerate from rest whatever alpha is, so the integrator does not wind up
+    during the rise; the feedforward still acts on the setpoint.
     """
     if settings.pid_fit == "working_range":
         rows = working_range(sweep, min_success)
@@ -507,6 +513,8 @@ def pid_from_sweep(
     if not feedforward and settings.pid_feedforward != "none" and np.isfinite(offset):
         feedforward = {"bias": -offset / gain, "kff": 1.0 / gain}
         used = "static"
+    if settings.pid_reference_tau_s > 0:
+        feedforward["setpoint_tau_s"] = settings.pid_reference_tau_s
     return {
         **feedforward,
         "kp": tau / (abs(gain) * lam),

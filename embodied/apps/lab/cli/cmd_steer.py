@@ -97,6 +97,7 @@ def extract_cmd(
     "setpoint_change_s",
     "pid_fit",
     "pid_feedforward",
+    "pid_reference_tau_s",
     "min_success_ratio",
     "steady_transient_s",
     "expert_reference",
