@@ -418,8 +418,9 @@ def test_the_sweep_feedforward_inverts_the_points_where_the_dial_bends() -> None
     line = steer.pid_from_sweep(sweep, replace(settings, pid_feedforward="static"), 0.9)
     # the line starts 0.166 m/s past the alpha measured for it, where the dial runs faster
     assert line["bias"] + line["kff"] * 0.166 > 0.25 + 0.05
-    two_dof = steer.pid_from_sweep(sweep, replace(settings, pid_reference_tau_s=0.2), 0.9)
-    assert two_dof["setpoint_tau_s"] == 0.2 and "setpoint_tau_s" not in cfg
+    assert cfg["setpoint_tau_s"] == 0.2  # the default: the feedback expects the arm's rise
+    one_dof = steer.pid_from_sweep(sweep, replace(settings, pid_reference_tau_s=0.0), 0.9)
+    assert "setpoint_tau_s" not in one_dof
     wobbly = [*sweep[:-1], {"alpha": 0.5, "summary": {"mean_speed": 0.15, "success_rate": 1.0}}]
     fallback = steer.pid_from_sweep(wobbly, settings, min_success=0.9)
     assert fallback["feedforward"] == "static" and "feedforward_table" not in fallback

@@ -172,8 +172,10 @@ class ExperimentSettings:
             from rest).
         pid_reference_tau_s: Time constant (s) of the rise the PID's feedback expects after a
             start from rest or a setpoint change (``PIDConfig.setpoint_tau_s``: the feedback
-            acts on the setpoint filtered by it, the feedforward on the setpoint; ours);
-            0: the feedback acts on the setpoint itself (the earlier PID).
+            acts on the setpoint filtered by it, the feedforward on the setpoint; ours). The
+            default is the arm's time constant that the PID's IMC gains assume; 0: the
+            feedback acts on the setpoint itself (the earlier PID, whose integrator winds up
+            while the arm rises from rest).
         steady_transient_s: The steady-state RMSE beside the whole-episode one leaves out this
             long after the start (from rest) and after each setpoint change (s).
         expert_reference: Add a reference row per setpoint: the env's scripted expert driven at
@@ -220,7 +222,7 @@ class ExperimentSettings:
         choices=("static", "sweep", "none"),
         fix="use static (the fitted line), sweep (the fitted points) or none",
     )
-    pid_reference_tau_s: float = checked(0.0, ge=0, fix="use e.g. 0.2 (s), or 0 for none")
+    pid_reference_tau_s: float = checked(0.2, ge=0, fix="use e.g. 0.2 (s), or 0 for none")
     steady_transient_s: float = checked(0.5, ge=0, fix="use e.g. 0.5 (s)")
     expert_reference: bool = True
 

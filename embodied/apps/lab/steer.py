@@ -498,7 +498,8 @@ def pid_from_sweep(
         gain, offset = (float(x) for x in np.polyfit(a, v, 1))
     if not np.isfinite(gain) or abs(gain) <= 1e-3:
         gain, offset = 0.05, math.nan  # m/s per unit alpha: a conservative fallback, no line
-    lam, tau = 1.0, 0.2
+    lam, tau = 1.0, 0.2  # closed-loop and arm time constants (s); the arm's is also the
+    # default pid_reference_tau_s
     feedforward: dict[str, Any] = {}
     used = "none"
     if settings.pid_feedforward == "sweep" and len(pts) >= 2:
