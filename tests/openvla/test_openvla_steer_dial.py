@@ -616,7 +616,7 @@ def test_pid_on_the_word_direction_cuts_the_tracking_error_of_a_tiny_vla(tmp_pat
             model, proc, intervention=direction, alpha_limit=1.0, preset="as_trained",
             source="tiny", instruction_suffix="at speed 5",
         )  # fmt: skip
-        sweep = []
+        sweep: list[dict[str, Any]] = []
         for alpha in (-0.25, 0.0, 0.25):
             _, y = run(make_controller("fixed", value=alpha), 0.1)
             sweep.append({"alpha": alpha, "summary": {"mean_speed": float(np.mean(y[10:])),
