@@ -49,7 +49,7 @@ EXTRA: dict[str, list[str]] = {
     "lab steer experiment": [
         "--demonstration-episodes", "2", "--train-steps", "2", "--llm-layers", "1",
         "--image-size", "32", "--episodes", "1", "--sweep-episodes", "1",
-        "--sweep-alphas", "0,1", "--haeon-coefs", "0.5,1", "--setpoints", "0.1",
+        "--sweep-alphas", "0,0.5", "--haeon-coefs", "0.5,1", "--setpoints", "0.1",
     ],
     "lab steer dial": [
         "--demonstrations", "2", "--train-steps", "2", "--llm-layers", "1",
