@@ -354,6 +354,10 @@ def test_a_saved_rl_controller_is_evaluated_without_training(
     ]
     assert all(isinstance(c, RLController) and c.config.observe_setpoint for _, c in rl_rows)
     assert report["budgets"]["rl_training_timesteps"] == 1234
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())["rl_controller"]
+    assert saved["config"]["observe_setpoint"] is True and saved["meta"] == {
+        "total_timesteps": 1234
+    }
     with pytest.raises(
         ConfigError, match=r"rl_controller=.*not \+/- alpha_limit=4.*--alpha-limit 2"
     ):

@@ -23,6 +23,9 @@ POSITIONS = ("last", "text", "action", "word")
 SITES = ("output", "input")
 """Where a direction is added: a decoder layer's output or its input. The component's own
 ``policies.openvla.steering.STEERING_SITES`` (which needs torch) is held equal by a test."""
+ARM_TAU_S = 0.2
+"""Time constant (s) of the arm_reach arm's speed response to the knob: the PID's IMC gains
+assume it and its reference filter defaults to it."""
 
 
 @dataclass(frozen=True)
@@ -222,7 +225,7 @@ class ExperimentSettings:
         choices=("static", "sweep", "none"),
         fix="use static (the fitted line), sweep (the fitted points) or none",
     )
-    pid_reference_tau_s: float = checked(0.2, ge=0, fix="use e.g. 0.2 (s), or 0 for none")
+    pid_reference_tau_s: float = checked(ARM_TAU_S, ge=0, fix="use e.g. 0.2 (s), or 0 for none")
     steady_transient_s: float = checked(0.5, ge=0, fix="use e.g. 0.5 (s)")
     expert_reference: bool = True
 

@@ -42,6 +42,7 @@ from controllers.analysis import steady_state_rmse, step_response, tracking_rmse
 from controllers.rl import RLController, RLControllerConfig, SteeringEnv
 from controllers.rl.training_rl import CONTROLLER_PPO, RLTrainSettings, train_rl_controller
 from embodied.apps.lab.config_steer import (
+    ARM_TAU_S,
     DialSettings,
     ExperimentSettings,
     SteerExperimentConfig,
@@ -498,8 +499,7 @@ def pid_from_sweep(
         gain, offset = (float(x) for x in np.polyfit(a, v, 1))
     if not np.isfinite(gain) or abs(gain) <= 1e-3:
         gain, offset = 0.05, math.nan  # m/s per unit alpha: a conservative fallback, no line
-    lam, tau = 1.0, 0.2  # closed-loop and arm time constants (s); the arm's is also the
-    # default pid_reference_tau_s
+    lam, tau = 1.0, ARM_TAU_S  # closed-loop and arm time constants (s)
     feedforward: dict[str, Any] = {}
     used = "none"
     if settings.pid_feedforward == "sweep" and len(pts) >= 2:
@@ -705,6 +705,19 @@ def _tune_and_evaluate(
             else None
         ),
         "pid": pid_cfg,
+        # the controller the RL rows ran, as it was saved (a loaded one's observation may
+        # differ from this run's rl_observe_setpoint setting)
+        "rl_controller": (
+            {
+                "config": rl.config.to_dict(),
+                "meta": rl.meta,
+                "loaded_from": None
+                if settings.rl_controller is None
+                else str(settings.rl_controller),
+            }
+            if isinstance(rl, RLController)
+            else None
+        ),
         "static_gain_mps_per_alpha": static_gain,
         "sweep": [{"alpha": r["alpha"], **r["summary"]} for r in tuning.sweep],
         "haeon_sweep": [{"coef": r["coef"], **r["summary"]} for r in tuning.haeon_sweep],
