@@ -8,7 +8,8 @@ that results from the previous action.
 Registered concepts (``make_concept(name, **kw)``):
 
 * ``ee_speed``: end-effector speed in m/s, ``|info["ee_vel"]|``, optional EMA filter.
-* ``ee_height``: end-effector height in m, ``info["ee_pos"][2]``.
+* ``ee_height``: end-effector height in m, ``info["ee_pos"][2]``; optionally only while the
+  fingertip is farther than ``cruise_radius_m`` horizontally from the target.
 * ``smoothness``: jerk magnitude in m/s^3 from finite differences of ``info["ee_vel"]``
   (lower is smoother), optional EMA filter; or, with ``signal="action_change"``, the norm
   of the change between the last two executed actions fed by :meth:`Smoothness.record_action`
@@ -103,16 +104,37 @@ class EESpeed:
 
 
 class EEHeight:
-    """End-effector height ``info["ee_pos"][2]`` in m (world frame)."""
+    """End-effector height ``info["ee_pos"][2]`` in m (world frame).
+
+    Args:
+        cruise_radius_m: With > 0, the height is measured only while the fingertip is farther
+            than this horizontally from the target (``info["target_dist_xy"]``, m); nearer, the
+            arm descends onto the target and its height is the task's, not the concept's, so
+            the measurement is NaN there (controllers hold their output on NaN, tracking
+            figures leave those steps out). 0: always measured.
+    """
 
     name = "ee_height"
     units = "m"
+
+    def __init__(self, cruise_radius_m: float = 0.0) -> None:
+        r = cruise_radius_m
+        if not (isinstance(r, (int, float)) and math.isfinite(r) and r >= 0):
+            raise ConfigError(
+                f"concept {self.name!r}: cruise_radius_m must be >= 0 m, got {r!r}",
+                fix="use e.g. 0.05, or 0 to measure the height everywhere",
+            )
+        self.cruise_radius_m = float(r)
 
     def reset(self) -> None:
         """Stateless."""
 
     def measure(self, obs: Observation, info: Mapping[str, Any], dt: float) -> float:
-        """Height (m)."""
+        """Height (m), or NaN within ``cruise_radius_m`` of the target."""
+        if self.cruise_radius_m > 0:
+            near = float(_info_vector(info, "target_dist_xy", 1, self.name)[0])
+            if near < self.cruise_radius_m:
+                return math.nan
         return float(_info_vector(info, "ee_pos", 3, self.name)[2])
 
 
@@ -173,7 +195,11 @@ class Smoothness:
 
 
 CONCEPTS.register("ee_speed", EESpeed, help="End-effector speed |ee_vel| (m/s), optional EMA.")
-CONCEPTS.register("ee_height", EEHeight, help="End-effector height ee_pos[2] (m).")
+CONCEPTS.register(
+    "ee_height",
+    EEHeight,
+    help="End-effector height ee_pos[2] (m), optionally away from the target.",
+)
 CONCEPTS.register(
     "smoothness", Smoothness, help="Jerk magnitude (m/s^3) or action change; lower = smoother."
 )

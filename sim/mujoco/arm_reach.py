@@ -59,6 +59,12 @@ SHOULDER_Z_M = 0.15  # shoulder joint height above the table
 LINK_M = 0.28  # upper arm and forearm length
 HAND_M = 0.113  # wrist joint to fingertip site
 YAW_RANGE = (-1.7, 1.7)
+START_X_M = (0.12, 0.5)
+START_Z_M = (0.06, 0.3)
+"""Bounds (m) of the ``start`` reset option's fingertip x and z (|y| <= 0.3 m)."""
+LEVEL_LEAD_M = 0.02
+"""The ``level`` approach heads for a point at most this far ahead horizontally (m), at the
+cruise height: it climbs or sinks to that height within a few cm, then flies level."""
 
 
 def _ik(x: float, y: float, z: float) -> list[float]:
@@ -184,15 +190,19 @@ class ArmReachTask(Task):
             jitter: Half-width (m, at most ``MAX_JITTER_M``) of a uniform offset drawn from the
                 episode's generator for each axis of every cube placed by ``cubes``: a fixed
                 layout whose scenes still differ per seed.
+            start: Fingertip start position (x, y, z) in m, hand pointing down (default: the
+                home pose, fingertip at about (0.35, 0, 0.21), above the middle of the cubes).
         """
         self.check_reset_options(
-            options, {"target", "cubes", "scene", "jitter"}, "use 'target', 'cubes' or 'jitter'"
+            options,
+            {"target", "cubes", "scene", "jitter", "start"},
+            "use 'target', 'cubes', 'jitter' or 'start'",
         )
         if options.get("scene", "default") != "default":
             raise UnknownNameError(
                 f"arm_reach has no scene {options['scene']!r}; scenes: ['default']"
             )
-        data.qpos[self._q0 : self._q0 + 4] = HOME_QPOS
+        data.qpos[self._q0 : self._q0 + 4] = self._start_qpos(options.get("start"))
         data.ctrl[4:6] = FINGER_OPEN_M
         data.qpos[self._finger_q : self._finger_q + 2] = FINGER_OPEN_M
         placed = list(sample_cube_layout(rng))
@@ -241,6 +251,30 @@ class ArmReachTask(Task):
         self._cube_xyz = [(p[0], p[1], p[2]) for p in self.cube_pos.tolist()]
         self._reached = ""
         self._wrong_cube_reached = False
+
+    @staticmethod
+    def _start_qpos(start: Any) -> np.ndarray:
+        """Joint angles (rad) of the ``start`` reset option (None: the home pose)."""
+        if start is None:
+            return HOME_QPOS
+        try:
+            val = np.asarray(start, dtype=np.float64) if isinstance(start, (list, tuple)) else None
+        except (TypeError, ValueError):  # not numbers: refused below with the fix
+            val = None
+        if (
+            val is None
+            or val.shape != (3,)
+            or not np.isfinite(val).all()
+            or not (START_X_M[0] <= val[0] <= START_X_M[1] and abs(val[1]) <= 0.3)
+            or not START_Z_M[0] <= val[2] <= START_Z_M[1]
+        ):
+            raise ConfigError(
+                f"reset option start={start!r} is not a fingertip (x, y, z) within reach "
+                f"({START_X_M[0]} <= x <= {START_X_M[1]} m, |y| <= 0.3 m, "
+                f"{START_Z_M[0]} <= z <= {START_Z_M[1]} m)",
+                fix="e.g. start=[0.18, 0.0, 0.21] (behind the cubes), or leave it out",
+            )
+        return np.array(_ik(*val.tolist()))
 
     def instruction(self) -> str:
         """``"reach the <colour> cube"``."""
@@ -295,7 +329,8 @@ class ArmReachTask(Task):
         """Fingertip position/velocity (Jacobian), success and caption state into ``info``.
 
         ``info`` keys: ``success`` (fingertip within ``SUCCESS_RADIUS_M`` of the target's grasp
-        point), ``ee_pos``, ``ee_vel``, ``target``, ``target_dist`` (m), ``closest`` (colour of
+        point), ``ee_pos``, ``ee_vel``, ``target``, ``target_dist`` (m), ``target_dist_xy``
+        (m, horizontal), ``closest`` (colour of
         the cube whose centre is nearest the fingertip), ``closest_dist`` (m), ``ee_height``
         (m), and two latched (reset with the episode) outcome keys: ``reached``, the colour of
         the first cube whose grasp point (``TARGET_ABOVE_TOP_M`` above its top face) the
@@ -337,6 +372,7 @@ class ArmReachTask(Task):
         info["ee_vel"] = self.ee_vel
         info["target"] = self.target
         info["target_dist"] = target_dist
+        info["target_dist_xy"] = math.hypot(tx - ex, ty - ey)
         info["closest"] = COLORS[best]
         info["closest_dist"] = math.sqrt(best_d2)
         info["ee_height"] = ez
@@ -353,7 +389,8 @@ class ArmReachTask(Task):
         }
 
     def expert(self, env: Env, **kwargs: Any) -> Policy:
-        """:class:`ArmReachExpert` (kwargs: speed, speed_range, seed, approach, cone_radius)."""
+        """:class:`ArmReachExpert` (kwargs: speed, speed_range, seed, approach, cone_radius,
+        hover_range)."""
         options = check_options(ArmReachExpert, kwargs, "mujoco:arm_reach expert")
         return ArmReachExpert(as_mujoco_env(env), **options)
 
@@ -377,6 +414,10 @@ class ArmReachExpert(EpisodeExpert):
       ahead on the circle at cruise speed, so the arm keeps moving smoothly for the whole
       episode without corners (the task does not succeed): a plant that runs in steady state
       for step tests and tuning.
+    * ``"level"`` (memoryless, the height concept's data): head for a point at most
+      ``LEVEL_LEAD_M`` ahead horizontally at the hover height, so the arm climbs or sinks to
+      it within a few cm and then flies level; within ``cone_radius`` it sinks onto the target
+      as ``cone`` does.
 
     Args:
         env: The arm_reach env (privileged state: fingertip and target positions).
@@ -384,10 +425,13 @@ class ArmReachExpert(EpisodeExpert):
         speed_range: (min, max) speed in m/s when ``speed`` is None.
         seed: Extra seed mixed with the env's episode seed.
         approach: ``"waypoints"`` or ``"cone"`` (above).
-        cone_radius: Horizontal distance (m) within which the ``cone`` approach descends.
+        cone_radius: Horizontal distance (m) within which the ``cone`` and ``level`` approaches
+            descend.
+        hover_range: (min, max) hover height above the target's grasp point (m), drawn per
+            episode after the speed; None: the task's ``hover_height_m`` (0.08 m) every episode.
     """
 
-    APPROACHES = ("waypoints", "cone", "patrol")
+    APPROACHES = ("waypoints", "cone", "patrol", "level")
 
     def __init__(
         self,
@@ -397,6 +441,7 @@ class ArmReachExpert(EpisodeExpert):
         seed: int = 0,
         approach: str = "waypoints",
         cone_radius: float = 0.05,
+        hover_range: tuple[float, float] | None = None,
     ) -> None:
         super().__init__(env, seed)
         self.speed = check_speed(speed, 0.02, MAX_EE_SPEED_MPS, "arm_reach")
@@ -414,6 +459,19 @@ class ArmReachExpert(EpisodeExpert):
                 f"cone_radius must be a positive distance in m, got {cone_radius!r}",
                 fix="e.g. --policy-arg cone_radius=0.05",
             )
+        if hover_range is not None:
+            hlo, hhi = (float(x) for x in hover_range)
+            if not (math.isfinite(hlo) and math.isfinite(hhi) and 0.0 < hlo <= hhi <= 0.2):
+                raise ConfigError(
+                    f"hover_range {hover_range!r} is not (min, max) heights in m within (0, 0.2]",
+                    fix="e.g. --policy-arg hover_range=[0.04,0.16]",
+                )
+            hover_range = (hlo, hhi)
+        self.hover_range = hover_range
+        self.current_hover = float(HOVER_HEIGHT_M)
+        """This episode's hover height above the target's grasp point (m)."""
+        self.hover_z = math.nan
+        """This episode's hover point's height above the table (m): the ``level`` cruise height."""
         self.speed_range = (lo, hi)
         self.approach = approach
         self.cone_radius = radius
@@ -427,7 +485,11 @@ class ArmReachExpert(EpisodeExpert):
         task = self.env.task
         speed = self.speed if self.speed is not None else float(rng.uniform(*self.speed_range))
         target = np.asarray(task.target_point(self.env.data), dtype=np.float64)  # type: ignore[attr-defined]
-        hover = target + np.array([0.0, 0.0, task.hover_height_m])  # type: ignore[attr-defined]
+        # drawn after the speed, and only with a range, so the speed draws of earlier data hold
+        height = task.hover_height_m if self.hover_range is None else rng.uniform(*self.hover_range)  # type: ignore[attr-defined]
+        self.current_hover = float(height)
+        self.hover_z = float(target[2] + height)
+        hover = target + np.array([0.0, 0.0, self.current_hover])
         self._waypoints = np.stack([hover, target])
         self._i = 0
         self.current_speed = speed
@@ -445,6 +507,14 @@ class ArmReachExpert(EpisodeExpert):
             goal = centre + PATROL_RADIUS_M * np.array([math.cos(angle), math.sin(angle), 0.0])
             dist = float(np.linalg.norm(goal - ee))
             speed = self.current_speed
+        elif self.approach == "level":
+            step = target[:2] - ee[:2]
+            e = float(np.linalg.norm(step))
+            ahead = ee[:2] + step * min(1.0, LEVEL_LEAD_M / max(e, 1e-9))
+            z = target[2] + (hover[2] - target[2]) * min(1.0, e / self.cone_radius)
+            goal = np.array([ahead[0], ahead[1], z])
+            dist = float(np.linalg.norm(goal - ee))
+            speed = min(self.current_speed, 3.0 * float(np.linalg.norm(target - ee)))
         elif self.approach == "cone":
             e = float(np.linalg.norm(target[:2] - ee[:2]))
             goal = target + (hover - target) * min(1.0, e / self.cone_radius)

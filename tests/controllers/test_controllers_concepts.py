@@ -45,6 +45,20 @@ def test_ee_height() -> None:
     assert c.measure({}, {"ee_pos": (0.1, -0.2, 0.83)}, 0.05) == pytest.approx(0.83)
 
 
+def test_ee_height_away_from_the_target_only() -> None:
+    """With a cruise radius the height is NaN while the fingertip is over the target (the
+    descent onto it), the height elsewhere; the radius and the info key are checked."""
+    c = make_concept("ee_height", cruise_radius_m=0.05)
+    far = {"ee_pos": (0.1, -0.2, 0.13), "target_dist_xy": 0.2}
+    assert c.measure({}, far, 0.05) == pytest.approx(0.13)
+    assert math.isnan(c.measure({}, {**far, "target_dist_xy": 0.049}, 0.05))
+    with pytest.raises(ConfigError, match="target_dist_xy"):
+        c.measure({}, {"ee_pos": (0.1, -0.2, 0.13)}, 0.05)
+    with pytest.raises(ConfigError, match="cruise_radius_m") as exc:
+        make_concept("ee_height", cruise_radius_m=-0.1)
+    assert exc.value.fix
+
+
 def test_missing_info_key_names_it() -> None:
     with pytest.raises(ConfigError, match="ee_vel"):
         make_concept("ee_speed").measure({}, {"success": False}, 0.05)

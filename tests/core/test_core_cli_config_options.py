@@ -348,16 +348,19 @@ def test_steer_options_reach_the_experiment_configs(
     argv += ["--sweep-alphas", "-1,0", "--sweep-episodes", "0", "--setpoint", "0.1"]
     argv += ["--haeon-coefs", "1,2", "--setpoints", "0.06,0.1,0.15", "--setpoint-change-s", "1"]
     argv += ["--speed-labels", "continuum", "--method", "probe", "--speed-range", "0.05,0.2"]
+    argv += ["--concept", "height", "--height-range", "0.04,0.12"]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
     assert seen["out"] == tmp_path
+    # one --concept reaches both: what the demonstrations vary and what is tracked
     assert seen["config"] == SteerExperimentConfig(
         demonstration_episodes=3, dataset=Path("data"), retrain=True, pid_kp=2.5, layer=1,
-        speed_labels="continuum", method="probe", speed_range=(0.05, 0.2),
+        speed_labels="continuum", method="probe", speed_range=(0.05, 0.2), concept="height",
+        height_range=(0.04, 0.12),
     )  # fmt: skip
     assert seen["settings"] == ExperimentSettings(
         sweep_alphas=(-1.0, 0.0), sweep_episodes=0, setpoint=0.1, haeon_coefs=(1.0, 2.0),
-        setpoints=(0.06, 0.1, 0.15), setpoint_change_s=1.0,
+        setpoints=(0.06, 0.1, 0.15), setpoint_change_s=1.0, concept="height",
     )  # fmt: skip
 
 

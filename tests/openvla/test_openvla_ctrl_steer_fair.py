@@ -56,14 +56,14 @@ def test_run_experiment_refuses_overlapping_seeds_before_any_rollout(tmp_path: P
         run_experiment(None, None, s, tmp_path)  # type: ignore[arg-type]
 
 
-def test_best_fixed_is_closest_mean_speed_ties_to_smaller_magnitude() -> None:
+def test_best_fixed_is_closest_mean_concept_ties_to_smaller_magnitude() -> None:
     pts = [(-2.0, 0.25), (-1.0, 0.75), (0.0, 1.0)]  # exact binary fractions: a true tie
-    sweep: list[dict[str, Any]] = [{"alpha": a, "summary": {"mean_speed": v}} for a, v in pts]
+    sweep: list[dict[str, Any]] = [{"alpha": a, "summary": {"mean_concept": v}} for a, v in pts]
     assert best_fixed(sweep, 0.5) == -1.0  # both 0.25 away: the smaller |alpha|
-    sweep[0]["summary"]["mean_speed"] = 0.375
+    sweep[0]["summary"]["mean_concept"] = 0.375
     assert best_fixed(sweep, 0.5) == -2.0
     with pytest.raises(ConfigError):
-        best_fixed([{"alpha": 0, "summary": {"mean_speed": math.nan}}], 0.06)
+        best_fixed([{"alpha": 0, "summary": {"mean_concept": math.nan}}], 0.06)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,8 +83,8 @@ def _episodes(n: int, first: int, speed: float, success: bool) -> list[dict[str,
             "success": success if k % 2 == 0 else not success,
             "steps": 10,
             "rmse": abs(speed - 0.06) + 0.001 * k,
-            "mean_speed": speed,
-            "speed": [speed] * 10,
+            "mean_concept": speed,
+            "measured": [speed] * 10,
             "alpha": [0.0] * 10,
             "overshoot_pct": 0.0,
             "settling_time_s": 0.2,
@@ -366,7 +366,7 @@ def test_a_saved_rl_controller_is_evaluated_without_training(
 
 def test_pid_gain_fit_on_the_working_range_or_the_half_range() -> None:
     sweep: list[dict[str, Any]] = [
-        {"alpha": a, "summary": {"mean_speed": v, "success_rate": ok}}
+        {"alpha": a, "summary": {"mean_concept": v, "success_rate": ok}}
         for a, v, ok in ((-2.0, 0.0, 0.1), (-1.0, 0.14, 1.0), (0.0, 0.1, 1.0), (1.0, 0.06, 1.0))
     ]  # a reversed dial: positive alpha slows the arm; -2 stalls it
     cfg = steer.pid_from_sweep(sweep, ExperimentSettings(), min_success=0.9)
@@ -400,7 +400,7 @@ def test_the_sweep_feedforward_inverts_the_points_where_the_dial_bends() -> None
     whose speeds are not monotone in alpha falls back to the line, and says so."""
     bent = [(-0.5, 0.04), (-0.25, 0.09), (0.0, 0.13), (0.25, 0.166), (0.5, 0.182)]
     sweep: list[dict[str, Any]] = [
-        {"alpha": a, "summary": {"mean_speed": v, "success_rate": 1.0}} for a, v in bent
+        {"alpha": a, "summary": {"mean_concept": v, "success_rate": 1.0}} for a, v in bent
     ]
     settings = ExperimentSettings(pid_feedforward="sweep")
     cfg = steer.pid_from_sweep(sweep, settings, min_success=0.9)
@@ -425,7 +425,7 @@ def test_the_sweep_feedforward_inverts_the_points_where_the_dial_bends() -> None
     assert cfg["setpoint_tau_s"] == 0.2  # the default: the feedback expects the arm's rise
     one_dof = steer.pid_from_sweep(sweep, replace(settings, pid_reference_tau_s=0.0), 0.9)
     assert "setpoint_tau_s" not in one_dof
-    wobbly = [*sweep[:-1], {"alpha": 0.5, "summary": {"mean_speed": 0.15, "success_rate": 1.0}}]
+    wobbly = [*sweep[:-1], {"alpha": 0.5, "summary": {"mean_concept": 0.15, "success_rate": 1.0}}]
     fallback = steer.pid_from_sweep(wobbly, settings, min_success=0.9)
     assert fallback["feedforward"] == "static" and "feedforward_table" not in fallback
 
@@ -439,7 +439,7 @@ def test_the_expert_at_the_setpoint_is_the_reference_row_and_its_steady_error_is
     env, reset, _ = steer_env("mujoco:arm_reach", 32, "jittered", 0.01)
     try:
         s = ExperimentSettings(episodes=2, seed=10_000, reset_options=reset)
-        expert = steer._expert_at(env, 0.1)
+        expert = steer._expert_at(env, s, 0.1)
         assert expert is not None
         r = steer._run_reference(env, expert, s, 0.1, "expert at setpoint", lambda *_: None)
     finally:
@@ -449,14 +449,42 @@ def test_the_expert_at_the_setpoint_is_the_reference_row_and_its_steady_error_is
     assert summary["rmse"] > 0.1 * 0.1
     assert summary["rmse_steady"] < 0.1 * 0.1 < summary["rmse"]
     assert summary["rmse_steady_ci"][0] <= summary["rmse_steady"] <= summary["rmse_steady_ci"][1]
-    assert abs(summary["mean_speed"] - 0.1) < 0.02
-    assert steer._expert_at(_Env(), 0.1) is None  # an env without an expert gets no row
+    assert abs(summary["mean_concept"] - 0.1) < 0.02
+    assert steer._expert_at(_Env(), s, 0.1) is None  # an env without an expert gets no row
+
+
+def test_the_height_reference_row_cruises_at_the_setpoint_height() -> None:
+    """The height concept's reference: the level expert at the setpoint's cruise height, the
+    height measured away from the target (NaN over it, left out of the figures), a steady error
+    of a few mm; a VLA trained on another concept than the one tracked is refused."""
+    from embodied.apps.lab.config_steer import SteerExperimentConfig
+    from embodied.apps.training.training_vla import steer_env
+
+    env, reset, _ = steer_env("mujoco:arm_reach", 32, "jittered", 0.01)
+    try:
+        s = ExperimentSettings(
+            episodes=3, seed=10_000, reset_options={**reset, **steer.concept_reset("height")},
+            concept="height", reference_expert={"approach": "level", "speed": 0.1},
+        )  # fmt: skip
+        expert = steer._expert_at(env, s, 0.11)
+        assert expert is not None
+        r = steer._run_reference(env, expert, s, 0.11, "expert at setpoint", lambda *_: None)
+    finally:
+        env.close()
+    summary = r["summary"]
+    assert summary["successes"] == 3
+    # it sinks from the 0.15 m start to 0.11 m: the transient is in the whole-episode RMSE only
+    assert summary["rmse_steady"] < 0.005 < summary["rmse"]
+    assert abs(summary["mean_concept"] - 0.11) < 0.01
+    assert all(np.isnan(e["measured"][-1]) for e in r["episodes"])  # over the target
+    with pytest.raises(ConfigError, match="tracks concept 'height'.*vary 'speed'"):
+        steer.steer_experiment(Path("unused"), SteerExperimentConfig(), s)
 
 
 def test_rescore_adds_the_steady_state_rmse_from_the_saved_traces(tmp_path: Path) -> None:
     eps = _episodes(3, 1000, 0.06, True)
     for e in eps:  # rises from rest over 4 samples (0.2 s at 20 Hz), then 0.01 above the setpoint
-        e["speed"] = [0.0, 0.02, 0.04, 0.05] + [0.07] * 6
+        e["measured"] = [0.0, 0.02, 0.04, 0.05] + [0.07] * 6
     old_summary = summarize(eps)
     assert math.isnan(old_summary["rmse_steady"])  # a run from before the steady-state figure
     report = {
@@ -515,5 +543,5 @@ def test_rescore_adds_the_expert_reference_row_before_its_setpoints_rows(tmp_pat
     assert [r["controller"] for r in new["rows"]] == ["expert at setpoint", "none"]
     assert list(new["traces"]) == ["expert at setpoint", "none"]  # plots pair them by position
     ref = new["rows"][0]
-    assert ref["reference"] and ref["successes"] == 1 and abs(ref["mean_speed"] - 0.1) < 0.02
+    assert ref["reference"] and ref["successes"] == 1 and abs(ref["mean_concept"] - 0.1) < 0.02
     assert [r["controller"] for r in again["rows"]] == ["expert at setpoint", "none"]  # once

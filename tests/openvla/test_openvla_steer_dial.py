@@ -71,6 +71,12 @@ def test_prompts_name_the_speed_as_asked_and_strip_back() -> None:
         speed_prompt("x", 0.1, "fast", rng)
     with pytest.raises(ConfigError, match="paired needs prompts"):
         extreme_prompts("none")
+    # the height concept's words: the same scale, the same stripping
+    assert continuum_word(0.15, (0.03, 0.15), "height") == "at height 9"
+    prompt = speed_prompt("reach the red cube", 0.03, "continuum", (0.03, 0.15), "height")
+    assert prompt == "reach the red cube at height 1"
+    assert base_instruction(prompt) == "reach the red cube"
+    assert extreme_prompts("continuum", "height") == ("at height 9", "at height 1")
 
 
 def test_contrast_takes_thirds_of_episodes_not_of_steps() -> None:
@@ -105,24 +111,28 @@ def test_ridge_probe_recovers_a_planted_direction() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _graded_steps(labels: str) -> DemonstrationSteps:
+def _graded_steps(labels: str, concept: str = "speed") -> DemonstrationSteps:
     rng = np.random.default_rng(0)
     speeds = np.linspace(0.05, 0.24, 6)
     n = 4
     images = rng.integers(0, 255, size=(len(speeds) * n, 32, 32, 3), dtype=np.uint8)
-    prompts = [speed_prompt("reach the red cube", v, labels, (0.04, 0.25)) for v in speeds]
+    prompts = [speed_prompt("reach the red cube", v, labels, (0.04, 0.25), concept) for v in speeds]
     instructions = [p for p in prompts for _ in range(n)]
     actions = rng.uniform(-0.2, 0.2, size=(len(images), 7)).astype(np.float32)
     return DemonstrationSteps(
         images, instructions, actions, np.repeat(np.arange(len(speeds)), n),
-        np.repeat(speeds, n), {"speed_labels": labels},
+        np.repeat(speeds, n), {"speed_labels": labels, "concept": concept},
     )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def graded_vla() -> tuple[Any, Any]:
-    words = [speed_prompt("reach the red cube", v, "continuum", (0.04, 0.25)) for v in
-             np.linspace(0.04, 0.25, 9)] + ["reach the red cube quickly slowly"]  # fmt: skip
+    words = [
+        speed_prompt("reach the red cube", v, "continuum", (0.04, 0.25), c)
+        for v in np.linspace(0.04, 0.25, 9)
+        for c in ("speed", "height")
+    ]
+    words += ["reach the red cube quickly slowly"]  # fmt: skip
     actions = np.random.default_rng(1).uniform(-0.2, 0.2, size=(64, 7))
     model, proc = build_tiny_vla(words, actions, "toy", seed=0, image_size=32)
     return model.eval(), proc
@@ -280,6 +290,29 @@ def test_experiment_runs_a_dial_checkpoint_with_its_preset(
         SteerExperimentConfig(preset="tf")
 
 
+def test_a_height_direction_pairs_the_height_words_and_names_its_concept(
+    graded_vla: tuple[Any, Any],
+) -> None:
+    """The same extraction on demonstrations that vary the height: the pair is "at height 9"
+    minus "at height 1" on the same frames, and every method names the concept ee_height."""
+    model, proc = graded_vla
+    steps = _graded_steps("continuum", "height")
+    paired = extract_direction(model, proc, steps, "paired", 1, "last", "toy", max_steps=48)
+    idx = np.arange(len(steps))
+    hi, lo = (
+        _activations(model, proc, steps, idx, 1, "last", "toy", [f"reach the red cube {w}"] * 24)
+        for w in ("at height 9", "at height 1")
+    )
+    torch.testing.assert_close(paired.vector, (hi - lo).mean(0), rtol=1e-4, atol=1e-5)
+    assert paired.meta["pair"] == ["at height 9", "at height 1"]
+    for method in ("mean_difference", "paired", "probe"):
+        d = extract_direction(model, proc, steps, method, 1, "last", "toy")
+        assert d.concept == "ee_height" and "height" in d.meta.get("contrast", "height")
+    word = extract_direction(model, proc, steps, "paired", 1, "word", "toy")
+    # the number's position: where the speed's number sits in "at speed k" too
+    assert word.position == word_position(proc, "reach the red cube", "at speed 9", "at speed 1")
+
+
 def test_paired_needs_named_speeds_and_unknown_methods_are_refused(
     graded_vla: tuple[Any, Any],
 ) -> None:
@@ -296,7 +329,7 @@ def test_paired_needs_named_speeds_and_unknown_methods_are_refused(
 
 
 def _point(alpha: float, speed: float, success: float, half: float = 0.002) -> dict[str, Any]:
-    return {"alpha": alpha, "mean_speed": speed, "speed_ci": [speed - half, speed + half],
+    return {"alpha": alpha, "mean_concept": speed, "concept_ci": [speed - half, speed + half],
             "success_rate": success}  # fmt: skip
 
 
@@ -305,7 +338,7 @@ def test_check_dial_monotone_span_and_working_range() -> None:
     dial = [_point(a, base * (1 + 0.3 * a), 1.0) for a in (-2, -1.5, -1, -0.5, 0, 0.5, 1, 1.5, 2)]
     v = check_dial(dial)
     assert v["is_dial"] and v["monotone"] and v["spans_target"] and v["direction"] == 1.0
-    assert v["working_range"] == [-2, 2] and v["speed_ratio_range"] == pytest.approx([0.4, 1.6])
+    assert v["working_range"] == [-2, 2] and v["ratio_range"] == pytest.approx([0.4, 1.6])
 
     cliff = [dict(p) for p in dial]  # success lost beyond |alpha| 1: the range shrinks
     for p in cliff:
@@ -315,11 +348,13 @@ def test_check_dial_monotone_span_and_working_range() -> None:
     assert v["working_range"] == [-1, 1] and not v["spans_target"] and not v["is_dial"]
 
     bumpy = [dict(p) for p in dial]
-    bumpy[5]["mean_speed"] = bumpy[4]["mean_speed"] - 0.01  # a reversal far outside the noise
+    bumpy[5]["mean_concept"] = bumpy[4]["mean_concept"] - 0.01  # a reversal far outside the noise
     v = check_dial(bumpy)
     assert not v["monotone"] and v["reversals"] == [[0, 0.5]]
     noisy = [dict(p) for p in dial]
-    noisy[5]["mean_speed"] = noisy[4]["mean_speed"] - 0.001  # inside the interval: flat, not back
+    noisy[5]["mean_concept"] = (
+        noisy[4]["mean_concept"] - 0.001
+    )  # inside the interval: flat, not back
     assert check_dial(noisy)["monotone"]
 
     flat = [_point(a, base, 1.0) for a in (-1, 0, 1)]
@@ -362,9 +397,9 @@ def test_dial_settings_need_the_unsteered_point_and_disjoint_seeds() -> None:
 
 def test_best_fixed_takes_success_as_a_constraint() -> None:
     sweep = [
-        {"alpha": 0.0, "summary": {"mean_speed": 0.10, "success_rate": 1.0}},
-        {"alpha": -1.0, "summary": {"mean_speed": 0.07, "success_rate": 0.95}},
-        {"alpha": -2.0, "summary": {"mean_speed": 0.06, "success_rate": 0.2}},  # stalls the arm
+        {"alpha": 0.0, "summary": {"mean_concept": 0.10, "success_rate": 1.0}},
+        {"alpha": -1.0, "summary": {"mean_concept": 0.07, "success_rate": 0.95}},
+        {"alpha": -2.0, "summary": {"mean_concept": 0.06, "success_rate": 0.2}},  # stalls the arm
     ]
     assert best_fixed(sweep, 0.06) == -2.0  # the earlier rule: closest speed, success ignored
     assert best_fixed(sweep, 0.06, min_success=0.9) == -1.0
@@ -411,6 +446,33 @@ def test_graded_demonstrations_vary_speed_continuously_per_episode() -> None:
     assert steps.meta["speed_labels"] == "continuum"
 
 
+def test_graded_height_demonstrations_cruise_at_their_named_height() -> None:
+    """The height concept's data: one hover height per episode drawn from the range, the
+    concept its cruise height above the table, the prompt "at height k" by ninths of the range,
+    the start behind the cubes; adverbs (speed classes) are refused for it."""
+    from embodied.apps.lab.steer import GRASP_Z_M, concept_reset
+
+    env, reset, targets = steer_env("mujoco:arm_reach", 32, "jittered", 0.01)
+    reset |= concept_reset("height")
+    steps = collect_graded_demonstrations(
+        env, 4, "continuum", (0.04, 0.25), 0, reset, targets, concept="height",
+        height_range=(0.03, 0.15), height_speed=0.1,
+    )  # fmt: skip
+    heights = [float(steps.concept[steps.episode == e][0]) for e in range(4)]
+    assert len(set(heights)) == 4 and all(
+        GRASP_Z_M + 0.03 <= h <= GRASP_Z_M + 0.15 for h in heights
+    )
+    for e, h in enumerate(heights):
+        prompts = {steps.instructions[i] for i in np.flatnonzero(steps.episode == e)}
+        word = continuum_word(h - GRASP_Z_M, (0.03, 0.15), "height")
+        assert prompts == {f"{base_instruction(next(iter(prompts)))} {word}"}
+    assert steps.meta["concept"] == "height" and steps.meta["height_range"] == [0.03, 0.15]
+    with pytest.raises(ConfigError, match="adverbs name speeds only"):
+        collect_graded_demonstrations(env, 1, "adverbs", concept="height")
+    with pytest.raises(ConfigError, match="speed_labels adverbs"):
+        SteerExperimentConfig(concept="height")
+
+
 def test_steer_dial_command_writes_the_dose_response(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
@@ -432,7 +494,38 @@ def test_steer_dial_command_writes_the_dose_response(tmp_path: Path) -> None:
         assert (out / f"speed_{method}.safetensors").exists()
     assert report["seeds"] == {"demonstrations": [0, 4], "tuning": [5000, 5002]}
     assert (out / "dial.png").stat().st_size > 0 and "| probe |" in (out / "dial.md").read_text()
-    assert math.isfinite(report["methods"]["probe"]["points"][1]["mean_speed"])
+    assert math.isfinite(report["methods"]["probe"]["points"][1]["mean_concept"])
+
+
+def test_steer_dial_command_on_the_height_concept(tmp_path: Path) -> None:
+    """``--concept height``: the demonstrations vary the cruise height ("at height k"), the
+    directions are saved as height_<method>, and the dose-response is in m (the fingertip's
+    height while it is away from the target)."""
+    from typer.testing import CliRunner
+
+    from embodied.apps.cli import app
+
+    out = tmp_path / "dial"
+    argv = ["lab", "steer", "dial", "--out", str(out), "--demonstrations", "4", "--train-steps", "2",
+            "--episodes", "2", "--alphas", "-1,0,1", "--methods", "paired,probe",
+            "--image-size", "32", "--llm-layers", "2", "--concept", "height",
+            "--speed-labels", "continuum", "--layout", "jittered", "--jitter", "0.01",
+            "--height-range", "0.04,0.12"]  # fmt: skip
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "dial.json").read_text())
+    assert report["concept"] == "height" and report["height_range"] == [0.04, 0.12]
+    for method in ("paired", "probe"):
+        r = report["methods"][method]
+        assert r["direction"]["meta"]["concept"] == "height"
+        assert (out / f"height_{method}.safetensors").exists()
+        heights = [p["mean_concept"] for p in r["points"] if math.isfinite(p["mean_concept"])]
+        assert heights and all(0.0 < h < 0.3 for h in heights)  # m above the table
+    assert report["methods"]["paired"]["direction"]["meta"]["pair"] == [
+        "at height 9",
+        "at height 1",
+    ]
+    assert "mean height m" in (out / "dial.md").read_text()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -619,9 +712,9 @@ def test_pid_on_the_word_direction_cuts_the_tracking_error_of_a_tiny_vla(tmp_pat
         sweep: list[dict[str, Any]] = []
         for alpha in (-0.25, 0.0, 0.25):
             _, y = run(make_controller("fixed", value=alpha), 0.1)
-            sweep.append({"alpha": alpha, "summary": {"mean_speed": float(np.mean(y[10:])),
+            sweep.append({"alpha": alpha, "summary": {"mean_concept": float(np.mean(y[10:])),
                                                       "success_rate": 1.0}})  # fmt: skip
-        speeds_swept = [p["summary"]["mean_speed"] for p in sweep]
+        speeds_swept = [p["summary"]["mean_concept"] for p in sweep]
         assert speeds_swept == sorted(speeds_swept) and speeds_swept[2] > speeds_swept[0] + 0.03
         settings = ExperimentSettings(alpha_limit=1.0, sweep_alphas=(-0.25, 0.0, 0.25),
                                       haeon_coefs=())  # fmt: skip
@@ -634,3 +727,78 @@ def test_pid_on_the_word_direction_cuts_the_tracking_error_of_a_tiny_vla(tmp_pat
             pid, y = run(make_controller("pid", **gains), setpoint)
             assert pid < 0.5 * none, (setpoint, pid, none)
             assert abs(float(np.mean(y[10:])) - setpoint) < 0.2 * setpoint
+
+
+def test_pid_on_the_height_word_direction_holds_a_tiny_vla_at_a_height(tmp_path: Path) -> None:
+    """The height concept's closed loop on a real (tiny) OpenVLA in the real arm_reach physics:
+    a model trained so that "at height k" climbs at 0.03 (k - 5) m/s while moving sideways, its
+    paired direction at the height number, and a proportional-integral controller on the
+    measured fingertip height (away from the target) driving the steering hook. The arm's height
+    integrates the commanded climb, so the gains are the IMC ones of an integrating plant
+    (kp = 1 / (G lam), G the climb rate per unit alpha measured open loop). Unsteered ("at height
+    5") the arm holds its start height; steered it settles at setpoints below and above it.
+    """
+    from controllers import make as make_controller
+    from controllers.analysis import steady_state_rmse
+    from embodied.apps.lab.steer import concept_reset
+    from embodied.apps.training.training_vla import train_tiny_on_env
+    from embodied.concepts import make_concept
+    from embodied.loop import Steering
+    from policies.openvla.policy_openvla import OpenVLAPolicy
+    from policies.openvla.processor_openvla import OpenVLAProcessor
+
+    env, reset, _ = steer_env("mujoco:arm_reach", 32, "fixed")
+    reset |= concept_reset("height")  # behind the cubes: moving sideways stays far from them
+    start = rollout(env, policies.load("expert", env=env, speed=0.1), seed=0,
+                    reset_options=reset, max_steps=8)  # fmt: skip
+    frames = start.observations["image.front"]
+    climbs = 0.03 * (np.arange(1, 10) - 5)  # "at height 1" .. "at height 9": -0.12 .. 0.12 m/s
+    actions = np.zeros((9 * len(frames), 4), np.float32)
+    actions[:, 1], actions[:, 2] = 0.05, np.repeat(climbs, len(frames))
+    actions[:, 3] = -1.0
+    steps = DemonstrationSteps(
+        np.concatenate([frames] * 9),
+        [f"reach the red cube at height {k}" for k in CONTINUUM_WORDS for _ in frames],
+        actions, np.repeat(np.arange(9), len(frames)), np.repeat(climbs, len(frames)),
+        {"camera": "image.front", "speed_labels": "continuum", "concept": "height"},
+    )  # fmt: skip
+    # lr 3e-3 (the speed test's) leaves this vocabulary's model on two classes at 150 steps
+    bc = BCSettings(steps=300, batch_size=16, lr=2e-3, log_every=50, ordinal_words=CONTINUUM_WORDS)
+    model, proc, _, _ = train_tiny_on_env(
+        env, tmp_path / "vla", 0, bc, reset, demonstrations=steps, text={"num_hidden_layers": 2}
+    )
+    proc = OpenVLAProcessor(proc.config, proc.tokenizer, "as_trained")
+    model.eval()
+
+    def run(controller: Any, setpoint: float) -> tuple[float, np.ndarray]:
+        steering = Steering(make_concept("ee_height", cruise_radius_m=0.05), controller,
+                            knob="alpha", setpoint=setpoint)  # fmt: skip
+        policy.reset_knobs()
+        ep = rollout(env, policy, steering=steering, seed=10_000, reset_options=reset,
+                     max_steps=40, record_images=False)  # fmt: skip
+        y = ep.measurements
+        return steady_state_rmse(y, np.full(len(y), setpoint), env.control_rate_hz, 0.75), y
+
+    with torch.no_grad():
+        direction = extract_direction(model, proc, steps, "paired", 0, "word", site="input")
+        assert direction.concept == "ee_height"
+        policy = OpenVLAPolicy(
+            model, proc, intervention=direction, alpha_limit=1.0, preset="as_trained",
+            source="tiny", instruction_suffix="at height 5",
+        )  # fmt: skip
+        rates = []
+        for alpha in (-0.25, 0.25):  # open loop: the climb rate each alpha commands
+            _, y = run(make_controller("fixed", value=alpha), 0.15)
+            rates.append(float(np.polyfit(np.arange(5, 20) / env.control_rate_hz, y[5:20], 1)[0]))
+        gain = (rates[1] - rates[0]) / 0.5  # m/s per unit alpha
+        assert gain > 0.05, rates
+        _, held = run(None, 0.15)
+        assert abs(held[-1] - held[0]) < 0.02  # unsteered, "at height 5" holds the height
+        lam = 0.25  # s: the closed loop's time constant
+        gains = {"kp": 1.0 / (gain * lam), "ki": 0.5 / (gain * lam * lam), "kd": 0.0,
+                 "output_min": -1.0, "output_max": 1.0, "anti_windup": "back_calculation"}  # fmt: skip
+        for setpoint in (float(held[0]) - 0.03, float(held[0]) + 0.03):
+            none, _ = run(None, setpoint)
+            pid, y = run(make_controller("pid", **gains), setpoint)
+            assert pid < 0.5 * none, (setpoint, pid, none)
+            assert abs(float(np.mean(y[20:])) - setpoint) < 0.01, (setpoint, y[20:])

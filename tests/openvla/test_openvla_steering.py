@@ -221,7 +221,7 @@ def test_dial_leaves_no_hook_and_every_method_shares_the_unsteered_point(
     def fake_run(env, policy, controller, *args, **kwargs):  # type: ignore[no-untyped-def]
         seen.append(len(model.__dict__.get("_steering_hooks", [])))
         policy.set_knob("alpha", 2.0)  # leave the knob where the last alpha of a sweep does
-        return {"episodes": [{"success": True, "mean_speed": 0.1, "scene": 0}]}
+        return {"episodes": [{"success": True, "mean_concept": 0.1, "scene": 0}]}
 
     monkeypatch.setattr(lab_steer, "run_episodes", fake_run)
     monkeypatch.setattr(lab_steer, "extract_direction", lambda m, *a, **k: _direction(m))

@@ -162,6 +162,45 @@ def test_arm_reach_jitter_moves_each_placed_cube_per_seed_within_bounds() -> Non
         TinyVLAConfig(jitter=0.2)
 
 
+def test_arm_reach_level_expert_cruises_at_its_drawn_hover_height_from_a_set_start() -> None:
+    """The height concept's data: from the ``start`` reset option (behind the cubes) the
+    ``level`` expert climbs or sinks to the hover height it drew and flies level there, measured
+    away from the target; it still reaches the cube. Bad starts and ranges are refused."""
+    from embodied.apps.training.training_vla import steer_env
+    from embodied.concepts import make_concept
+    from embodied.loop import Steering
+    from sim.mujoco.arm_reach import CUBE_HALF_M, TARGET_ABOVE_TOP_M
+
+    env, reset, targets = steer_env("mujoco:arm_reach", 32, "jittered", 0.01)
+    reset["start"] = [0.14, 0.0, 0.15]
+    expert = policies.load("expert", env=env, speed=0.1, approach="level",
+                           hover_range=(0.03, 0.15))  # fmt: skip
+    _obs, info = env.reset(seed=0, options=reset)
+    assert np.allclose(info["ee_pos"], [0.14, 0.0, 0.15], atol=2e-3)  # the start, not home
+    steering = Steering(make_concept("ee_height", cruise_radius_m=0.05), None, knob="alpha",
+                        setpoint=0.1)  # fmt: skip
+    drawn = []
+    for k, target in enumerate(targets):
+        ep = rollout(env, expert, seed=k, reset_options={**reset, "target": target},
+                     steering=steering, record_images=False)  # fmt: skip
+        assert ep.success
+        assert expert.hover_z == pytest.approx(
+            2 * CUBE_HALF_M + TARGET_ABOVE_TOP_M + expert.current_hover
+        )
+        y = np.asarray(ep.measurements)
+        cruise = y[np.isfinite(y)][-5:]  # the last cruise steps, before the descent
+        assert np.abs(cruise - expert.hover_z).max() < 0.004, (target, cruise, expert.hover_z)
+        assert np.isnan(y[-3:]).all()  # over the target the height is not measured
+        drawn.append(expert.current_hover)
+    assert all(0.03 <= h <= 0.15 for h in drawn) and len(set(drawn)) == len(drawn)
+    for bad in ([0.14, 0.0], [0.9, 0.0, 0.15], [0.14, 0.0, "x"]):
+        with pytest.raises(ConfigError, match="start=") as exc:
+            env.reset(seed=0, options={**reset, "start": bad})
+        assert exc.value.fix
+    with pytest.raises(ConfigError, match="hover_range"):
+        policies.load("expert", env=env, hover_range=(0.1, 0.5))
+
+
 def _drive_to(
     env: Env, info: dict[str, Any], point: np.ndarray, max_steps: int = 100
 ) -> list[tuple[bool, dict[str, Any]]]:

@@ -23,6 +23,20 @@ POSITIONS = ("last", "text", "action", "word")
 SITES = ("output", "input")
 """Where a direction is added: a decoder layer's output or its input. The component's own
 ``policies.openvla.steering.STEERING_SITES`` (which needs torch) is held equal by a test."""
+STEER_CONCEPTS = ("speed", "height")
+"""What graded demonstrations vary and the controllers track: the end-effector's cruise speed
+(m/s) or its cruise height above the table (m)."""
+CONCEPT_UNITS = {"speed": "m/s", "height": "m"}
+"""Units of each concept's measure."""
+HEIGHT_START_M = (0.33, -0.28, 0.15)
+"""Fingertip start (x, y, z) in m of the height concept's episodes: beside the cubes, so every
+target is 0.15 m or more away horizontally and each episode has a level cruise to measure (from
+the home pose, above the middle of the table, a cube can lie right below the fingertip), and
+the arm crosses the front camera's view rather than coming at it (from behind the cubes the
+tiny VLA misjudged where to descend: depth is what one front view shows worst)."""
+HEIGHT_CRUISE_RADIUS_M = 0.05
+"""The height is measured while the fingertip is farther than this horizontally from the
+target: nearer, the ``level`` expert (``cone_radius``) descends onto it."""
 ARM_TAU_S = 0.2
 """Time constant (s) of the arm_reach arm's speed response to the knob: the PID's IMC gains
 assume it and its reference filter defaults to it."""
@@ -78,6 +92,13 @@ class SteerExperimentConfig(TinyVLAConfig):
         speed_embedding: Tiny model under continuum labels: free (each "at speed k" number its
             own token embedding) or line (the nine numbers' embeddings tied to one line, evenly
             spaced: ``BCSettings.ordinal_words``; ours).
+        concept: What the graded demonstrations vary (``speed_labels`` none or continuum):
+            speed (cruise speed drawn from ``speed_range``) or height (cruise height: the
+            ``level`` expert at ``height_speed`` with a hover height above the target drawn
+            from ``height_range``, from a start behind the cubes; labels "at height k"; ours).
+        height_range: Height concept: hover heights (min, max) above the target's grasp point
+            in m (the cruise heights above the table are 0.048 m higher).
+        height_speed: Height concept: the demonstrations' cruise speed (m/s).
     """
 
     model: str | None = None
@@ -107,6 +128,9 @@ class SteerExperimentConfig(TinyVLAConfig):
     method: str = "mean_difference"
     instruction_suffix: str = ""
     speed_embedding: str = checked("free", choices=("free", "line"), fix="use free or line")
+    concept: str = checked("speed", choices=STEER_CONCEPTS, fix="use speed or height")
+    height_range: tuple[float, float] = (0.03, 0.15)
+    height_speed: float = checked(0.1, gt=0, le=0.3, fix="use e.g. 0.1 (m/s)")
 
     rules: ClassVar[tuple[Rule, ...]] = (
         *TinyVLAConfig.rules,
@@ -115,6 +139,18 @@ class SteerExperimentConfig(TinyVLAConfig):
             lambda c: c.speed_embedding == "free" or c.speed_labels == "continuum",
             "ties the numbers of 'at speed k' to a line, but speed_labels is {speed_labels!r}",
             "add --speed-labels continuum, or use --speed-embedding free",
+        ),
+        Rule(
+            "concept",
+            lambda c: c.concept == "speed" or c.speed_labels != "adverbs",
+            "varies the height, but speed_labels adverbs names three speed classes",
+            "add --speed-labels continuum (or none)",
+        ),
+        Rule(
+            "height_range",
+            lambda c: 0 < c.height_range[0] < c.height_range[1] <= 0.2,
+            "is not (min, max) heights in m within (0, 0.2]",
+            "use e.g. --height-range 0.03,0.15",
         ),
     )
 
@@ -156,6 +192,10 @@ class ExperimentSettings:
             every setpoint, as PID's feedforward does); off: error, integral, derivative, last
             command and progress only (the earlier controller, which must find each
             setpoint's command by feedback alone).
+        concept: What is measured and tracked: speed (end-effector speed, m/s, EMA-filtered
+            by ``concept_tau_s``) or height (fingertip height above the table, m, measured
+            while the fingertip is farther than ``HEIGHT_CRUISE_RADIUS_M`` horizontally from
+            the target; setpoints, RMSE and the sweep are then in m).
         concept_tau_s: EMA time constant of the speed measurement (s).
         band: Settling band as a fraction of the setpoint step.
         reset_options: Inner-env reset options (e.g. a fixed cube layout).
@@ -182,8 +222,11 @@ class ExperimentSettings:
         steady_transient_s: The steady-state RMSE beside the whole-episode one leaves out this
             long after the start (from rest) and after each setpoint change (s).
         expert_reference: Add a reference row per setpoint: the env's scripted expert driven at
-            exactly the setpoint speed, unsteered (the RMSE no controller of the VLA can be
-            expected to beat: the arm still rises from rest and the filter still lags).
+            exactly the setpoint (speed, or cruise height), unsteered (the RMSE no controller
+            of the VLA can be expected to beat: the arm still rises from rest and the filter
+            still lags).
+        reference_expert: The reference expert's other kwargs (``steer_experiment`` sets them
+            to the demonstrations' expert: height: ``approach`` level at ``height_speed``).
         min_success_ratio: The best fixed alpha* (and Häon constant) must keep this fraction of
             the unsteered success on the tuning seeds (the sweep's alpha = 0 point); 0: the
             closest mean speed regardless of success (the earlier rule).
@@ -207,6 +250,7 @@ class ExperimentSettings:
     rl_seed: int = 1_000_000
     rl_controller: Path | None = None
     rl_observe_setpoint: bool = True
+    concept: str = checked("speed", choices=STEER_CONCEPTS, fix="use speed or height")
     concept_tau_s: float = 0.1
     band: float = 0.1
     reset_options: dict[str, Any] = field(default_factory=dict)
@@ -228,6 +272,7 @@ class ExperimentSettings:
     pid_reference_tau_s: float = checked(ARM_TAU_S, ge=0, fix="use e.g. 0.2 (s), or 0 for none")
     steady_transient_s: float = checked(0.5, ge=0, fix="use e.g. 0.5 (s)")
     expert_reference: bool = True
+    reference_expert: dict[str, Any] = field(default_factory=dict)
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(

@@ -43,6 +43,9 @@ from controllers.rl import RLController, RLControllerConfig, SteeringEnv
 from controllers.rl.training_rl import CONTROLLER_PPO, RLTrainSettings, train_rl_controller
 from embodied.apps.lab.config_steer import (
     ARM_TAU_S,
+    CONCEPT_UNITS,
+    HEIGHT_CRUISE_RADIUS_M,
+    HEIGHT_START_M,
     DialSettings,
     ExperimentSettings,
     SteerExperimentConfig,
@@ -67,7 +70,7 @@ from embodied.apps.training.training_vla import (
     train_tiny_on_env,
 )
 from embodied.concepts import make_concept
-from embodied.contracts import Controller, Env, Policy
+from embodied.contracts import Concept, Controller, Env, Policy
 from embodied.datasets import Dataset
 from embodied.errors import ConfigError
 from embodied.io import write_json, write_text
@@ -93,6 +96,11 @@ from policies.openvla.steering import (
     select_value_vector_neurons,
 )
 from policies.openvla.training_openvla import BCSettings, DemonstrationSteps
+from sim.mujoco.arm_reach import CUBE_HALF_M, TARGET_ABOVE_TOP_M
+
+GRASP_Z_M = 2 * CUBE_HALF_M + TARGET_ABOVE_TOP_M
+"""Height (m) of an arm_reach cube's grasp point above the table: the height expert's hover
+heights are above it, its cruise heights (the measure) above the table."""
 
 
 def check_disjoint_seeds(ranges: dict[str, tuple[int, int]]) -> None:
@@ -292,6 +300,31 @@ def extract_intervention(
 # ---------------------------------------------------------------------------------------------
 
 
+def measure(settings: ExperimentSettings) -> Concept:
+    """The concept signal of ``settings.concept``: the EMA-filtered end-effector speed (m/s)
+    or the fingertip height (m) away from the target (NaN within ``HEIGHT_CRUISE_RADIUS_M``)."""
+    if settings.concept == "height":
+        return make_concept("ee_height", cruise_radius_m=HEIGHT_CRUISE_RADIUS_M)
+    return make_concept("ee_speed", filter_tau_s=settings.concept_tau_s)
+
+
+def concept_reset(concept: str) -> dict[str, Any]:
+    """Reset options a concept's episodes add to the layout's (height: the start behind the
+    cubes, :data:`HEIGHT_START_M`)."""
+    return {"start": list(HEIGHT_START_M)} if concept == "height" else {}
+
+
+def graded_kwargs(cfg: SteerExperimentConfig) -> dict[str, Any]:
+    """:func:`collect_graded_demonstrations`' keyword arguments from ``cfg`` beyond the labels,
+    range and seeds."""
+    return {
+        "unnamed_fraction": cfg.unnamed_fraction,
+        "concept": cfg.concept,
+        "height_range": cfg.height_range,
+        "height_speed": cfg.height_speed,
+    }
+
+
 def run_episodes(
     env: Env,
     policy: Policy,
@@ -309,7 +342,7 @@ def run_episodes(
     change; step-response figures are then not computed.
     """
     first = settings.seed if first_seed is None else int(first_seed)
-    concept = make_concept("ee_speed", filter_tau_s=settings.concept_tau_s)
+    concept = measure(settings)
     steering = Steering(
         concept, controller, knob="alpha",
         setpoint=settings.setpoint if setpoint is None else setpoint,
@@ -337,8 +370,8 @@ def run_episodes(
             "rmse_steady": steady_state_rmse(
                 y, ep.setpoints, env.control_rate_hz, settings.steady_transient_s
             ),
-            "mean_speed": float(np.nanmean(y[1:])) if len(y) > 1 else math.nan,
-            "speed": y.tolist(),
+            "mean_concept": float(np.nanmean(y[1:])) if len(y) > 1 else math.nan,
+            "measured": y.tolist(),
             "setpoints": np.asarray(ep.setpoints, dtype=np.float64).tolist(),
             "alpha": ep.knobs["alpha"][:, 0].tolist() if "alpha" in ep.knobs else [0.0] * len(ep),
         }
@@ -351,10 +384,11 @@ def run_episodes(
             row["overshoot_pct"], row["settling_time_s"] = math.nan, math.nan
         episodes.append(row)
     summary = summarize(episodes)
+    u = CONCEPT_UNITS[settings.concept]
     log(
         f"{label:>14s}: success {summary['success_rate']:.2f} "
         f"[{summary['success_ci'][0]:.2f}, {summary['success_ci'][1]:.2f}]  "
-        f"rmse {summary['rmse']:.4f} m/s  speed {summary['mean_speed']:.3f} m/s  "
+        f"rmse {summary['rmse']:.4f} {u}  {settings.concept} {summary['mean_concept']:.3f} {u}  "
         f"overshoot {summary['overshoot_pct']:.1f} %  settle {summary['settling_time_s']:.2f} s "
         f"({summary['settled_fraction']:.2f} settled)"
     )
@@ -391,7 +425,7 @@ def summarize(episodes: list[dict[str, Any]]) -> dict[str, Any]:
         "rmse_ci": interval("rmse"),
         "rmse_steady": mean("rmse_steady"),
         "rmse_steady_ci": interval("rmse_steady"),
-        "mean_speed": mean("mean_speed"),
+        "mean_concept": mean("mean_concept"),
         "overshoot_pct": mean("overshoot_pct"),
         "settling_time_s": mean("settling_time_s"),
         "settled_fraction": len(settled) / len(episodes),
@@ -416,7 +450,7 @@ def best_fixed(
     Raises:
         ConfigError: No sweep point has a finite mean speed.
     """
-    finite = [r for r in sweep if np.isfinite(r["summary"]["mean_speed"])]
+    finite = [r for r in sweep if np.isfinite(r["summary"]["mean_concept"])]
     if not finite:
         raise ConfigError(
             f"no tuning sweep point to choose the best fixed {key} from",
@@ -428,7 +462,7 @@ def best_fixed(
             top = max(r["summary"].get("success_rate", 0.0) for r in finite)
             kept = [r for r in finite if r["summary"].get("success_rate", 0.0) == top]
         finite = kept
-    pts = [(abs(r["summary"]["mean_speed"] - setpoint), abs(r[key]), r[key]) for r in finite]
+    pts = [(abs(r["summary"]["mean_concept"] - setpoint), abs(r[key]), r[key]) for r in finite]
     return float(min(pts)[2])
 
 
@@ -437,7 +471,7 @@ def working_range(sweep: list[dict[str, Any]], min_success: float | None) -> lis
     (all points when ``min_success`` is None), sorted by alpha; empty without an alpha = 0 point
     that keeps it."""
     pts = sorted(
-        (r for r in sweep if np.isfinite(r["summary"]["mean_speed"])), key=lambda r: r["alpha"]
+        (r for r in sweep if np.isfinite(r["summary"]["mean_concept"])), key=lambda r: r["alpha"]
     )
     if min_success is None:
         return pts
@@ -489,9 +523,9 @@ def pid_from_sweep(
     else:
         rows = [r for r in sweep if abs(r["alpha"]) <= settings.alpha_limit / 2]
     pts = sorted(
-        (r["alpha"], r["summary"]["mean_speed"])
+        (r["alpha"], r["summary"]["mean_concept"])
         for r in rows
-        if np.isfinite(r["summary"]["mean_speed"])
+        if np.isfinite(r["summary"]["mean_concept"])
     )
     gain, offset = math.nan, math.nan
     if len(pts) >= 2:
@@ -582,7 +616,7 @@ def train_rl(
     senv = SeededSteeringEnv(
         env,
         policy,
-        make_concept("ee_speed", filter_tau_s=settings.concept_tau_s),
+        measure(settings),
         cfg,
         reset_options=settings.reset_options or None,
         seeds=settings.seed_ranges()["rl_training"],
@@ -860,11 +894,18 @@ def _table_row(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _expert_at(env: Env, speed: float) -> Policy | None:
-    """The env's scripted expert driving at ``speed`` (m/s), or None when the env has none."""
+def _expert_at(env: Env, settings: ExperimentSettings, sp: float) -> Policy | None:
+    """The env's scripted expert driving at setpoint ``sp`` (speed: its cruise speed, m/s;
+    height: its cruise height, m, with ``settings.reference_expert``'s other kwargs), or None
+    when the env has none."""
     if not callable(getattr(getattr(env, "unwrapped", env), "expert", None)):
         return None
-    return policies.load("expert", env=env, speed=speed)
+    if settings.concept == "height":
+        hover = sp - GRASP_Z_M  # the expert's hover height is above the target's grasp point
+        return policies.load(
+            "expert", env=env, **{**settings.reference_expert, "hover_range": (hover, hover)}
+        )
+    return policies.load("expert", env=env, **{**settings.reference_expert, "speed": sp})
 
 
 def _run_reference(
@@ -888,7 +929,7 @@ def _reference_row(
 ) -> dict[str, Any] | None:
     """The reference row of setpoint ``sp`` (label prefixed by ``tag``), or None when the
     settings ask for none or the env has no scripted expert."""
-    expert = _expert_at(env, sp) if settings.expert_reference else None
+    expert = _expert_at(env, settings, sp) if settings.expert_reference else None
     if expert is None:
         return None
     return _run_reference(env, expert, settings, sp, f"{tag}expert at setpoint", log)
@@ -925,8 +966,11 @@ def rescore(
     for label, episodes in out["traces"].items():
         sp = rows[label].get("setpoint", settings.setpoint)
         for e in episodes:
+            for old, new in (("speed", "measured"), ("mean_speed", "mean_concept")):
+                if old in e:  # a run from before the height concept named them by speed
+                    e[new] = e.pop(old)
             e["rmse_steady"] = steady_state_rmse(
-                e["speed"], e.get("setpoints", [sp] * len(e["speed"])), rate_hz, transient_s
+                e["measured"], e.get("setpoints", [sp] * len(e["measured"])), rate_hz, transient_s
             )
         rows[label].update(summarize(episodes))
     if env is not None and not any(r.get("reference") for r in out["rows"]):
@@ -993,9 +1037,21 @@ def steer_experiment(
     """
     cfg = config or SteerExperimentConfig()
     settings = settings or ExperimentSettings()
+    if settings.concept != cfg.concept:
+        raise ConfigError(
+            f"the experiment tracks concept {settings.concept!r} but the VLA's demonstrations "
+            f"vary {cfg.concept!r}",
+            fix="give both the same concept (the CLI's --concept sets both)",
+        )
+    if cfg.concept == "height":  # the reference row's expert is the demonstrations'
+        settings = replace(
+            settings,
+            reference_expert={"approach": "level", "speed": cfg.height_speed},
+        )
     t0 = time.perf_counter()
     timing: dict[str, float] = {}
     env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout, cfg.jitter)
+    reset |= concept_reset(cfg.concept)
     training_seeds = experiment_training_seeds(cfg, len(targets))
     check_disjoint_seeds(settings.seed_ranges(training_seeds))
     demonstrations = None
@@ -1004,7 +1060,7 @@ def steer_experiment(
         n_graded = training_seed_range(cfg, len(targets))[1]
         demonstrations = collect_graded_demonstrations(
             env, n_graded, cfg.speed_labels, cfg.speed_range, 0, reset, targets, log,
-            unnamed_fraction=cfg.unnamed_fraction,
+            **graded_kwargs(cfg),
         )  # fmt: skip
     vla_training: dict[str, Any] = {}
     if cfg.model is None:
@@ -1060,7 +1116,7 @@ def steer_experiment(
             model, proc, demonstrations, cfg.method, cfg.layer, cfg.positions, cfg.unnorm_key,
             site=cfg.site,
         )  # fmt: skip
-        inter.save(out / f"speed_{cfg.method}")
+        inter.save(out / f"{cfg.concept}_{cfg.method}")
         log(f"{cfg.method} direction at layer {inter.layer}: {json.dumps(inter.meta)[:300]}")
     else:
         inter = extract_speed_intervention(
@@ -1151,6 +1207,7 @@ def dial_experiment(
     dial = settings or DialSettings()
     t0 = time.perf_counter()
     env, reset, targets = steer_env(cfg.env_id, cfg.image_size, cfg.layout, cfg.jitter)
+    reset |= concept_reset(cfg.concept)
     seeds = {
         "demonstrations": (0, dial.demonstrations),
         "tuning": (dial.tuning_seed, dial.tuning_seed + dial.episodes),
@@ -1158,7 +1215,7 @@ def dial_experiment(
     check_disjoint_seeds(seeds)
     demonstrations = collect_graded_demonstrations(
         env, dial.demonstrations, cfg.speed_labels, cfg.speed_range, 0, reset, targets, log,
-        unnamed_fraction=cfg.unnamed_fraction,
+        **graded_kwargs(cfg),
     )  # fmt: skip
     vla_dir = out / "vla"
     timing: dict[str, float] = {}
@@ -1181,11 +1238,18 @@ def dial_experiment(
     base = ExperimentSettings(
         setpoint=0.1, episodes=dial.episodes, alpha_limit=dial.alpha_limit,
         sweep_alphas=(), haeon_coefs=(), rl_timesteps=0, reset_options=reset,
+        concept=cfg.concept,
     )  # fmt: skip
     report: dict[str, Any] = {
         "env_id": cfg.env_id,
+        "concept": cfg.concept,
         "speed_labels": cfg.speed_labels,
         "speed_range": list(cfg.speed_range),
+        **(
+            {"height_range": list(cfg.height_range), "height_speed": cfg.height_speed}
+            if cfg.concept == "height"
+            else {}
+        ),
         "layout": cfg.layout,
         "unnamed_fraction": cfg.unnamed_fraction,
         "bc_sampling": cfg.bc_sampling,
@@ -1210,7 +1274,7 @@ def dial_experiment(
                 log(f"{method}: skipped ({exc})")
                 report["methods"][method] = {"skipped": str(exc)}
                 continue
-            direction.save(out / f"speed_{method}")
+            direction.save(out / f"{cfg.concept}_{method}")
             policy = OpenVLAPolicy(
                 model, proc, intervention=direction, alpha_limit=dial.alpha_limit,
                 preset="as_trained", source=str(vla_dir),
@@ -1240,7 +1304,8 @@ def dial_experiment(
     report["timing"] = {**timing, "total_s": round(time.perf_counter() - t0, 1)}
     write_json(out / "dial.json", report)
     if curves:
-        plot_dose_response(curves, out / "dial.png")
+        unit = CONCEPT_UNITS[cfg.concept]
+        plot_dose_response(curves, out / "dial.png", f"mean end-effector {cfg.concept} ({unit})")
     write_text(out / "dial.md", dial_markdown(report))
     return report
 
@@ -1248,11 +1313,13 @@ def dial_experiment(
 def dial_markdown(report: dict[str, Any]) -> str:
     """The dial report as a markdown table (one row per method and alpha)."""
     suffix = report.get("instruction_suffix", "")
+    concept = report.get("concept", "speed")
     lines = [
-        f"# Dose-response ({report['env_id']}, speed labels {report['speed_labels']}, "
+        f"# Dose-response ({report['env_id']}, {concept}, labels {report['speed_labels']}, "
         f"layout {report['layout']}" + (f", instruction + {suffix!r})" if suffix else ")"),
         "",
-        "| method | alpha | mean speed m/s [95 %] | success [Wilson 95 %] | scenes |",
+        f"| method | alpha | mean {concept} {CONCEPT_UNITS[concept]} [95 %] "
+        "| success [Wilson 95 %] | scenes |",
         "|---|---|---|---|---|",
     ]
     for method, r in report["methods"].items():
@@ -1260,10 +1327,10 @@ def dial_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {method} | skipped: {r['skipped']} | | | |")
             continue
         for p in r["points"]:
-            lo, hi = p["speed_ci"]
+            lo, hi = p["concept_ci"]
             slo, shi = p["success_ci"]
             lines.append(
-                f"| {method} | {p['alpha']:g} | {p['mean_speed']:.3f} [{lo:.3f}, {hi:.3f}] | "
+                f"| {method} | {p['alpha']:g} | {p['mean_concept']:.3f} [{lo:.3f}, {hi:.3f}] | "
                 f"{p['successes']}/{p['episodes']} [{100 * slo:.0f}, {100 * shi:.0f}] % | "
                 f"{p['scenes']} |"
             )
@@ -1282,7 +1349,7 @@ def dial_markdown(report: dict[str, Any]) -> str:
                 continue
             lines.append(
                 f"- {method}: dial {v['is_dial']} (monotone {v['monotone']}, working range "
-                f"{v['working_range']}, speed {v['speed_ratio_range'][0]:.2f}x-"
-                f"{v['speed_ratio_range'][1]:.2f}x unsteered)"
+                f"{v['working_range']}, {concept} {v['ratio_range'][0]:.2f}x-"
+                f"{v['ratio_range'][1]:.2f}x unsteered)"
             )
     return "\n".join(lines) + "\n"

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 import policies
-from embodied.apps.lab.config_steer import CONTINUUM_LEVELS, POSITIONS
+from embodied.apps.lab.config_steer import CONTINUUM_LEVELS, POSITIONS, STEER_CONCEPTS
 from embodied.apps.lab.stats import Z95, wilson_interval
 from embodied.apps.training.training_vla import (
     SPEED_LEVELS,
@@ -63,7 +63,7 @@ ADVERB_LEVELS = SPEED_LEVELS
 """The earlier experiment's three classes: level -> (speed range m/s, adverb)."""
 METHODS = ("mean_difference", "paired", "probe")
 """Direction extraction methods of :func:`extract_direction`."""
-_SUFFIX = re.compile(r"\s+(?:quickly|slowly|at speed \d+)$")
+_SUFFIX = re.compile(r"\s+(?:quickly|slowly|at (?:speed|height) \d+)$")
 
 
 def check_labels(labels: str) -> None:
@@ -75,24 +75,30 @@ def check_labels(labels: str) -> None:
         )
 
 
-def continuum_word(speed: float, speed_range: tuple[float, float]) -> str:
-    """The ``continuum`` label of ``speed`` (m/s): "at speed k", k = 1..9 by ninths of the range."""
+def continuum_word(speed: float, speed_range: tuple[float, float], concept: str = "speed") -> str:
+    """The ``continuum`` label of ``speed`` (the concept's value): "at <concept> k", k = 1..9 by
+    ninths of the range."""
     lo, hi = speed_range
     k = int(
         np.clip(math.floor((speed - lo) / (hi - lo) * CONTINUUM_LEVELS), 0, CONTINUUM_LEVELS - 1)
     )
-    return f"at speed {k + 1}"
+    return f"at {concept} {k + 1}"
 
 
 def speed_prompt(
-    instruction: str, speed: float, labels: str, speed_range: tuple[float, float]
+    instruction: str,
+    speed: float,
+    labels: str,
+    speed_range: tuple[float, float],
+    concept: str = "speed",
 ) -> str:
-    """The prompt of a demonstration at ``speed`` (m/s) under ``labels``."""
+    """The prompt of a demonstration whose ``concept`` is ``speed`` under ``labels`` (adverbs
+    name speeds only)."""
     check_labels(labels)
     if labels == "none":
         return instruction
     if labels == "continuum":
-        return f"{instruction} {continuum_word(speed, speed_range)}"
+        return f"{instruction} {continuum_word(speed, speed_range, concept)}"
     for (lo, hi), adverb in ADVERB_LEVELS.values():
         if lo <= speed <= hi:
             return f"{instruction} {adverb}".strip()
@@ -104,8 +110,8 @@ def base_instruction(prompt: str) -> str:
     return _SUFFIX.sub("", prompt)
 
 
-def extreme_prompts(labels: str) -> tuple[str, str]:
-    """The speed words of the fastest and the slowest prompt under ``labels``.
+def extreme_prompts(labels: str, concept: str = "speed") -> tuple[str, str]:
+    """The words of the highest and the lowest ``concept`` prompt under ``labels``.
 
     Raises:
         ConfigError: ``labels == "none"``: the prompt does not name the speed, so there is no
@@ -118,7 +124,7 @@ def extreme_prompts(labels: str) -> tuple[str, str]:
             fix="use --method mean_difference or probe, or --speed-labels continuum",
         )
     if labels == "continuum":
-        return f"at speed {CONTINUUM_LEVELS}", "at speed 1"
+        return f"at {concept} {CONTINUUM_LEVELS}", f"at {concept} 1"
     return "quickly", "slowly"
 
 
@@ -132,8 +138,11 @@ def collect_graded_demonstrations(
     targets: Sequence[str] = (),
     log: Log = no_log,
     unnamed_fraction: float = 0.0,
+    concept: str = "speed",
+    height_range: tuple[float, float] = (0.03, 0.15),
+    height_speed: float = 0.1,
 ) -> DemonstrationSteps:
-    """Expert demonstrations whose cruise speed is drawn per episode from ``speed_range``.
+    """Expert demonstrations whose cruise speed (or height) is drawn per episode.
 
     Episode ``e`` resets with seed ``seed + e`` (a distinct scene on a random layout) and
     target ``targets[e % len(targets)]``; under ``labels="adverbs"`` a third of the episodes
@@ -151,26 +160,46 @@ def collect_graded_demonstrations(
         unnamed_fraction: Fraction of episodes (drawn from ``seed``) whose prompt is the plain
             instruction even though ``labels`` names speeds (ours: the plain prompt learns the
             average speed, as classifier-free guidance drops its condition).
+        concept: ``speed`` (the cruise speed drawn from ``speed_range``) or ``height`` (the
+            ``level`` expert at ``height_speed`` m/s, its hover height above the target drawn
+            from ``height_range`` m; labels "at height k" by ninths of that range).
+        height_range: Height concept: hover heights (min, max) above the grasp point (m).
+        height_speed: Height concept: the cruise speed (m/s).
 
     Returns:
-        Steps whose ``concept`` is the episode's cruise speed (m/s).
+        Steps whose ``concept`` is the episode's cruise speed (m/s) or cruise height above the
+        table (m).
     """
     check_labels(labels)
+    if concept not in STEER_CONCEPTS or (concept != "speed" and labels == "adverbs"):
+        raise ConfigError(
+            f"concept {concept!r} with labels {labels!r}: concepts are {list(STEER_CONCEPTS)} "
+            "and adverbs name speeds only",
+            fix="use --concept speed, or --speed-labels continuum with --concept height",
+        )
     unnamed = np.random.default_rng([seed, 36]).random(episodes) < unnamed_fraction
     steps = DemonstrationCollector(env.observation_spec.image_keys[0])
     ranges = [r for r, _ in ADVERB_LEVELS.values()] if labels == "adverbs" else [tuple(speed_range)]
     experts: list[Any] = [
         policies.load("expert", env=env, speed_range=tuple(r), seed=seed) for r in ranges
     ]
+    if concept == "height":
+        level = {"approach": "level", "speed": height_speed, "hover_range": tuple(height_range)}
+        experts = [policies.load("expert", env=env, seed=seed, **level)]
+    word_range = tuple(height_range) if concept == "height" else tuple(speed_range)
     for e in range(episodes):
         expert = experts[e % len(experts)]
         opts = dict(reset_options or {})
         if targets:
             opts["target"] = targets[(e // len(experts)) % len(targets)]
         ep = rollout(env, expert, seed=seed + e, reset_options=opts or None)
-        speed = float(expert.current_speed)  # the expert's drawn cruise speed
+        if concept == "height":  # labelled by the drawn hover height, measured above the table
+            word, value = float(expert.current_hover), float(expert.hover_z)
+        else:
+            word = value = float(expert.current_speed)  # the expert's drawn cruise speed
         prompt = "none" if unnamed[e] else labels
-        steps.add(ep, e, speed_prompt(ep.instruction, speed, prompt, speed_range), speed)
+        text = speed_prompt(ep.instruction, word, prompt, word_range, concept)  # type: ignore[arg-type]
+        steps.add(ep, e, text, value)
         if (e + 1) % max(1, episodes // 8) == 0:
             log(
                 f"graded demonstrations: {e + 1}/{episodes} episodes, "
@@ -182,6 +211,12 @@ def collect_graded_demonstrations(
             "camera": steps.camera,
             "speed_labels": labels,
             "speed_range": list(speed_range),
+            "concept": concept,
+            **(
+                {"height_range": list(height_range), "height_speed": height_speed}
+                if concept == "height"
+                else {}
+            ),
             "unnamed_fraction": unnamed_fraction,
             "first_seed": seed,
         },
@@ -338,7 +373,8 @@ def extract_direction(
     seed: int = 0,
     site: str = "output",
 ) -> SteeringDirection:
-    """The speed direction of ``method`` (:data:`METHODS`) at decoder ``layer`` and ``positions``.
+    """The direction of the demonstrations' concept (``meta["concept"]``: speed or height) by
+    ``method`` (:data:`METHODS`) at decoder ``layer`` and ``positions``.
 
     All three have the scale of the mean difference: alpha = 1 moves the activations (or the
     probe's reading) from the slow third of the demonstrations to the fast third.
@@ -365,8 +401,10 @@ def extract_direction(
         raise ConfigError(f"site {site!r} is not one of {list(STEERING_SITES)}", fix="use output")
     layer = (len(model.decoder_layers) - 1) // 2 if layer is None else int(layer)
     at: str | int = positions
+    concept = str(demonstrations.meta.get("concept", "speed"))
+    labels = str(demonstrations.meta.get("speed_labels", "adverbs"))
     if positions == "word":
-        hi, lo = extreme_prompts(str(demonstrations.meta.get("speed_labels", "adverbs")))
+        hi, lo = extreme_prompts(labels, concept)
         at = word_position(processor, base_instruction(demonstrations.instructions[0]), hi, lo)
     rng = np.random.default_rng(seed)
     named = speed_named(demonstrations)
@@ -375,7 +413,7 @@ def extract_direction(
     meta: dict[str, Any] = {
         "method": method,
         "positions": positions,
-        "contrast": "fastest vs slowest third of demonstration episodes",
+        "contrast": f"highest vs lowest {concept} third of demonstration episodes",
         "concept_positive_mean": float(demonstrations.concept[fast].mean()),
         "concept_negative_mean": float(demonstrations.concept[slow].mean()),
         "model": model.config.name,
@@ -395,16 +433,16 @@ def extract_direction(
 
     def direction(vec: torch.Tensor, info: dict[str, Any]) -> SteeringDirection:
         position = at if isinstance(at, int) else None
-        return SteeringDirection(vec.float(), layer, "ee_speed", info, site, position)
+        return SteeringDirection(vec.float(), layer, f"ee_{concept}", info, site, position)
 
     if method == "mean_difference":
         d = mean_difference(
             acts(sample(fast, max_steps // 2)), acts(sample(slow, max_steps // 2)), layer,
-            "ee_speed", meta,
+            f"ee_{concept}", meta,
         )  # fmt: skip
         return direction(d.vector, d.meta)
     if method == "paired":
-        hi, lo = extreme_prompts(str(demonstrations.meta.get("speed_labels", "adverbs")))
+        hi, lo = extreme_prompts(labels, concept)
         idx = sample(np.ones(len(demonstrations), bool), max_steps // 2)
         base = [base_instruction(demonstrations.instructions[i]) for i in idx]
         diff = acts(idx, [f"{b} {hi}" for b in base]) - acts(idx, [f"{b} {lo}" for b in base])
@@ -433,10 +471,10 @@ def extract_direction(
 def dose_point(alpha: float, episodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One point of the dose-response from the episode rows of a fixed-alpha run.
 
-    ``episodes`` rows carry ``success`` and ``mean_speed`` (m/s); the speed interval is a
+    ``episodes`` rows carry ``success`` and ``mean_concept`` (the concept's units); its interval is a
     normal 95 % interval over episodes, success a Wilson interval.
     """
-    speeds = np.array([e["mean_speed"] for e in episodes], dtype=np.float64)
+    speeds = np.array([e["mean_concept"] for e in episodes], dtype=np.float64)
     speeds = speeds[np.isfinite(speeds)]
     wins = sum(bool(e["success"]) for e in episodes)
     half = float(Z95 * speeds.std(ddof=1) / math.sqrt(len(speeds))) if len(speeds) > 1 else math.nan
@@ -444,8 +482,8 @@ def dose_point(alpha: float, episodes: Sequence[dict[str, Any]]) -> dict[str, An
     return {
         "alpha": float(alpha),
         "episodes": len(episodes),
-        "mean_speed": mean,
-        "speed_ci": [mean - half, mean + half],
+        "mean_concept": mean,
+        "concept_ci": [mean - half, mean + half],
         "successes": wins,
         "success_rate": wins / len(episodes) if episodes else math.nan,
         "success_ci": list(wilson_interval(wins, len(episodes))) if episodes else [math.nan] * 2,
@@ -475,7 +513,7 @@ def check_dial(
     if not zero:
         raise ConfigError("the dose-response has no alpha = 0 point", fix="include 0 in --alphas")
     i0 = zero[0]
-    base = pts[i0]["mean_speed"]
+    base = pts[i0]["mean_concept"]
 
     def held(p: dict[str, Any]) -> bool:
         return bool(p["success_rate"] >= min_success)
@@ -487,27 +525,28 @@ def check_dial(
         while hi < len(pts) - 1 and held(pts[hi + 1]):
             hi += 1
     work = pts[lo : hi + 1] if held(pts[i0]) else []
-    speeds = [p["mean_speed"] for p in work]
+    speeds = [p["mean_concept"] for p in work]
     sign = float(np.sign(speeds[-1] - speeds[0])) if len(work) >= 2 else 0.0
     reversals = []
     for a, b in itertools.pairwise(work):
         tol = max(
-            (a["speed_ci"][1] - a["speed_ci"][0]) / 2, (b["speed_ci"][1] - b["speed_ci"][0]) / 2
+            (a["concept_ci"][1] - a["concept_ci"][0]) / 2,
+            (b["concept_ci"][1] - b["concept_ci"][0]) / 2,
         )
         tol = 0.0 if not math.isfinite(tol) else tol
-        if sign != 0 and sign * (b["mean_speed"] - a["mean_speed"]) < -tol:
+        if sign != 0 and sign * (b["mean_concept"] - a["mean_concept"]) < -tol:
             reversals.append([a["alpha"], b["alpha"]])
     monotone = len(work) >= 2 and sign != 0 and not reversals
     ratio = [min(speeds) / base, max(speeds) / base] if work and base > 0 else [math.nan, math.nan]
     spans = bool(work) and ratio[0] <= span[0] and ratio[1] >= span[1]
     return {
-        "unsteered_speed": base,
+        "unsteered_value": base,
         "working_range": [work[0]["alpha"], work[-1]["alpha"]] if work else None,
         "points_in_range": len(work),
         "direction": sign,
         "monotone": bool(monotone),
         "reversals": reversals,
-        "speed_ratio_range": ratio,
+        "ratio_range": ratio,
         "spans_target": bool(spans),
         "is_dial": bool(monotone and spans and len(work) >= 3),
         "min_success": min_success,
@@ -515,22 +554,27 @@ def check_dial(
     }
 
 
-def plot_dose_response(curves: Mapping[str, Sequence[dict[str, Any]]], path: Any) -> None:
-    """Mean speed (with 95 % intervals) and success against alpha, one line per method."""
+def plot_dose_response(
+    curves: Mapping[str, Sequence[dict[str, Any]]],
+    path: Any,
+    ylabel: str = "mean end-effector speed (m/s)",
+) -> None:
+    """Mean concept value (``ylabel``; with 95 % intervals) and success against alpha, one line
+    per method."""
     from embodied.apps.plotting import plt, save_figure
 
     fig, (ax_v, ax_s) = plt.subplots(2, 1, figsize=(6.5, 6), sharex=True)
     for name, pts in curves.items():
         pts = sorted(pts, key=lambda p: p["alpha"])
         a = [p["alpha"] for p in pts]
-        v = np.array([p["mean_speed"] for p in pts])
-        ci = np.array([p["speed_ci"] for p in pts])
+        v = np.array([p["mean_concept"] for p in pts])
+        ci = np.array([p["concept_ci"] for p in pts])
         ax_v.errorbar(a, v, yerr=[v - ci[:, 0], ci[:, 1] - v], marker="o", capsize=3, label=name)
         s = np.array([p["success_rate"] for p in pts])
         sci = np.array([p["success_ci"] for p in pts])
         ax_s.errorbar(a, 100 * s, yerr=[100 * (s - sci[:, 0]), 100 * (sci[:, 1] - s)],
                       marker="o", capsize=3, label=name)  # fmt: skip
-    ax_v.set_ylabel("mean end-effector speed (m/s)")
+    ax_v.set_ylabel(ylabel)
     ax_v.legend(fontsize=8)
     ax_v.grid(alpha=0.3)
     ax_s.set_ylabel("success (%)")

@@ -101,6 +101,7 @@ def extract_cmd(
     "min_success_ratio",
     "steady_transient_s",
     "expert_reference",
+    "concept",
     into="settings",
 )
 @config_options(
@@ -125,6 +126,8 @@ def extract_cmd(
     "method",
     "site",
     "instruction_suffix",
+    "height_range",
+    "height_speed",
 )
 def experiment_cmd(
     out: Path = typer.Option(Path("runs/ctrl_steer"), "--out", help="Output folder."),
@@ -140,12 +143,14 @@ def experiment_cmd(
     from embodied.apps.lab.steer_report import markdown_table
 
     torch.set_num_threads(1)
-    report = steer_experiment(
-        out, SteerExperimentConfig(**config), ExperimentSettings(**settings), log
-    )
+    # one --concept: what the demonstrations vary is what the controllers track
+    exp = ExperimentSettings(**settings)
+    cfg = SteerExperimentConfig(**{**config, "concept": exp.concept})
+    report = steer_experiment(out, cfg, exp, log)
     print(markdown_table(report))
     print(
-        f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'speed_alpha.png'}, "
+        f"wrote {out / 'results.json'}, {out / 'results.md'}, "
+        f"{out / (exp.concept + '_alpha.png')}, "
         f"{out / 'success_vs_rmse.png'}"
     )
 
@@ -171,6 +176,9 @@ def experiment_cmd(
     "image_size",
     "retrain",
     "instruction_suffix",
+    "concept",
+    "height_range",
+    "height_speed",
 )
 def dial_cmd(
     out: Path = typer.Option(Path("runs/steer_dial"), "--out", help="Output folder."),
@@ -178,9 +186,10 @@ def dial_cmd(
     config: dict[str, Any],
     dial: dict[str, Any],
 ) -> None:
-    """Is steering a dial? Train the tiny VLA on graded-speed demonstrations (random layouts),
-    extract the speed direction three ways and measure each one's dose-response (speed and
-    success against alpha) on tuning seeds: OUT/dial.{json,md,png}."""
+    """Is steering a dial? Train the tiny VLA on graded-speed (or, with --concept height,
+    graded-height) demonstrations, extract the concept's direction three ways and measure each
+    one's dose-response (the concept and success against alpha) on tuning seeds:
+    OUT/dial.{json,md,png}."""
     import torch
 
     from embodied.apps.cli._common import log
