@@ -272,7 +272,7 @@ class ArmReachTask(Task):
                 f"reset option start={start!r} is not a fingertip (x, y, z) within reach "
                 f"({START_X_M[0]} <= x <= {START_X_M[1]} m, |y| <= 0.3 m, "
                 f"{START_Z_M[0]} <= z <= {START_Z_M[1]} m)",
-                fix="e.g. start=[0.18, 0.0, 0.21] (behind the cubes), or leave it out",
+                fix="e.g. start=[0.33, -0.28, 0.15] (beside the cubes), or leave it out",
             )
         return np.array(_ik(*val.tolist()))
 

@@ -449,7 +449,7 @@ def test_graded_demonstrations_vary_speed_continuously_per_episode() -> None:
 def test_graded_height_demonstrations_cruise_at_their_named_height() -> None:
     """The height concept's data: one hover height per episode drawn from the range, the
     concept its cruise height above the table, the prompt "at height k" by ninths of the range,
-    the start behind the cubes; adverbs (speed classes) are refused for it."""
+    the start beside the cubes; adverbs (speed classes) are refused for it."""
     from embodied.apps.lab.steer import GRASP_Z_M, concept_reset
 
     env, reset, targets = steer_env("mujoco:arm_reach", 32, "jittered", 0.01)
@@ -480,7 +480,7 @@ def test_steer_dial_command_writes_the_dose_response(tmp_path: Path) -> None:
 
     out = tmp_path / "dial"
     argv = ["lab", "steer", "dial", "--out", str(out), "--demonstrations", "4", "--train-steps", "2",
-            "--episodes", "2", "--alphas", "-1,0,1", "--methods", "mean_difference,paired,probe",
+            "--episodes", "2", "--alphas", "-1,0", "--methods", "mean_difference,paired,probe",
             "--image-size", "32", "--llm-layers", "2"]  # fmt: skip
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
@@ -488,7 +488,7 @@ def test_steer_dial_command_writes_the_dose_response(tmp_path: Path) -> None:
     assert "paired" in report["methods"] and "skipped" in report["methods"]["paired"]
     for method in ("mean_difference", "probe"):
         r = report["methods"][method]
-        assert [p["alpha"] for p in r["points"]] == [-1.0, 0.0, 1.0]
+        assert [p["alpha"] for p in r["points"]] == [-1.0, 0.0]
         assert all(p["episodes"] == 2 and p["scenes"] == 2 for p in r["points"])
         assert set(r["verdict"]) >= {"is_dial", "monotone", "working_range"}
         assert (out / f"speed_{method}.safetensors").exists()
@@ -507,7 +507,7 @@ def test_steer_dial_command_on_the_height_concept(tmp_path: Path) -> None:
 
     out = tmp_path / "dial"
     argv = ["lab", "steer", "dial", "--out", str(out), "--demonstrations", "4", "--train-steps", "2",
-            "--episodes", "2", "--alphas", "-1,0,1", "--methods", "paired,probe",
+            "--episodes", "1", "--alphas", "0,1", "--methods", "paired",
             "--image-size", "32", "--llm-layers", "2", "--concept", "height",
             "--speed-labels", "continuum", "--layout", "jittered", "--jitter", "0.01",
             "--height-range", "0.04,0.12"]  # fmt: skip
@@ -515,16 +515,12 @@ def test_steer_dial_command_on_the_height_concept(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     report = json.loads((out / "dial.json").read_text())
     assert report["concept"] == "height" and report["height_range"] == [0.04, 0.12]
-    for method in ("paired", "probe"):
-        r = report["methods"][method]
-        assert r["direction"]["meta"]["concept"] == "height"
-        assert (out / f"height_{method}.safetensors").exists()
-        heights = [p["mean_concept"] for p in r["points"] if math.isfinite(p["mean_concept"])]
-        assert heights and all(0.0 < h < 0.3 for h in heights)  # m above the table
-    assert report["methods"]["paired"]["direction"]["meta"]["pair"] == [
-        "at height 9",
-        "at height 1",
-    ]
+    r = report["methods"]["paired"]  # the untrained model runs each episode to the horizon
+    assert r["direction"]["meta"]["concept"] == "height"
+    assert r["direction"]["meta"]["pair"] == ["at height 9", "at height 1"]
+    assert (out / "height_paired.safetensors").exists()
+    heights = [p["mean_concept"] for p in r["points"] if math.isfinite(p["mean_concept"])]
+    assert heights and all(0.0 < h < 0.3 for h in heights)  # m above the table
     assert "mean height m" in (out / "dial.md").read_text()
 
 
@@ -748,7 +744,7 @@ def test_pid_on_the_height_word_direction_holds_a_tiny_vla_at_a_height(tmp_path:
     from policies.openvla.processor_openvla import OpenVLAProcessor
 
     env, reset, _ = steer_env("mujoco:arm_reach", 32, "fixed")
-    reset |= concept_reset("height")  # behind the cubes: moving sideways stays far from them
+    reset |= concept_reset("height")  # beside the cubes: moving +y for 2 s stays away from them
     start = rollout(env, policies.load("expert", env=env, speed=0.1), seed=0,
                     reset_options=reset, max_steps=8)  # fmt: skip
     frames = start.observations["image.front"]

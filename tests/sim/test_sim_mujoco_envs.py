@@ -163,7 +163,7 @@ def test_arm_reach_jitter_moves_each_placed_cube_per_seed_within_bounds() -> Non
 
 
 def test_arm_reach_level_expert_cruises_at_its_drawn_hover_height_from_a_set_start() -> None:
-    """The height concept's data: from the ``start`` reset option (behind the cubes) the
+    """The height concept's data: from the ``start`` reset option (beside the cubes) the
     ``level`` expert climbs or sinks to the hover height it drew and flies level there, measured
     away from the target; it still reaches the cube. Bad starts and ranges are refused."""
     from embodied.apps.training.training_vla import steer_env
@@ -172,11 +172,11 @@ def test_arm_reach_level_expert_cruises_at_its_drawn_hover_height_from_a_set_sta
     from sim.mujoco.arm_reach import CUBE_HALF_M, TARGET_ABOVE_TOP_M
 
     env, reset, targets = steer_env("mujoco:arm_reach", 32, "jittered", 0.01)
-    reset["start"] = [0.14, 0.0, 0.15]
+    reset["start"] = [0.33, -0.28, 0.15]
     expert = policies.load("expert", env=env, speed=0.1, approach="level",
                            hover_range=(0.03, 0.15))  # fmt: skip
     _obs, info = env.reset(seed=0, options=reset)
-    assert np.allclose(info["ee_pos"], [0.14, 0.0, 0.15], atol=2e-3)  # the start, not home
+    assert np.allclose(info["ee_pos"], [0.33, -0.28, 0.15], atol=2e-3)  # the start, not home
     steering = Steering(make_concept("ee_height", cruise_radius_m=0.05), None, knob="alpha",
                         setpoint=0.1)  # fmt: skip
     drawn = []
@@ -193,7 +193,7 @@ def test_arm_reach_level_expert_cruises_at_its_drawn_hover_height_from_a_set_sta
         assert np.isnan(y[-3:]).all()  # over the target the height is not measured
         drawn.append(expert.current_hover)
     assert all(0.03 <= h <= 0.15 for h in drawn) and len(set(drawn)) == len(drawn)
-    for bad in ([0.14, 0.0], [0.9, 0.0, 0.15], [0.14, 0.0, "x"]):
+    for bad in ([0.33, 0.0], [0.9, 0.0, 0.15], [0.33, 0.0, "x"]):
         with pytest.raises(ConfigError, match="start=") as exc:
             env.reset(seed=0, options={**reset, "start": bad})
         assert exc.value.fix

@@ -95,7 +95,7 @@ class SteerExperimentConfig(TinyVLAConfig):
         concept: What the graded demonstrations vary (``speed_labels`` none or continuum):
             speed (cruise speed drawn from ``speed_range``) or height (cruise height: the
             ``level`` expert at ``height_speed`` with a hover height above the target drawn
-            from ``height_range``, from a start behind the cubes; labels "at height k"; ours).
+            from ``height_range``, from a start beside the cubes; labels "at height k"; ours).
         height_range: Height concept: hover heights (min, max) above the target's grasp point
             in m (the cruise heights above the table are 0.048 m higher).
         height_speed: Height concept: the demonstrations' cruise speed (m/s).

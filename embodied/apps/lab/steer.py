@@ -309,7 +309,7 @@ def measure(settings: ExperimentSettings) -> Concept:
 
 
 def concept_reset(concept: str) -> dict[str, Any]:
-    """Reset options a concept's episodes add to the layout's (height: the start behind the
+    """Reset options a concept's episodes add to the layout's (height: the start beside the
     cubes, :data:`HEIGHT_START_M`)."""
     return {"start": list(HEIGHT_START_M)} if concept == "height" else {}
 
@@ -370,7 +370,10 @@ def run_episodes(
             "rmse_steady": steady_state_rmse(
                 y, ep.setpoints, env.control_rate_hz, settings.steady_transient_s
             ),
-            "mean_concept": float(np.nanmean(y[1:])) if len(y) > 1 else math.nan,
+            # the height is NaN over the target (not the concept's): means are over the rest
+            "mean_concept": float(y[1:][np.isfinite(y[1:])].mean())
+            if np.isfinite(y[1:]).any()
+            else math.nan,
             "measured": y.tolist(),
             "setpoints": np.asarray(ep.setpoints, dtype=np.float64).tolist(),
             "alpha": ep.knobs["alpha"][:, 0].tolist() if "alpha" in ep.knobs else [0.0] * len(ep),
@@ -378,7 +381,9 @@ def run_episodes(
         try:
             if setpoint is not None:  # a setpoint change: no single step to measure
                 raise ConfigError("time-varying setpoint")
-            sr = step_response(t, y, settings.setpoint, initial=0.0, band=settings.band)
+            # speed rises from rest; the height steps from wherever the arm starts
+            initial = 0.0 if settings.concept == "speed" else None
+            sr = step_response(t, y, settings.setpoint, initial=initial, band=settings.band)
             row["overshoot_pct"], row["settling_time_s"] = sr.overshoot_pct, sr.settling_time_s
         except ConfigError:
             row["overshoot_pct"], row["settling_time_s"] = math.nan, math.nan
