@@ -3,6 +3,7 @@ the tuning seeds only, Häon et al.'s value-vector neurons and constant hook, th
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -497,6 +498,13 @@ def test_rescore_adds_the_steady_state_rmse_from_the_saved_traces(tmp_path: Path
     assert new["settings"]["steady_transient_s"] == 0.2 and "stale_key" not in new["settings"]
     assert math.isnan(report["rows"][0]["rmse_steady"]) and "rmse_steady" not in eps[0]  # untouched
     assert "| 0.0100 |" in markdown_table(new) and "16.7 |" in markdown_table(new)
+    # a run from before the height concept named the trace and its mean by speed
+    legacy = copy.deepcopy(report)
+    for e in legacy["traces"]["none"]:
+        e["speed"], e["mean_speed"] = e.pop("measured"), e.pop("mean_concept")
+    again = steer.rescore(legacy, 20.0, transient_s=0.2)
+    assert again["rows"][0]["rmse_steady"] == pytest.approx(0.01)
+    assert again["rows"][0]["mean_concept"] == pytest.approx(new["rows"][0]["mean_concept"])
 
     run = tmp_path / "run"
     run.mkdir()
