@@ -431,20 +431,27 @@ def test_the_sweep_feedforward_inverts_the_points_where_the_dial_bends() -> None
     assert fallback["feedforward"] == "static" and "feedforward_table" not in fallback
 
 
-def test_the_expert_at_the_setpoint_is_the_reference_row_and_its_steady_error_is_small() -> None:
-    """The reference row drives the real arm_reach expert at the setpoint: over the whole episode
-    its RMSE is well above 10 % of the setpoint (the rise from rest), once the transient is
-    left out it is not, so the steady-state figure measures tracking and not the start."""
+def _reference_on_arm_reach(settings: ExperimentSettings, sp: float) -> dict[str, Any]:
+    """The expert-at-setpoint row of ``sp`` on the jittered arm_reach layout (``settings``'
+    reset options added to the layout's)."""
     from embodied.apps.training.training_vla import steer_env
 
     env, reset, _ = steer_env("mujoco:arm_reach", 32, "jittered", 0.01)
     try:
-        s = ExperimentSettings(episodes=2, seed=10_000, reset_options=reset)
-        expert = steer._expert_at(env, s, 0.1)
+        s = replace(settings, reset_options={**reset, **settings.reset_options})
+        expert = steer._expert_at(env, s, sp)
         assert expert is not None
-        r = steer._run_reference(env, expert, s, 0.1, "expert at setpoint", lambda *_: None)
+        return steer._run_reference(env, expert, s, sp, "expert at setpoint", lambda *_: None)
     finally:
         env.close()
+
+
+def test_the_expert_at_the_setpoint_is_the_reference_row_and_its_steady_error_is_small() -> None:
+    """The reference row drives the real arm_reach expert at the setpoint: over the whole episode
+    its RMSE is well above 10 % of the setpoint (the rise from rest), once the transient is
+    left out it is not, so the steady-state figure measures tracking and not the start."""
+    s = ExperimentSettings(episodes=2, seed=10_000)
+    r = _reference_on_arm_reach(s, 0.1)
     summary = r["summary"]
     assert r["reference"] and r["setpoint"] == 0.1 and summary["successes"] == 2
     assert summary["rmse"] > 0.1 * 0.1
@@ -459,19 +466,12 @@ def test_the_height_reference_row_cruises_at_the_setpoint_height() -> None:
     height measured away from the target (NaN over it, left out of the figures), a steady error
     of a few mm; a VLA trained on another concept than the one tracked is refused."""
     from embodied.apps.lab.config_steer import SteerExperimentConfig
-    from embodied.apps.training.training_vla import steer_env
 
-    env, reset, _ = steer_env("mujoco:arm_reach", 32, "jittered", 0.01)
-    try:
-        s = ExperimentSettings(
-            episodes=3, seed=10_000, reset_options={**reset, **steer.concept_reset("height")},
-            concept="height", reference_expert={"approach": "level", "speed": 0.1},
-        )  # fmt: skip
-        expert = steer._expert_at(env, s, 0.11)
-        assert expert is not None
-        r = steer._run_reference(env, expert, s, 0.11, "expert at setpoint", lambda *_: None)
-    finally:
-        env.close()
+    s = ExperimentSettings(
+        episodes=3, seed=10_000, reset_options=steer.concept_reset("height"), concept="height",
+        reference_expert={"approach": "level", "speed": 0.1},
+    )  # fmt: skip
+    r = _reference_on_arm_reach(s, 0.11)
     summary = r["summary"]
     assert summary["successes"] == 3
     # it sinks from the 0.15 m start to 0.11 m: the transient is in the whole-episode RMSE only

@@ -653,6 +653,75 @@ def test_the_torch_free_config_offers_exactly_the_sites_the_hook_knows() -> None
 # ---------------------------------------------------------------------------------------------
 
 
+def _word_vla(
+    tmp_path: Path,
+    concept: str,
+    level_actions: np.ndarray,
+    reset_extra: dict[str, Any],
+    bc: BCSettings,
+) -> tuple[Any, dict[str, Any], Any]:
+    """A real (tiny) OpenVLA trained on 8 arm_reach frames under each of "at <concept> 1".."9",
+    level k commanding ``level_actions[k - 1]`` (vx, vy, vz; gripper open), steered by its paired
+    direction at the number (layer 0's input) and resting on "at <concept> 5".
+
+    Returns:
+        The env (fixed layout), its reset options (``reset_extra`` added) and the policy.
+    """
+    from embodied.apps.training.training_vla import train_tiny_on_env
+    from policies.openvla.policy_openvla import OpenVLAPolicy
+    from policies.openvla.processor_openvla import OpenVLAProcessor
+
+    env, reset, _ = steer_env("mujoco:arm_reach", 32, "fixed")
+    reset |= reset_extra
+    start = rollout(env, policies.load("expert", env=env, speed=0.1), seed=0,
+                    reset_options=reset, max_steps=8)  # fmt: skip
+    frames = start.observations["image.front"]
+    actions = np.zeros((9 * len(frames), 4), np.float32)
+    actions[:, :3], actions[:, 3] = np.repeat(level_actions, len(frames), axis=0), -1.0
+    steps = DemonstrationSteps(
+        np.concatenate([frames] * 9),
+        [f"reach the red cube at {concept} {k}" for k in CONTINUUM_WORDS for _ in frames],
+        actions, np.repeat(np.arange(9), len(frames)), np.repeat(np.arange(9.0), len(frames)),
+        {"camera": "image.front", "speed_labels": "continuum", "concept": concept},
+    )  # fmt: skip
+    model, proc, _, _ = train_tiny_on_env(
+        env, tmp_path / "vla", 0, bc, reset, demonstrations=steps, text={"num_hidden_layers": 2}
+    )
+    proc = OpenVLAProcessor(proc.config, proc.tokenizer, "as_trained")
+    model.eval()
+    with torch.no_grad():
+        direction = extract_direction(model, proc, steps, "paired", 0, "word", site="input")
+    assert direction.concept == f"ee_{concept}"
+    policy = OpenVLAPolicy(
+        model, proc, intervention=direction, alpha_limit=1.0, preset="as_trained",
+        source="tiny", instruction_suffix=f"at {concept} 5",
+    )  # fmt: skip
+    return env, reset, policy
+
+
+def _closed_loop(
+    env: Any,
+    reset: dict[str, Any],
+    policy: Any,
+    concept: Any,
+    controller: Any,
+    setpoint: float,
+    steps: int,
+    transient_s: float,
+) -> tuple[float, np.ndarray]:
+    """One steered episode (seed 10000): its steady-state RMSE and the measured concept."""
+    from controllers.analysis import steady_state_rmse
+    from embodied.loop import Steering
+
+    steering = Steering(concept, controller, knob="alpha", setpoint=setpoint)
+    policy.reset_knobs()
+    with torch.no_grad():
+        ep = rollout(env, policy, steering=steering, seed=10_000, reset_options=reset,
+                     max_steps=steps, record_images=False)  # fmt: skip
+    y = ep.measurements
+    return steady_state_rmse(y, np.full(len(y), setpoint), env.control_rate_hz, transient_s), y
+
+
 def test_pid_on_the_word_direction_cuts_the_tracking_error_of_a_tiny_vla(tmp_path: Path) -> None:
     """The whole closed loop on a real (tiny) OpenVLA in the real arm_reach physics: a model
     trained so that "at speed k" commands 0.02 (k + 1) m/s sideways, its paired direction at
@@ -662,67 +731,37 @@ def test_pid_on_the_word_direction_cuts_the_tracking_error_of_a_tiny_vla(tmp_pat
     unsteered one.
     """
     from controllers import make as make_controller
-    from controllers.analysis import steady_state_rmse
     from embodied.apps.lab.steer import pid_from_sweep
-    from embodied.apps.training.training_vla import train_tiny_on_env
     from embodied.concepts import make_concept
-    from embodied.loop import Steering
-    from policies.openvla.policy_openvla import OpenVLAPolicy
-    from policies.openvla.processor_openvla import OpenVLAProcessor
 
-    env, reset, _ = steer_env("mujoco:arm_reach", 32, "fixed")
-    start = rollout(env, policies.load("expert", env=env, speed=0.1), seed=0,
-                    reset_options=reset, max_steps=8)  # fmt: skip
-    frames = start.observations["image.front"]
     speeds = 0.02 * np.arange(2, 11)  # "at speed 1" .. "at speed 9": 0.04 .. 0.20 m/s
-    actions = np.zeros((9 * len(frames), 4), np.float32)
-    actions[:, 1], actions[:, 3] = np.repeat(speeds, len(frames)), -1.0  # +y stays in reach
-    steps = DemonstrationSteps(
-        np.concatenate([frames] * 9),
-        [f"reach the red cube at speed {k}" for k in CONTINUUM_WORDS for _ in frames],
-        actions, np.repeat(np.arange(9), len(frames)), np.repeat(speeds, len(frames)),
-        {"camera": "image.front", "speed_labels": "continuum"},
-    )  # fmt: skip
+    levels = np.zeros((9, 3))
+    levels[:, 1] = speeds  # +y stays in reach
     bc = BCSettings(steps=150, batch_size=16, lr=3e-3, log_every=50, ordinal_words=CONTINUUM_WORDS)
-    model, proc, _, _ = train_tiny_on_env(
-        env, tmp_path / "vla", 0, bc, reset, demonstrations=steps, text={"num_hidden_layers": 2}
-    )
-    proc = OpenVLAProcessor(proc.config, proc.tokenizer, "as_trained")
-    model.eval()
+    env, reset, policy = _word_vla(tmp_path, "speed", levels, {}, bc)
 
     def run(controller: Any, setpoint: float) -> tuple[float, np.ndarray]:
-        steering = Steering(make_concept("ee_speed", filter_tau_s=0.1), controller,
-                            knob="alpha", setpoint=setpoint)  # fmt: skip
-        policy.reset_knobs()
-        ep = rollout(env, policy, steering=steering, seed=10_000, reset_options=reset,
-                     max_steps=30, record_images=False)  # fmt: skip
-        y = ep.measurements
-        return steady_state_rmse(y, np.full(len(y), setpoint), env.control_rate_hz, 0.5), y
+        speed = make_concept("ee_speed", filter_tau_s=0.1)
+        return _closed_loop(env, reset, policy, speed, controller, setpoint, 30, 0.5)
 
-    with torch.no_grad():
-        direction = extract_direction(model, proc, steps, "paired", 0, "word", site="input")
-        policy = OpenVLAPolicy(
-            model, proc, intervention=direction, alpha_limit=1.0, preset="as_trained",
-            source="tiny", instruction_suffix="at speed 5",
-        )  # fmt: skip
-        sweep: list[dict[str, Any]] = []
-        for alpha in (-0.25, 0.0, 0.25):
-            _, y = run(make_controller("fixed", value=alpha), 0.1)
-            sweep.append({"alpha": alpha, "summary": {"mean_concept": float(np.mean(y[10:])),
-                                                      "success_rate": 1.0}})  # fmt: skip
-        speeds_swept = [p["summary"]["mean_concept"] for p in sweep]
-        assert speeds_swept == sorted(speeds_swept) and speeds_swept[2] > speeds_swept[0] + 0.03
-        settings = ExperimentSettings(alpha_limit=1.0, sweep_alphas=(-0.25, 0.0, 0.25),
-                                      haeon_coefs=())  # fmt: skip
-        gains = pid_from_sweep(sweep, settings)
-        for key in ("static_gain", "fit", "fit_alphas", "feedforward"):
-            gains.pop(key)
-        unsteered = speeds_swept[1]
-        for setpoint in (unsteered - 0.05, unsteered + 0.04):
-            none, _ = run(None, setpoint)
-            pid, y = run(make_controller("pid", **gains), setpoint)
-            assert pid < 0.5 * none, (setpoint, pid, none)
-            assert abs(float(np.mean(y[10:])) - setpoint) < 0.2 * setpoint
+    sweep: list[dict[str, Any]] = []
+    for alpha in (-0.25, 0.0, 0.25):
+        _, y = run(make_controller("fixed", value=alpha), 0.1)
+        sweep.append({"alpha": alpha, "summary": {"mean_concept": float(np.mean(y[10:])),
+                                                  "success_rate": 1.0}})  # fmt: skip
+    speeds_swept = [p["summary"]["mean_concept"] for p in sweep]
+    assert speeds_swept == sorted(speeds_swept) and speeds_swept[2] > speeds_swept[0] + 0.03
+    settings = ExperimentSettings(alpha_limit=1.0, sweep_alphas=(-0.25, 0.0, 0.25),
+                                  haeon_coefs=())  # fmt: skip
+    gains = pid_from_sweep(sweep, settings)
+    for key in ("static_gain", "fit", "fit_alphas", "feedforward"):
+        gains.pop(key)
+    unsteered = speeds_swept[1]
+    for setpoint in (unsteered - 0.05, unsteered + 0.04):
+        none, _ = run(None, setpoint)
+        pid, y = run(make_controller("pid", **gains), setpoint)
+        assert pid < 0.5 * none, (setpoint, pid, none)
+        assert abs(float(np.mean(y[10:])) - setpoint) < 0.2 * setpoint
 
 
 def test_pid_on_the_height_word_direction_holds_a_tiny_vla_at_a_height(tmp_path: Path) -> None:
@@ -735,66 +774,33 @@ def test_pid_on_the_height_word_direction_holds_a_tiny_vla_at_a_height(tmp_path:
     5") the arm holds its start height; steered it settles at setpoints below and above it.
     """
     from controllers import make as make_controller
-    from controllers.analysis import steady_state_rmse
     from embodied.apps.lab.steer import concept_reset
-    from embodied.apps.training.training_vla import train_tiny_on_env
     from embodied.concepts import make_concept
-    from embodied.loop import Steering
-    from policies.openvla.policy_openvla import OpenVLAPolicy
-    from policies.openvla.processor_openvla import OpenVLAProcessor
 
-    env, reset, _ = steer_env("mujoco:arm_reach", 32, "fixed")
-    reset |= concept_reset("height")  # beside the cubes: moving +y for 2 s stays away from them
-    start = rollout(env, policies.load("expert", env=env, speed=0.1), seed=0,
-                    reset_options=reset, max_steps=8)  # fmt: skip
-    frames = start.observations["image.front"]
-    climbs = 0.03 * (np.arange(1, 10) - 5)  # "at height 1" .. "at height 9": -0.12 .. 0.12 m/s
-    actions = np.zeros((9 * len(frames), 4), np.float32)
-    actions[:, 1], actions[:, 2] = 0.05, np.repeat(climbs, len(frames))
-    actions[:, 3] = -1.0
-    steps = DemonstrationSteps(
-        np.concatenate([frames] * 9),
-        [f"reach the red cube at height {k}" for k in CONTINUUM_WORDS for _ in frames],
-        actions, np.repeat(np.arange(9), len(frames)), np.repeat(climbs, len(frames)),
-        {"camera": "image.front", "speed_labels": "continuum", "concept": "height"},
-    )  # fmt: skip
+    levels = np.zeros((9, 3))
+    levels[:, 1] = 0.05  # sideways, away from the cubes from the height start beside them
+    levels[:, 2] = 0.03 * (np.arange(1, 10) - 5)  # "at height 1" .. "9": -0.12 .. 0.12 m/s
     # lr 3e-3 (the speed test's) leaves this vocabulary's model on two classes at 150 steps
     bc = BCSettings(steps=300, batch_size=16, lr=2e-3, log_every=50, ordinal_words=CONTINUUM_WORDS)
-    model, proc, _, _ = train_tiny_on_env(
-        env, tmp_path / "vla", 0, bc, reset, demonstrations=steps, text={"num_hidden_layers": 2}
-    )
-    proc = OpenVLAProcessor(proc.config, proc.tokenizer, "as_trained")
-    model.eval()
+    env, reset, policy = _word_vla(tmp_path, "height", levels, concept_reset("height"), bc)
 
     def run(controller: Any, setpoint: float) -> tuple[float, np.ndarray]:
-        steering = Steering(make_concept("ee_height", cruise_radius_m=0.05), controller,
-                            knob="alpha", setpoint=setpoint)  # fmt: skip
-        policy.reset_knobs()
-        ep = rollout(env, policy, steering=steering, seed=10_000, reset_options=reset,
-                     max_steps=40, record_images=False)  # fmt: skip
-        y = ep.measurements
-        return steady_state_rmse(y, np.full(len(y), setpoint), env.control_rate_hz, 0.75), y
+        height = make_concept("ee_height", cruise_radius_m=0.05)
+        return _closed_loop(env, reset, policy, height, controller, setpoint, 40, 0.75)
 
-    with torch.no_grad():
-        direction = extract_direction(model, proc, steps, "paired", 0, "word", site="input")
-        assert direction.concept == "ee_height"
-        policy = OpenVLAPolicy(
-            model, proc, intervention=direction, alpha_limit=1.0, preset="as_trained",
-            source="tiny", instruction_suffix="at height 5",
-        )  # fmt: skip
-        rates = []
-        for alpha in (-0.25, 0.25):  # open loop: the climb rate each alpha commands
-            _, y = run(make_controller("fixed", value=alpha), 0.15)
-            rates.append(float(np.polyfit(np.arange(5, 20) / env.control_rate_hz, y[5:20], 1)[0]))
-        gain = (rates[1] - rates[0]) / 0.5  # m/s per unit alpha
-        assert gain > 0.05, rates
-        _, held = run(None, 0.15)
-        assert abs(held[-1] - held[0]) < 0.02  # unsteered, "at height 5" holds the height
-        lam = 0.25  # s: the closed loop's time constant
-        gains = {"kp": 1.0 / (gain * lam), "ki": 0.5 / (gain * lam * lam), "kd": 0.0,
-                 "output_min": -1.0, "output_max": 1.0, "anti_windup": "back_calculation"}  # fmt: skip
-        for setpoint in (float(held[0]) - 0.03, float(held[0]) + 0.03):
-            none, _ = run(None, setpoint)
-            pid, y = run(make_controller("pid", **gains), setpoint)
-            assert pid < 0.5 * none, (setpoint, pid, none)
-            assert abs(float(np.mean(y[20:])) - setpoint) < 0.01, (setpoint, y[20:])
+    rates = []
+    for alpha in (-0.25, 0.25):  # open loop: the climb rate each alpha commands
+        _, y = run(make_controller("fixed", value=alpha), 0.15)
+        rates.append(float(np.polyfit(np.arange(5, 20) / env.control_rate_hz, y[5:20], 1)[0]))
+    gain = (rates[1] - rates[0]) / 0.5  # m/s per unit alpha
+    assert gain > 0.05, rates
+    _, held = run(None, 0.15)
+    assert abs(held[-1] - held[0]) < 0.02  # unsteered, "at height 5" holds the height
+    lam = 0.25  # s: the closed loop's time constant
+    gains = {"kp": 1.0 / (gain * lam), "ki": 0.5 / (gain * lam * lam), "kd": 0.0,
+             "output_min": -1.0, "output_max": 1.0, "anti_windup": "back_calculation"}  # fmt: skip
+    for setpoint in (float(held[0]) - 0.03, float(held[0]) + 0.03):
+        none, _ = run(None, setpoint)
+        pid, y = run(make_controller("pid", **gains), setpoint)
+        assert pid < 0.5 * none, (setpoint, pid, none)
+        assert abs(float(np.mean(y[20:])) - setpoint) < 0.01, (setpoint, y[20:])
