@@ -301,7 +301,7 @@ def test_three_setpoints_choose_alpha_star_each_and_a_setpoint_change_row(
         "fit_alphas": [-1.0, 0.0, 1.0],
         "feedforward": "static",
     }
-    assert report["static_gain_mps_per_alpha"] == pytest.approx(0.04)
+    assert report["static_gain_per_alpha"] == pytest.approx(0.04)
     names = [r["controller"] for r in report["rows"]]
     assert names[:3] == ["sp=0.03 none", "sp=0.03 fixed alpha*=-1", "sp=0.03 pid"]
     assert len(names) == 3 * 3 + 1 and names[-1] == "pid, 0.03->0.14 m/s at 0.2 s"

@@ -537,7 +537,7 @@ def pid_from_sweep(
         a, v = np.array(pts).T
         gain, offset = (float(x) for x in np.polyfit(a, v, 1))
     if not np.isfinite(gain) or abs(gain) <= 1e-3:
-        gain, offset = 0.05, math.nan  # m/s per unit alpha: a conservative fallback, no line
+        gain, offset = 0.05, math.nan  # per unit alpha (m/s or m): a conservative fallback
     lam, tau = 1.0, ARM_TAU_S  # closed-loop and arm time constants (s)
     feedforward: dict[str, Any] = {}
     used = "none"
@@ -757,7 +757,7 @@ def _tune_and_evaluate(
             if isinstance(rl, RLController)
             else None
         ),
-        "static_gain_mps_per_alpha": static_gain,
+        "static_gain_per_alpha": static_gain,  # concept units (m/s or m) per unit alpha
         "sweep": [{"alpha": r["alpha"], **r["summary"]} for r in tuning.sweep],
         "haeon_sweep": [{"coef": r["coef"], **r["summary"]} for r in tuning.haeon_sweep],
         "rows": [_table_row(r) for r in results],
@@ -780,9 +780,9 @@ class _Tuning:
     min_success: float | None
     """The success rate a fixed point must keep to be chosen (None: no constraint)."""
     alpha_stars: dict[float, float]
-    """Setpoint (m/s) -> best fixed alpha."""
+    """Setpoint (m/s or m) -> best fixed alpha."""
     coef_stars: dict[float, float]
-    """Setpoint (m/s) -> best Häon constant; empty without Häon."""
+    """Setpoint (m/s or m) -> best Häon constant; empty without Häon."""
 
 
 def _tune(
@@ -882,7 +882,7 @@ def _evaluate_rows(
         def change(t_s: float) -> float:
             return lo if t_s < t_change else hi
 
-        tag = f"{lo:g}->{hi:g} m/s at {t_change:g} s"
+        tag = f"{lo:g}->{hi:g} {CONCEPT_UNITS[settings.concept]} at {t_change:g} s"
         results.append(evaluate(f"pid, {tag}", controllers.make("pid", **pid_cfg), hi, change))
         if rl is not None:
             results.append(evaluate(f"rl, {tag}", rl, hi, change))
