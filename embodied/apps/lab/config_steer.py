@@ -34,9 +34,11 @@ target is 0.15 m or more away horizontally and each episode has a level cruise t
 the home pose, above the middle of the table, a cube can lie right below the fingertip), and
 the arm crosses the front camera's view rather than coming at it (from behind the cubes the
 tiny VLA misjudged where to descend: depth is what one front view shows worst)."""
-HEIGHT_CRUISE_RADIUS_M = 0.05
-"""The height is measured while the fingertip is farther than this horizontally from the
-target: nearer, the ``level`` expert (``cone_radius``) descends onto it."""
+HEIGHT_CRUISE_RADIUS_M = 0.08
+"""The height concept's ``level`` expert descends onto the target within this horizontal
+distance (its ``cone_radius``), and the height is measured only farther out. Wider than the
+expert's 0.05 m default: the tiny VLA learnt to stop over the target from the longer, gentler
+descent (at 0.05 m it flew past the cube at low heights)."""
 ARM_TAU_S = 0.2
 """Time constant (s) of the arm_reach arm's speed response to the knob: the PID's IMC gains
 assume it and its reference filter defaults to it."""
@@ -130,7 +132,7 @@ class SteerExperimentConfig(TinyVLAConfig):
     speed_embedding: str = checked("free", choices=("free", "line"), fix="use free or line")
     concept: str = checked("speed", choices=STEER_CONCEPTS, fix="use speed or height")
     height_range: tuple[float, float] = (0.03, 0.15)
-    height_speed: float = checked(0.1, gt=0, le=0.3, fix="use e.g. 0.1 (m/s)")
+    height_speed: float = checked(0.08, gt=0, le=0.3, fix="use e.g. 0.08 (m/s)")
 
     rules: ClassVar[tuple[Rule, ...]] = (
         *TinyVLAConfig.rules,

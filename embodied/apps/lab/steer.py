@@ -1051,7 +1051,11 @@ def steer_experiment(
     if cfg.concept == "height":  # the reference row's expert is the demonstrations'
         settings = replace(
             settings,
-            reference_expert={"approach": "level", "speed": cfg.height_speed},
+            reference_expert={
+                "approach": "level",
+                "speed": cfg.height_speed,
+                "cone_radius": HEIGHT_CRUISE_RADIUS_M,
+            },
         )
     t0 = time.perf_counter()
     timing: dict[str, float] = {}

@@ -36,7 +36,12 @@ import numpy as np
 import torch
 
 import policies
-from embodied.apps.lab.config_steer import CONTINUUM_LEVELS, POSITIONS, STEER_CONCEPTS
+from embodied.apps.lab.config_steer import (
+    CONTINUUM_LEVELS,
+    HEIGHT_CRUISE_RADIUS_M,
+    POSITIONS,
+    STEER_CONCEPTS,
+)
 from embodied.apps.lab.stats import Z95, wilson_interval
 from embodied.apps.training.training_vla import (
     SPEED_LEVELS,
@@ -140,7 +145,7 @@ def collect_graded_demonstrations(
     unnamed_fraction: float = 0.0,
     concept: str = "speed",
     height_range: tuple[float, float] = (0.03, 0.15),
-    height_speed: float = 0.1,
+    height_speed: float = 0.08,
 ) -> DemonstrationSteps:
     """Expert demonstrations whose cruise speed (or height) is drawn per episode.
 
@@ -184,7 +189,8 @@ def collect_graded_demonstrations(
         policies.load("expert", env=env, speed_range=tuple(r), seed=seed) for r in ranges
     ]
     if concept == "height":
-        level = {"approach": "level", "speed": height_speed, "hover_range": tuple(height_range)}
+        level = {"approach": "level", "speed": height_speed, "hover_range": tuple(height_range),
+                 "cone_radius": HEIGHT_CRUISE_RADIUS_M}  # fmt: skip
         experts = [policies.load("expert", env=env, seed=seed, **level)]
     word_range = tuple(height_range) if concept == "height" else tuple(speed_range)
     for e in range(episodes):
