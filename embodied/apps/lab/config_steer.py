@@ -37,8 +37,8 @@ tiny VLA misjudged where to descend: depth is what one front view shows worst)."
 HEIGHT_CRUISE_RADIUS_M = 0.08
 """The height concept's ``level`` expert descends onto the target within this horizontal
 distance (its ``cone_radius``), and the height is measured only farther out. Wider than the
-expert's 0.05 m default: the tiny VLA learnt to stop over the target from the longer, gentler
-descent (at 0.05 m it flew past the cube at low heights)."""
+expert's 0.05 m default: trained on that shorter descent (about 10 control steps at 0.1 m/s)
+the tiny VLA often flew past the cube at low heights."""
 ARM_TAU_S = 0.2
 """Time constant (s) of the arm_reach arm's speed response to the knob: the PID's IMC gains
 assume it and its reference filter defaults to it."""
