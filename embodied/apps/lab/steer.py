@@ -17,6 +17,9 @@ Pipeline (``embodied lab steer experiment``, :func:`steer_experiment`):
    rate (Wilson 95% interval), tracking RMSE to the target speed (95% interval), overshoot,
    settling time; the sweeps; plots of speed and alpha_t and of success vs RMSE.
 
+With ``--concept height`` (graded demonstrations only) the same pipeline varies, steers and
+tracks the end-effector's cruise height (m) instead of its speed (``config_steer.STEER_CONCEPTS``).
+
 The same functions run a real checkpoint (``--model openvla/openvla-7b``) on LIBERO with a
 direction from a LIBERO dataset; only the tiny-model training is specific to the built-in task,
 and it is the product's (``embodied train vla``, :mod:`embodied.apps.training.training_vla`).
