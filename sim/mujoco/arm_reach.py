@@ -45,6 +45,7 @@ PATROL_LOOKAHEAD_RAD = 0.6
 TARGET_ABOVE_TOP_M = 0.008
 SUCCESS_RADIUS_M = 0.025
 HOVER_HEIGHT_M = 0.08
+MAX_HOVER_M = 0.2  # the highest hover above the grasp point the expert accepts
 MAX_EE_SPEED_MPS = 0.3
 MAX_JOINT_SPEED_RADPS = 2.5
 CUBE_X_M = (0.22, 0.42)
@@ -461,9 +462,10 @@ class ArmReachExpert(EpisodeExpert):
             )
         if hover_range is not None:
             hlo, hhi = (float(x) for x in hover_range)
-            if not (math.isfinite(hlo) and math.isfinite(hhi) and 0.0 < hlo <= hhi <= 0.2):
+            if not (math.isfinite(hlo) and math.isfinite(hhi) and 0.0 < hlo <= hhi <= MAX_HOVER_M):
                 raise ConfigError(
-                    f"hover_range {hover_range!r} is not (min, max) heights in m within (0, 0.2]",
+                    f"hover_range {hover_range!r} is not (min, max) heights in m within "
+                    f"(0, {MAX_HOVER_M:g}]",
                     fix="e.g. --policy-arg hover_range=[0.04,0.16]",
                 )
             hover_range = (hlo, hhi)

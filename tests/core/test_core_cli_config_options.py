@@ -364,6 +364,18 @@ def test_steer_options_reach_the_experiment_configs(
     )  # fmt: skip
 
 
+def test_a_height_range_beyond_the_experts_hover_limit_is_refused_with_the_limit() -> None:
+    """The config refuses what ``ArmReachExpert`` would, naming its limit, before any work."""
+    from embodied.errors import ConfigError
+    from sim.mujoco.arm_reach import MAX_HOVER_M
+
+    SteerExperimentConfig(concept="height", speed_labels="continuum", height_range=(0.03, 0.2))
+    with pytest.raises(ConfigError, match=rf"height_range=.*within \(0, {MAX_HOVER_M:g}\]"):
+        SteerExperimentConfig(
+            concept="height", speed_labels="continuum", height_range=(0.03, MAX_HOVER_M + 0.01)
+        )
+
+
 def test_steer_extract_options_reach_the_extraction(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -306,6 +306,9 @@ def test_three_setpoints_choose_alpha_star_each_and_a_setpoint_change_row(
     assert names[:3] == ["sp=0.03 none", "sp=0.03 fixed alpha*=-1", "sp=0.03 pid"]
     assert len(names) == 3 * 3 + 1 and names[-1] == "pid, 0.03->0.14 m/s at 0.2 s"
     assert [r["setpoint"] for r in report["rows"][:3]] == [0.03] * 3
+    # the sweep's logged RMSE is against a setpoint of the run, not the 0.06 m/s default
+    assert {sp for label, sp, _ in seen if label.startswith("tune")} == {0.03}
+    assert report["sweep_setpoint"] == 0.03
     change = seen[-1][2]
     assert change(0.0) == 0.03 and change(0.19) == 0.03 and change(0.2) == 0.14
     assert "0.03, 0.1, 0.14 m/s" in (tmp_path / "results.md").read_text()

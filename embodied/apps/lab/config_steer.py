@@ -39,6 +39,24 @@ HEIGHT_CRUISE_RADIUS_M = 0.08
 distance (its ``cone_radius``), and the height is measured only farther out. Wider than the
 expert's 0.05 m default: trained on that shorter descent (about 10 control steps at 0.1 m/s)
 the tiny VLA often flew past the cube at low heights."""
+
+
+def _max_hover_m() -> float:
+    """The arm_reach expert's highest hover (m), imported when a config is checked: importing
+    mujoco for every ``embodied lab steer --help`` would slow the CLI."""
+    from sim.mujoco.arm_reach import MAX_HOVER_M
+
+    return MAX_HOVER_M
+
+
+def height_expert_kwargs(speed: float) -> dict[str, Any]:
+    """The height concept's scripted expert (``policies.load("expert", ...)`` keyword
+    arguments): the ``level`` approach at ``speed`` m/s, descending within
+    :data:`HEIGHT_CRUISE_RADIUS_M`. The demonstrations add their ``hover_range``; the
+    experiment's reference row flies it at the setpoint's height."""
+    return {"approach": "level", "speed": float(speed), "cone_radius": HEIGHT_CRUISE_RADIUS_M}
+
+
 ARM_TAU_S = 0.2
 """Time constant (s) of the arm_reach arm's speed response to the knob: the PID's IMC gains
 assume it and its reference filter defaults to it."""
@@ -150,8 +168,8 @@ class SteerExperimentConfig(TinyVLAConfig):
         ),
         Rule(
             "height_range",
-            lambda c: 0 < c.height_range[0] < c.height_range[1] <= 0.2,
-            "is not (min, max) heights in m within (0, 0.2]",
+            lambda c: 0 < c.height_range[0] < c.height_range[1] <= _max_hover_m(),
+            lambda c: f"is not (min, max) heights in m within (0, {_max_hover_m():g}]",
             "use e.g. --height-range 0.03,0.15",
         ),
     )

@@ -52,6 +52,7 @@ from embodied.apps.lab.config_steer import (
     DialSettings,
     ExperimentSettings,
     SteerExperimentConfig,
+    height_expert_kwargs,
 )
 from embodied.apps.lab.stats import Z95, wilson_interval
 from embodied.apps.lab.steer_dial import (
@@ -761,6 +762,7 @@ def _tune_and_evaluate(
             else None
         ),
         "static_gain_per_alpha": static_gain,  # concept units (m/s or m) per unit alpha
+        "sweep_setpoint": targets[0],  # the sweep rows' RMSE and step figures are against it
         "sweep": [{"alpha": r["alpha"], **r["summary"]} for r in tuning.sweep],
         "haeon_sweep": [{"coef": r["coef"], **r["summary"]} for r in tuning.haeon_sweep],
         "rows": [_table_row(r) for r in results],
@@ -795,14 +797,20 @@ def _tune(
     log: Log,
     haeon: ValueVectorHook | None,
 ) -> _Tuning:
-    """Sweep fixed alphas (and Häon constants) on the tuning seeds; choose each setpoint's best."""
+    """Sweep fixed alphas (and Häon constants) on the tuning seeds; choose each setpoint's best.
+
+    The choice reads each point's mean measure only; the RMSE and step figures it logs are
+    against the first setpoint (:meth:`ExperimentSettings.targets`).
+    """
+    targets = settings.targets()
+    first = replace(settings, setpoint=targets[0])
 
     def tune(label: str, controller: Controller | None) -> dict[str, Any]:
         return run_episodes(
             env,
             policy,
             controller,
-            settings,
+            first,
             settings.sweep_episodes,
             label,
             log,
@@ -820,7 +828,6 @@ def _tune(
         if unsteered and settings.min_success_ratio > 0
         else None
     )
-    targets = settings.targets()
     alpha_stars = {sp: best_fixed(sweep, sp, min_success=min_success) for sp in targets}
     haeon_sweep = []
     coef_stars: dict[float, float] = {}
@@ -1054,11 +1061,7 @@ def steer_experiment(
     if cfg.concept == "height":  # the reference row's expert is the demonstrations'
         settings = replace(
             settings,
-            reference_expert={
-                "approach": "level",
-                "speed": cfg.height_speed,
-                "cone_radius": HEIGHT_CRUISE_RADIUS_M,
-            },
+            reference_expert=height_expert_kwargs(cfg.height_speed),
         )
     t0 = time.perf_counter()
     timing: dict[str, float] = {}

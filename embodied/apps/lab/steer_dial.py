@@ -38,9 +38,9 @@ import torch
 import policies
 from embodied.apps.lab.config_steer import (
     CONTINUUM_LEVELS,
-    HEIGHT_CRUISE_RADIUS_M,
     POSITIONS,
     STEER_CONCEPTS,
+    height_expert_kwargs,
 )
 from embodied.apps.lab.stats import Z95, wilson_interval
 from embodied.apps.training.training_vla import (
@@ -184,15 +184,22 @@ def collect_graded_demonstrations(
         )
     unnamed = np.random.default_rng([seed, 36]).random(episodes) < unnamed_fraction
     steps = DemonstrationCollector(env.observation_spec.image_keys[0])
-    ranges = [r for r, _ in ADVERB_LEVELS.values()] if labels == "adverbs" else [tuple(speed_range)]
-    experts: list[Any] = [
-        policies.load("expert", env=env, speed_range=tuple(r), seed=seed) for r in ranges
-    ]
+    experts: list[Any]
+    word_range: tuple[float, float]
     if concept == "height":
-        level = {"approach": "level", "speed": height_speed, "hover_range": tuple(height_range),
-                 "cone_radius": HEIGHT_CRUISE_RADIUS_M}  # fmt: skip
-        experts = [policies.load("expert", env=env, seed=seed, **level)]
-    word_range = tuple(height_range) if concept == "height" else tuple(speed_range)
+        experts = [
+            policies.load(
+                "expert", env=env, seed=seed, hover_range=tuple(height_range),
+                **height_expert_kwargs(height_speed),
+            )
+        ]  # fmt: skip
+        word_range = (float(height_range[0]), float(height_range[1]))
+    else:
+        ranges = [r for r, _ in ADVERB_LEVELS.values()] if labels == "adverbs" else [speed_range]
+        experts = [
+            policies.load("expert", env=env, speed_range=tuple(r), seed=seed) for r in ranges
+        ]
+        word_range = (float(speed_range[0]), float(speed_range[1]))
     for e in range(episodes):
         expert = experts[e % len(experts)]
         opts = dict(reset_options or {})
@@ -204,7 +211,7 @@ def collect_graded_demonstrations(
         else:
             word = value = float(expert.current_speed)  # the expert's drawn cruise speed
         prompt = "none" if unnamed[e] else labels
-        text = speed_prompt(ep.instruction, word, prompt, word_range, concept)  # type: ignore[arg-type]
+        text = speed_prompt(ep.instruction, word, prompt, word_range, concept)
         steps.add(ep, e, text, value)
         if (e + 1) % max(1, episodes // 8) == 0:
             log(
