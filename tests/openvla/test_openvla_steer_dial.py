@@ -473,6 +473,48 @@ def test_graded_height_demonstrations_cruise_at_their_named_height() -> None:
         SteerExperimentConfig(concept="height")
 
 
+def test_graded_height_demonstrations_start_at_drawn_heights(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``height_start_range``: each episode starts beside the cubes at its own drawn height
+    (the recovery data a prompt's height needs), and a one-point range leaves the data as a
+    fixed start makes it."""
+    import embodied.apps.lab.steer_dial as steer_dial
+    from embodied.apps.lab.config_steer import HEIGHT_START_M
+    from embodied.apps.lab.steer import concept_reset
+
+    env, reset, targets = steer_env("mujoco:arm_reach", 32, "jittered", 0.01)
+    reset |= concept_reset("height")
+    starts: list[list[float]] = []
+    real_rollout = steer_dial.rollout
+
+    def spy(env: Any, policy: Any, **kwargs: Any) -> Any:
+        starts.append(list(kwargs["reset_options"]["start"]))
+        return real_rollout(env, policy, **kwargs)
+
+    monkeypatch.setattr(steer_dial, "rollout", spy)
+
+    def collect(n: int, start_range: tuple[float, float] | None) -> Any:
+        return collect_graded_demonstrations(
+            env, n, "continuum", (0.04, 0.25), 0, reset, targets, concept="height",
+            height_start_range=start_range,
+        )  # fmt: skip
+
+    steps = collect(3, (0.06, 0.22))
+    zs = [z for _, _, z in starts]
+    assert len(set(zs)) == 3 and all(0.06 <= z <= 0.22 for z in zs)
+    assert all(s[:2] == list(HEIGHT_START_M[:2]) for s in starts)
+    assert steps.meta["height_start_range"] == [0.06, 0.22]
+    first = [float(steps.concept[steps.episode == e][0]) for e in range(3)]
+    starts.clear()
+    fixed, one_point = collect(1, None), collect(1, (0.15, 0.15))
+    assert starts == [list(HEIGHT_START_M)] * 2
+    assert np.array_equal(fixed.actions, one_point.actions)
+    assert one_point.meta["height_start_range"] is None
+    # the hover heights are the same draws as with a fixed start
+    assert float(fixed.concept[0]) == first[0]
+
+
 def test_steer_dial_command_writes_the_dose_response(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

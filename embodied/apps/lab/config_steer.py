@@ -49,6 +49,13 @@ def _max_hover_m() -> float:
     return MAX_HOVER_M
 
 
+def _start_z_m() -> tuple[float, float]:
+    """The arm_reach ``start`` reset option's (min, max) height (m), imported when checked."""
+    from sim.mujoco.arm_reach import START_Z_M
+
+    return START_Z_M
+
+
 def height_expert_kwargs(speed: float) -> dict[str, Any]:
     """The height concept's scripted expert (``policies.load("expert", ...)`` keyword
     arguments): the ``level`` approach at ``speed`` m/s, descending within
@@ -119,6 +126,12 @@ class SteerExperimentConfig(TinyVLAConfig):
         height_range: Height concept: hover heights (min, max) above the target's grasp point
             in m (the cruise heights above the table are 0.048 m higher).
         height_speed: Height concept: the demonstrations' cruise speed (m/s).
+        height_start_range: Height concept: (min, max) fingertip start height above the table
+            of the demonstrations (m), drawn per episode beside the cubes. A range shows the
+            tiny VLA each height under each prompt, so it learns to climb or sink to its
+            prompt's height from wherever it is; from one start height it learns one climb and
+            does not correct off it (behaviour cloning's covariate shift; ours). Steered and
+            evaluation episodes always start at ``HEIGHT_START_M``.
     """
 
     model: str | None = None
@@ -151,6 +164,7 @@ class SteerExperimentConfig(TinyVLAConfig):
     concept: str = checked("speed", choices=STEER_CONCEPTS, fix="use speed or height")
     height_range: tuple[float, float] = (0.03, 0.15)
     height_speed: float = checked(0.08, gt=0, le=0.3, fix="use e.g. 0.08 (m/s)")
+    height_start_range: tuple[float, float] = (HEIGHT_START_M[2], HEIGHT_START_M[2])
 
     rules: ClassVar[tuple[Rule, ...]] = (
         *TinyVLAConfig.rules,
@@ -171,6 +185,20 @@ class SteerExperimentConfig(TinyVLAConfig):
             lambda c: 0 < c.height_range[0] < c.height_range[1] <= _max_hover_m(),
             lambda c: f"is not (min, max) heights in m within (0, {_max_hover_m():g}]",
             "use e.g. --height-range 0.03,0.15",
+        ),
+        Rule(
+            "height_start_range",
+            lambda c: (
+                _start_z_m()[0]
+                <= c.height_start_range[0]
+                <= c.height_start_range[1]
+                <= _start_z_m()[1]
+            ),
+            lambda c: (
+                "is not (min, max) start heights in m within the arm's reach "
+                f"[{_start_z_m()[0]:g}, {_start_z_m()[1]:g}]"
+            ),
+            "use e.g. --height-start-range 0.06,0.22",
         ),
     )
 

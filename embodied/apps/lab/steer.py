@@ -326,6 +326,7 @@ def graded_kwargs(cfg: SteerExperimentConfig) -> dict[str, Any]:
         "concept": cfg.concept,
         "height_range": cfg.height_range,
         "height_speed": cfg.height_speed,
+        "height_start_range": cfg.height_start_range,
     }
 
 
@@ -1261,7 +1262,11 @@ def dial_experiment(
         "speed_labels": cfg.speed_labels,
         "speed_range": list(cfg.speed_range),
         **(
-            {"height_range": list(cfg.height_range), "height_speed": cfg.height_speed}
+            {
+                "height_range": list(cfg.height_range),
+                "height_speed": cfg.height_speed,
+                "height_start_range": list(cfg.height_start_range),
+            }
             if cfg.concept == "height"
             else {}
         ),

@@ -38,6 +38,7 @@ import torch
 import policies
 from embodied.apps.lab.config_steer import (
     CONTINUUM_LEVELS,
+    HEIGHT_START_M,
     POSITIONS,
     STEER_CONCEPTS,
     height_expert_kwargs,
@@ -146,6 +147,7 @@ def collect_graded_demonstrations(
     concept: str = "speed",
     height_range: tuple[float, float] = (0.03, 0.15),
     height_speed: float = 0.08,
+    height_start_range: tuple[float, float] | None = None,
 ) -> DemonstrationSteps:
     """Expert demonstrations whose cruise speed (or height) is drawn per episode.
 
@@ -170,6 +172,10 @@ def collect_graded_demonstrations(
             from ``height_range`` m; labels "at height k" by ninths of that range).
         height_range: Height concept: hover heights (min, max) above the grasp point (m).
         height_speed: Height concept: the cruise speed (m/s).
+        height_start_range: Height concept: (min, max) fingertip start height above the
+            table (m), drawn per episode (seeded by ``seed``) at the x, y of ``reset_options``'
+            ``start`` (default :data:`HEIGHT_START_M`'s); None or min == max: the start of
+            ``reset_options`` unchanged.
 
     Returns:
         Steps whose ``concept`` is the episode's cruise speed (m/s) or cruise height above the
@@ -183,6 +189,10 @@ def collect_graded_demonstrations(
             fix="use --concept speed, or --speed-labels continuum with --concept height",
         )
     unnamed = np.random.default_rng([seed, 36]).random(episodes) < unnamed_fraction
+    start_z = None
+    if concept == "height" and height_start_range and height_start_range[0] < height_start_range[1]:
+        # its own stream, so the episodes' other draws are those of a fixed start
+        start_z = np.random.default_rng([seed, 37]).uniform(*height_start_range, size=episodes)
     steps = DemonstrationCollector(env.observation_spec.image_keys[0])
     experts: list[Any]
     word_range: tuple[float, float]
@@ -205,6 +215,9 @@ def collect_graded_demonstrations(
         opts = dict(reset_options or {})
         if targets:
             opts["target"] = targets[(e // len(experts)) % len(targets)]
+        if start_z is not None:
+            x, y = opts.get("start", HEIGHT_START_M)[:2]
+            opts["start"] = [float(x), float(y), float(start_z[e])]
         ep = rollout(env, expert, seed=seed + e, reset_options=opts or None)
         if concept == "height":  # labelled by the drawn hover height, measured above the table
             word, value = float(expert.current_hover), float(expert.hover_z)
@@ -226,7 +239,13 @@ def collect_graded_demonstrations(
             "speed_range": list(speed_range),
             "concept": concept,
             **(
-                {"height_range": list(height_range), "height_speed": height_speed}
+                {
+                    "height_range": list(height_range),
+                    "height_speed": height_speed,
+                    "height_start_range": None
+                    if start_z is None
+                    else [float(v) for v in height_start_range],  # type: ignore[union-attr]
+                }
                 if concept == "height"
                 else {}
             ),

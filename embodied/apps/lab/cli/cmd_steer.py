@@ -128,6 +128,7 @@ def extract_cmd(
     "instruction_suffix",
     "height_range",
     "height_speed",
+    "height_start_range",
 )
 def experiment_cmd(
     out: Path = typer.Option(Path("runs/ctrl_steer"), "--out", help="Output folder."),
@@ -179,6 +180,7 @@ def experiment_cmd(
     "concept",
     "height_range",
     "height_speed",
+    "height_start_range",
 )
 def dial_cmd(
     out: Path = typer.Option(Path("runs/steer_dial"), "--out", help="Output folder."),
