@@ -564,6 +564,39 @@ def test_steer_dial_command_on_the_height_concept(tmp_path: Path) -> None:
     heights = [p["mean_concept"] for p in r["points"] if math.isfinite(p["mean_concept"])]
     assert heights and all(0.0 < h < 0.3 for h in heights)  # m above the table
     assert "mean height m" in (out / "dial.md").read_text()
+    fm = report["feedback_map"]  # 5 start heights x 5 prompts, on 1 tuning scene
+    assert np.asarray(fm["vz_mps"]).shape == (5, 5) and np.isfinite(fm["vz_mps"]).all()
+    assert '| start z | "at height 1" |' in (out / "dial.md").read_text()
+
+
+def test_height_feedback_map_shows_a_policy_that_returns_to_its_prompts_height() -> None:
+    """A policy that climbs below its prompt's height and sinks above it gives a map whose
+    rows flip sign between columns; the starts are the given heights beside the cubes."""
+    from embodied.apps.lab.steer import concept_reset
+    from embodied.apps.lab.steer_dial import height_feedback_map
+    from embodied.contracts import Policy
+
+    env, reset, _ = steer_env("mujoco:arm_reach", 32, "jittered", 0.01)
+    reset |= concept_reset("height")
+
+    class ToHeight(Policy):
+        action_dim = 4
+
+        def __init__(self, words: str) -> None:
+            super().__init__()
+            self.z = 0.05 + 0.015 * int(words.split()[-1])  # "at height k"
+
+        def predict_action_chunk(self, obs: Any) -> np.ndarray:
+            ee = env.task.ee_position(env.data)  # type: ignore[attr-defined]
+            return np.array([[0.0, 0.0, 0.05 * np.sign(self.z - ee[2]), 0.0]])
+
+    fm = height_feedback_map(env, ToHeight, reset, seeds=(5000, 5001))
+    assert fm["start_z_m"] == [0.08, 0.11, 0.14, 0.17, 0.2] and fm["levels"] == [1, 3, 5, 7, 9]
+    # prompt heights 0.065, 0.095, 0.125, 0.155, 0.185 m
+    expected = [
+        [0.05 * np.sign(0.05 + 0.015 * k - z) for k in fm["levels"]] for z in fm["start_z_m"]
+    ]
+    np.testing.assert_allclose(fm["vz_mps"], expected, atol=1e-9)
 
 
 # ---------------------------------------------------------------------------------------------

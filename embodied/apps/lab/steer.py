@@ -61,6 +61,7 @@ from embodied.apps.lab.steer_dial import (
     dose_point,
     episode_contrast,
     extract_direction,
+    height_feedback_map,
     plot_dose_response,
     scene_key,
 )
@@ -1284,6 +1285,15 @@ def dial_experiment(
     }
     curves: dict[str, list[dict[str, Any]]] = {}
     with torch.no_grad():
+        if cfg.concept == "height":  # does each prompt name a height the VLA returns to?
+            report["feedback_map"] = height_feedback_map(
+                env,
+                lambda words: OpenVLAPolicy(
+                    model, proc, preset="as_trained", source=str(vla_dir), instruction_suffix=words
+                ),
+                reset,
+                range(dial.tuning_seed, dial.tuning_seed + min(4, dial.episodes)),
+            )
         for method in dial.methods:
             t_m = time.perf_counter()
             try:
@@ -1372,4 +1382,20 @@ def dial_markdown(report: dict[str, Any]) -> str:
                 f"{v['working_range']}, {concept} {v['ratio_range'][0]:.2f}x-"
                 f"{v['ratio_range'][1]:.2f}x unsteered)"
             )
+    fm = report.get("feedback_map")
+    if fm:
+        levels = fm["levels"]
+        lines += [
+            "",
+            "Unsteered first vz (m/s) from each start height (rows, m above the table) under "
+            "each prompt (columns; climbing below its height and sinking above it is a height "
+            "the VLA returns to):",
+            "",
+            "| start z | " + " | ".join(f'"at height {k}"' for k in levels) + " |",
+            "|---" * (len(levels) + 1) + "|",
+        ]
+        lines += [
+            f"| {z:.2f} | " + " | ".join(f"{v:+.3f}" for v in row) + " |"
+            for z, row in zip(fm["start_z_m"], fm["vz_mps"], strict=True)
+        ]
     return "\n".join(lines) + "\n"

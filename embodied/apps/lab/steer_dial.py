@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,7 +50,7 @@ from embodied.apps.training.training_vla import (
     Log,
     no_log,
 )
-from embodied.contracts import Env
+from embodied.contracts import Env, Policy
 from embodied.errors import ConfigError
 from embodied.loop import rollout
 from policies.openvla.modeling_openvla import OpenVLAModel
@@ -498,6 +498,58 @@ def extract_direction(
 # ---------------------------------------------------------------------------------------------
 # dose-response
 # ---------------------------------------------------------------------------------------------
+
+
+FEEDBACK_START_Z_M = (0.08, 0.11, 0.14, 0.17, 0.2)
+"""Start heights above the table (m) of :func:`height_feedback_map`: the demonstrations'
+cruise heights, 0.078-0.198 m at the default ``height_range``."""
+FEEDBACK_LEVELS = (1, 3, 5, 7, 9)
+"""The "at height k" prompts of :func:`height_feedback_map`."""
+
+
+def height_feedback_map(
+    env: Env,
+    policy_for: Callable[[str], Policy],
+    reset_options: dict[str, Any],
+    seeds: Sequence[int],
+    start_z: Sequence[float] = FEEDBACK_START_Z_M,
+    levels: Sequence[int] = FEEDBACK_LEVELS,
+) -> dict[str, Any]:
+    """Does a prompt name a height the policy returns to? Its first commanded vertical speed
+    from each start height under each "at height k" prompt, unsteered.
+
+    A policy that perceives its height climbs below its prompt's height and sinks above it (the
+    sign of each row flips between columns); one that learnt a single climb from a single start
+    height answers every start the same.
+
+    Args:
+        env: ``mujoco:arm_reach`` with a camera.
+        policy_for: The policy whose instruction ends with the given words (e.g. "at height 3").
+        reset_options: Reset options (layout); their ``start`` gives the x, y.
+        seeds: Scenes (reset seeds) averaged over.
+        start_z: Start heights above the table (m).
+        levels: The prompts' k.
+
+    Returns:
+        ``{"start_z_m", "levels", "vz_mps"}``, ``vz_mps[i][j]`` the mean first vz (m/s) from
+        ``start_z[i]`` under "at height ``levels[j]``".
+    """
+    vz = env.action_spec.names.index("vz")
+    x, y = reset_options.get("start", HEIGHT_START_M)[:2]
+    policies_k = [policy_for(f"at height {k}") for k in levels]
+    table = np.zeros((len(start_z), len(levels)))
+    for seed in seeds:
+        for i, z in enumerate(start_z):
+            obs, _ = env.reset(seed=int(seed), options={**reset_options, "start": [x, y, z]})
+            for j, policy in enumerate(policies_k):
+                policy.reset()
+                table[i, j] += float(np.asarray(policy.select_action(obs))[vz])
+    table /= max(1, len(seeds))
+    return {
+        "start_z_m": [float(z) for z in start_z],
+        "levels": [int(k) for k in levels],
+        "vz_mps": np.round(table, 4).tolist(),
+    }
 
 
 def dose_point(alpha: float, episodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
