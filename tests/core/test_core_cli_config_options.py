@@ -376,6 +376,18 @@ def test_a_height_range_beyond_the_experts_hover_limit_is_refused_with_the_limit
         )
 
 
+@pytest.mark.parametrize("starts", [(0.22, 0.06), (0.01, 0.2), (0.06, 0.5)])
+def test_a_height_start_range_out_of_reach_or_reversed_is_refused(
+    starts: tuple[float, float],
+) -> None:
+    from embodied.errors import ConfigError
+    from sim.mujoco.arm_reach import START_Z_M
+
+    SteerExperimentConfig(height_start_range=START_Z_M)
+    with pytest.raises(ConfigError, match=r"height_start_range=.*within the arm's reach"):
+        SteerExperimentConfig(height_start_range=starts)
+
+
 def test_steer_extract_options_reach_the_extraction(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
