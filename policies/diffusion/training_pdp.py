@@ -671,6 +671,10 @@ def _train_pdp(
     demonstrations = _demonstrations(data, out, resume, config, overrides)
     _check_schedule(checkpoint_every, snapshot_every_s)
     state_meta = _open_run(out, resume)
+    # no rank writes to the folder before every rank has opened it: a late rank would refuse
+    # rank 0's step-0 checkpoint as another run's, or delete its in-flight temporaries as a
+    # killed run's
+    dist.barrier()
     if state_meta is not None:
         cfg = _resumed_config(out, state_meta, overrides)
     else:

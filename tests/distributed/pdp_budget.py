@@ -5,6 +5,10 @@ after a few steps while rank 0's real clock never reaches it. The ranks must sti
 the same step (a rank that stopped alone would leave the other waiting forever in the next
 gradient all-reduce), and ``train_pdp`` must tear its process group down before it returns.
 Every rank writes ``<out>/rank<r>.json``.
+
+Rank 1 also opens the run folder 2 s late (after the process group is up), so rank 0 would
+have written its step-0 checkpoint by then: no rank may write to the folder before every rank
+has opened it.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -34,6 +39,13 @@ class _FastClock:
 def main(data: Path, out: Path) -> None:
     rank = int(os.environ["RANK"])
     if rank == 1:
+        open_run = training_pdp._open_run
+
+        def late_open_run(*args: object) -> object:
+            time.sleep(2.0)
+            return open_run(*args)  # type: ignore[arg-type]
+
+        training_pdp._open_run = late_open_run  # type: ignore[assignment]
         training_pdp.time = types.SimpleNamespace(perf_counter=_FastClock().perf_counter)  # type: ignore[assignment]
     result = training_pdp.train_pdp(
         data,

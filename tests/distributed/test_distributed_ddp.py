@@ -54,7 +54,10 @@ def _run_two_ranks(script: str, *args: str, out: Path) -> tuple[dict[str, Any], 
         text=True,
         timeout=240,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # each rank's own error first: the tail alone is the launcher's summary and the rank
+    # that hung up on the one that crashed
+    errors = [ln for ln in proc.stderr.splitlines() if "Error" in ln and ln.startswith("[rank")]
+    assert proc.returncode == 0, "\n".join(errors[:20]) + "\n...\n" + proc.stderr[-3000:]
     r0, r1 = (json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1))
     return r0, r1
 
