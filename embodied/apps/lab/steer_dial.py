@@ -189,10 +189,11 @@ def collect_graded_demonstrations(
             fix="use --concept speed, or --speed-labels continuum with --concept height",
         )
     unnamed = np.random.default_rng([seed, 36]).random(episodes) < unnamed_fraction
-    start_z = None
+    start_z, drawn = None, None
     if concept == "height" and height_start_range and height_start_range[0] < height_start_range[1]:
+        drawn = [float(v) for v in height_start_range]
         # its own stream, so the episodes' other draws are those of a fixed start
-        start_z = np.random.default_rng([seed, 37]).uniform(*height_start_range, size=episodes)
+        start_z = np.random.default_rng([seed, 37]).uniform(drawn[0], drawn[1], size=episodes)
     steps = DemonstrationCollector(env.observation_spec.image_keys[0])
     experts: list[Any]
     word_range: tuple[float, float]
@@ -242,9 +243,7 @@ def collect_graded_demonstrations(
                 {
                     "height_range": list(height_range),
                     "height_speed": height_speed,
-                    "height_start_range": None
-                    if start_z is None
-                    else [float(v) for v in height_start_range],  # type: ignore[union-attr]
+                    "height_start_range": drawn,
                 }
                 if concept == "height"
                 else {}
