@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -41,19 +42,25 @@ expert's 0.05 m default: trained on that shorter descent (about 10 control steps
 the tiny VLA often flew past the cube at low heights."""
 
 
-def _max_hover_m() -> float:
-    """The arm_reach expert's highest hover (m), imported when a config is checked: importing
-    mujoco for every ``embodied lab steer --help`` would slow the CLI."""
-    from sim.mujoco.arm_reach import MAX_HOVER_M
+def _arm_reach_limits() -> tuple[float, tuple[float, float]]:
+    """The arm_reach expert's highest hover (m) and its ``start`` reset option's (min, max)
+    height (m), imported when a config is checked: importing mujoco for every
+    ``embodied lab steer --help`` would slow the CLI."""
+    from sim.mujoco.arm_reach import MAX_HOVER_M, START_Z_M
 
-    return MAX_HOVER_M
+    return MAX_HOVER_M, START_Z_M
 
 
-def _start_z_m() -> tuple[float, float]:
-    """The arm_reach ``start`` reset option's (min, max) height (m), imported when checked."""
-    from sim.mujoco.arm_reach import START_Z_M
-
-    return START_Z_M
+def height_meta(
+    height_range: Sequence[float], height_speed: float, start_range: Sequence[float] | None
+) -> dict[str, Any]:
+    """The height concept's demonstration settings as written to a dataset's meta and a
+    dial's report (``start_range`` None: every episode from :data:`HEIGHT_START_M`)."""
+    return {
+        "height_range": [float(v) for v in height_range],
+        "height_speed": float(height_speed),
+        "height_start_range": None if start_range is None else [float(v) for v in start_range],
+    }
 
 
 def height_expert_kwargs(speed: float) -> dict[str, Any]:
@@ -182,21 +189,22 @@ class SteerExperimentConfig(TinyVLAConfig):
         ),
         Rule(
             "height_range",
-            lambda c: 0 < c.height_range[0] < c.height_range[1] <= _max_hover_m(),
-            lambda c: f"is not (min, max) heights in m within (0, {_max_hover_m():g}]",
+            lambda c: 0 < c.height_range[0] < c.height_range[1] <= _arm_reach_limits()[0],
+            lambda c: f"is not (min, max) heights in m within (0, {_arm_reach_limits()[0]:g}]",
             "use e.g. --height-range 0.03,0.15",
         ),
         Rule(
             "height_start_range",
             lambda c: (
-                _start_z_m()[0]
+                _arm_reach_limits()[1][0]
                 <= c.height_start_range[0]
                 <= c.height_start_range[1]
-                <= _start_z_m()[1]
+                <= _arm_reach_limits()[1][1]
             ),
             lambda c: (
-                "is not (min, max) start heights in m within the arm's reach "
-                f"[{_start_z_m()[0]:g}, {_start_z_m()[1]:g}]"
+                "is not (min, max) start heights in m within the arm's reach [{:g}, {:g}]".format(
+                    *_arm_reach_limits()[1]
+                )
             ),
             "use e.g. --height-start-range 0.06,0.22",
         ),

@@ -53,6 +53,7 @@ from embodied.apps.lab.config_steer import (
     ExperimentSettings,
     SteerExperimentConfig,
     height_expert_kwargs,
+    height_meta,
 )
 from embodied.apps.lab.stats import Z95, wilson_interval
 from embodied.apps.lab.steer_dial import (
@@ -1263,11 +1264,7 @@ def dial_experiment(
         "speed_labels": cfg.speed_labels,
         "speed_range": list(cfg.speed_range),
         **(
-            {
-                "height_range": list(cfg.height_range),
-                "height_speed": cfg.height_speed,
-                "height_start_range": list(cfg.height_start_range),
-            }
+            height_meta(cfg.height_range, cfg.height_speed, cfg.height_start_range)
             if cfg.concept == "height"
             else {}
         ),

@@ -42,6 +42,7 @@ from embodied.apps.lab.config_steer import (
     POSITIONS,
     STEER_CONCEPTS,
     height_expert_kwargs,
+    height_meta,
 )
 from embodied.apps.lab.stats import Z95, wilson_interval
 from embodied.apps.training.training_vla import (
@@ -239,15 +240,7 @@ def collect_graded_demonstrations(
             "speed_labels": labels,
             "speed_range": list(speed_range),
             "concept": concept,
-            **(
-                {
-                    "height_range": list(height_range),
-                    "height_speed": height_speed,
-                    "height_start_range": drawn,
-                }
-                if concept == "height"
-                else {}
-            ),
+            **(height_meta(height_range, height_speed, drawn) if concept == "height" else {}),
             "unnamed_fraction": unnamed_fraction,
             "first_seed": seed,
         },
