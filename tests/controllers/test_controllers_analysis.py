@@ -58,6 +58,8 @@ def test_bad_inputs() -> None:
         step_response([0, 1, 2], [0, 1], 1.0)
     with pytest.raises(ConfigError, match="zero step"):
         step_response([0, 1, 2], [1, 1, 1], 1.0)
+    with pytest.raises(ConfigError, match="zero step"):  # equal up to rounding
+        step_response([0, 1, 2], [0.14999999999999997, 0.15, 0.15], 0.15)
     with pytest.raises(ConfigError, match="increasing"):
         step_response([0, 2, 1], [0, 1, 1], 1.0)
 

@@ -481,6 +481,11 @@ def test_the_height_reference_row_cruises_at_the_setpoint_height() -> None:
     assert summary["rmse_steady"] < 0.005 < summary["rmse"]
     assert abs(summary["mean_concept"] - 0.11) < 0.01
     assert all(np.isnan(e["measured"][-1]) for e in r["episodes"])  # over the target
+    assert all(np.isfinite(e["overshoot_pct"]) for e in r["episodes"])  # a 0.04 m step
+    # a setpoint at the start height makes no step: no overshoot, not a division by ~1e-17
+    at_start = _reference_on_arm_reach(replace(s, episodes=1), 0.15)
+    assert math.isnan(at_start["episodes"][0]["overshoot_pct"])
+    assert math.isnan(at_start["summary"]["overshoot_pct"])
     with pytest.raises(ConfigError, match="tracks concept 'height'.*vary 'speed'"):
         steer.steer_experiment(Path("unused"), SteerExperimentConfig(), s)
 

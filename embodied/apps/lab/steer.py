@@ -390,6 +390,11 @@ def run_episodes(
                 raise ConfigError("time-varying setpoint")
             # speed rises from rest; the height steps from wherever the arm starts
             initial = 0.0 if settings.concept == "speed" else None
+            seen = y[np.isfinite(y)]
+            start = 0.0 if initial is not None else float(seen[0]) if seen.size else math.nan
+            if not abs(settings.setpoint - start) > settings.band * abs(settings.setpoint):
+                # a start already inside the settling band makes no step to measure
+                raise ConfigError("no setpoint step")
             sr = step_response(t, y, settings.setpoint, initial=initial, band=settings.band)
             row["overshoot_pct"], row["settling_time_s"] = sr.overshoot_pct, sr.settling_time_s
         except ConfigError:
