@@ -39,6 +39,10 @@ class Steering:
         setpoint: Target value of the concept, constant or a function of time (s).
         to_knob: Maps the scalar command onto the knob value (default: identity), e.g.
             an interpolation between two behaviour latents for a vector knob.
+        rest: Command while the concept is undefined (a NaN measurement, e.g. the cruise
+            height over the target, where the task itself descends): None hands the NaN to
+            the controller (which holds its output); a value commands it instead and skips
+            the controller, whose state waits for the concept to return.
     """
 
     concept: Concept
@@ -46,6 +50,7 @@ class Steering:
     knob: str = "alpha"
     setpoint: Setpoint = 0.0
     to_knob: Callable[[float], float | np.ndarray] | None = None
+    rest: float | None = None
 
     def setpoint_at(self, t_s: float) -> float:
         """Setpoint at episode time ``t_s`` seconds."""
@@ -327,7 +332,10 @@ def _steer(loop: _Loop, obs: Observation, info: Mapping[str, Any], t: int) -> tu
         measurement = float(steering.concept.measure(obs, info, dt))
         setpoint = steering.setpoint_at(t * dt)
         if steering.controller is not None:
-            command = steering.controller.update(measurement, setpoint, dt)
+            if steering.rest is not None and measurement != measurement:
+                command = float(steering.rest)
+            else:
+                command = steering.controller.update(measurement, setpoint, dt)
             value = steering.to_knob(command) if steering.to_knob else command
             loop.policy.set_knob(steering.knob, value)  # type: ignore[attr-defined]
     return measurement, setpoint

@@ -68,6 +68,8 @@ class SteeringEnv(gym.Env[np.ndarray, np.ndarray]):
         to_knob: Optional map of the command onto the knob value (e.g. for a vector knob).
         safety: Optional action filter of the inner loop.
         reset_options: Passed to the inner env's reset (e.g. a scene).
+        rest: Knob command while the concept is undefined (:attr:`embodied.loop.Steering.rest`:
+            those inner steps are not the agent's); None: the agent acts on them too.
 
     ``info`` of each step holds ``measurement``, ``setpoint``, ``alpha``, ``delta`` and at
     the end ``success`` and ``reason``.
@@ -85,6 +87,7 @@ class SteeringEnv(gym.Env[np.ndarray, np.ndarray]):
         to_knob: Callable[[float], float | np.ndarray] | None = None,
         safety: ActionFilter | None = None,
         reset_options: dict[str, Any] | None = None,
+        rest: float | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(policy, Steerable):
@@ -113,6 +116,7 @@ class SteeringEnv(gym.Env[np.ndarray, np.ndarray]):
         self.inner_env, self.policy, self.concept = env, policy, concept
         self.knob, self.to_knob, self.safety = knob, to_knob, safety
         self.reset_options = dict(reset_options or {})
+        self.rest = rest
         lim = self.config.obs_clip
         extra = [lim] if self.config.observe_setpoint else []
         high = np.array(
@@ -140,7 +144,9 @@ class SteeringEnv(gym.Env[np.ndarray, np.ndarray]):
             episode = rollout(
                 self.inner_env,
                 self.policy,
-                steering=Steering(self.concept, bridge, self.knob, setpoint, self.to_knob),
+                steering=Steering(
+                    self.concept, bridge, self.knob, setpoint, self.to_knob, self.rest
+                ),
                 safety=self.safety,
                 seed=seed,
                 reset_options=self.reset_options or None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -47,6 +48,43 @@ def test_steering_drives_knob_and_tracks_setpoint() -> None:
     vel = ep.measurements[1:]
     x = ep.observations["state"][:, 0]
     np.testing.assert_allclose(vel, np.diff(x) * env.control_rate_hz, rtol=1e-5, atol=1e-5)
+
+
+class GappedVelocity(VelocityConcept):
+    """Undefined (NaN) on steps 5-9, like the cruise height over the target."""
+
+    def reset(self) -> None:
+        self.k = 0
+
+    def measure(self, obs: dict[str, Any], info: dict[str, Any], dt: float) -> float:
+        self.k += 1
+        return math.nan if 5 <= self.k - 1 < 10 else super().measure(obs, info, dt)
+
+
+class RecordingP(PController):
+    def reset(self) -> None:
+        self.seen: list[float] = []
+
+    def update(self, measurement: float, setpoint: float, dt: float) -> float:
+        self.seen.append(measurement)
+        return 1.5 if measurement != measurement else super().update(measurement, setpoint, dt)
+
+
+@pytest.mark.parametrize("rest", [None, -0.25])
+def test_steering_rest_commands_the_knob_where_the_concept_is_undefined(
+    rest: float | None,
+) -> None:
+    env, policy, ctrl = FirstOrderEnv(goal=1e9), GainPolicy(), RecordingP(kp=2.0)
+    steer = Steering(GappedVelocity(), ctrl, knob="alpha", setpoint=1.0, rest=rest)
+    ep = rollout(env, policy, steering=steer, max_steps=15)
+    alpha, gap = ep.knobs["alpha"][:, 0], slice(5, 10)
+    assert np.isnan(ep.measurements[gap]).all() and np.isfinite(ep.measurements[10:]).all()
+    if rest is None:  # the controller sees the gap (and here answers it with 1.5)
+        assert len(ctrl.seen) == 15 and np.allclose(alpha[gap], 1.5)
+    else:  # the rest value, and the controller is not asked
+        assert len(ctrl.seen) == 10 and not any(m != m for m in ctrl.seen)
+        assert np.allclose(alpha[gap], rest)
+    assert not np.allclose(alpha[10:], alpha[gap][0])  # control resumes after the gap
 
 
 def test_setpoint_schedule_uses_episode_time() -> None:

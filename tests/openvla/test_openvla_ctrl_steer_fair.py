@@ -561,3 +561,41 @@ def test_rescore_adds_the_expert_reference_row_before_its_setpoints_rows(tmp_pat
     ref = new["rows"][0]
     assert ref["reference"] and ref["successes"] == 1 and abs(ref["mean_concept"] - 0.1) < 0.02
     assert [r["controller"] for r in again["rows"]] == ["expert at setpoint", "none"]  # once
+
+
+def test_release_outside_concept_rests_alpha_over_the_target_in_rows_and_ppo_training() -> None:
+    """``release_outside_concept``: where the height is undefined (over the target) every
+    controller row commands alpha 0, and PPO's training env hands the agent only the steps
+    where the height is measured; without it the fixed alpha stays on throughout."""
+    import policies
+    import sim
+
+    env = sim.make("mujoco:arm_reach", image_size=32)
+    policy = policies.load("expert_speed_knob", env=env)
+    reset = steer.concept_reset("height")
+    for release in (False, True):
+        s = ExperimentSettings(
+            concept="height", setpoint=0.15, reset_options=reset, expert_reference=False,
+            release_outside_concept=release, sweep_alphas=(), haeon_coefs=(),
+        )  # fmt: skip
+        ep = steer.run_episodes(env, policy, controllers.make("fixed", value=0.3), s, 1, "x")
+        e = ep["episodes"][0]
+        measured, alpha = np.array(e["measured"]), np.array(e["alpha"])
+        over = np.isnan(measured)
+        assert e["success"] and over.any() and (~over).any()
+        assert np.allclose(alpha[~over], 0.3)
+        assert np.allclose(alpha[over], 0.0 if release else 0.3)
+    senv = steer.SeededSteeringEnv(
+        env, policy, steer.measure(s), steer.RLControllerConfig(output_min=-0.5, output_max=0.5),
+        reset_options=reset, seeds=(0, 10), rest=0.0,
+    )  # fmt: skip
+    senv.reset(options={"setpoint": 0.15})
+    agent_steps, done = 0, False
+    while not done:
+        _, _, terminated, truncated, _ = senv.step(np.array([0.2], dtype=np.float32))
+        agent_steps += 1
+        done = terminated or truncated
+    inner = senv.last_episode
+    assert agent_steps == int(np.isfinite(inner.measurements).sum())
+    assert np.allclose(inner.knobs["alpha"][np.isnan(inner.measurements), 0], 0.0)
+    env.close()

@@ -281,6 +281,10 @@ class ExperimentSettings:
             exactly the setpoint (speed, or cruise height), unsteered (the RMSE no controller
             of the VLA can be expected to beat: the arm still rises from rest and the filter
             still lags).
+        release_outside_concept: Where the concept is undefined (the height over the target,
+            where the task descends), set alpha to 0 instead of holding the controller's
+            output, for every controller row, the fixed-alpha sweep and PPO's training (ours;
+            Häon et al.'s constant intervention stays on). False: hold (the earlier rule).
         reference_expert: The reference expert's other kwargs (``steer_experiment`` sets them
             to the demonstrations' expert: height: ``approach`` level at ``height_speed``).
         min_success_ratio: The best fixed alpha* (and Häon constant) must keep this fraction of
@@ -328,6 +332,7 @@ class ExperimentSettings:
     pid_reference_tau_s: float = checked(ARM_TAU_S, ge=0, fix="use e.g. 0.2 (s), or 0 for none")
     steady_transient_s: float = checked(0.5, ge=0, fix="use e.g. 0.5 (s)")
     expert_reference: bool = True
+    release_outside_concept: bool = False
     reference_expert: dict[str, Any] = field(default_factory=dict)
 
     rules: ClassVar[tuple[Rule, ...]] = (

@@ -353,6 +353,7 @@ def run_episodes(
     steering = Steering(
         concept, controller, knob="alpha",
         setpoint=settings.setpoint if setpoint is None else setpoint,
+        rest=0.0 if settings.release_outside_concept else None,
     )  # fmt: skip
     episodes = []
     for k in range(n):
@@ -637,6 +638,7 @@ def train_rl(
         cfg,
         reset_options=settings.reset_options or None,
         seeds=settings.seed_ranges()["rl_training"],
+        rest=0.0 if settings.release_outside_concept else None,
     )
     training = RLTrainSettings(
         total_timesteps=settings.rl_timesteps, ppo=replace(CONTROLLER_PPO, n_epochs=5), seed=0

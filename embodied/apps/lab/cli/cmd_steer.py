@@ -101,6 +101,7 @@ def extract_cmd(
     "min_success_ratio",
     "steady_transient_s",
     "expert_reference",
+    "release_outside_concept",
     "concept",
     into="settings",
 )
