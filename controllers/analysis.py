@@ -83,6 +83,7 @@ def step_response(
     step_time: float | None = None,
     band: float = 0.02,
     relative_to: str = "setpoint",
+    min_step: float = 0.0,
 ) -> StepResponse:
     """Analyse the response ``y(t)`` to a setpoint step.
 
@@ -96,9 +97,13 @@ def step_response(
         relative_to: ``"setpoint"`` (figures relative to the commanded value) or ``"final"``
             (relative to the mean of the last 10 % of samples: the classical definition for
             loops with steady-state error).
+        min_step: Smallest step to analyse, in the units of ``y``: a start already within
+            ``min_step`` of the setpoint (e.g. inside its settling band) makes no step to
+            measure, and its overshoot would be a ratio of noise.
 
     Raises:
-        ConfigError: mismatched/short inputs, a zero step, or bad options.
+        ConfigError: mismatched/short inputs, a zero step, a step of at most ``min_step``,
+            or bad options.
     """
     tt = np.asarray(t, dtype=np.float64).ravel()
     yy = np.asarray(y, dtype=np.float64).ravel()
@@ -112,6 +117,11 @@ def step_response(
         raise ConfigError(f"step_response band must be in (0, 1), got {band}")
     if relative_to not in ("setpoint", "final"):
         raise ConfigError(f"relative_to must be 'setpoint' or 'final', got {relative_to!r}")
+    if not (math.isfinite(min_step) and min_step >= 0):
+        raise ConfigError(
+            f"step_response min_step must be finite and >= 0, got {min_step}",
+            fix="pass e.g. band * abs(setpoint), or 0",
+        )
     t0 = float(tt[0]) if step_time is None else float(step_time)
     keep = tt >= t0
     tt, yy = tt[keep] - t0, yy[keep]
@@ -130,6 +140,11 @@ def step_response(
         raise ConfigError(
             f"step_response: zero step (initial {y0} equals reference {ref})",
             fix="pass the value before the step as `initial`",
+        )
+    if min_step > 0 and not abs(float(setpoint) - y0) > min_step:
+        raise ConfigError(
+            f"step_response: the step from {y0} to the setpoint {setpoint} is within "
+            f"min_step {min_step}: no step to measure"
         )
     sign = 1.0 if step > 0 else -1.0
     x = (yy - y0) * sign  # normalised: rises from 0 towards |step|

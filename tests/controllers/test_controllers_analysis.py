@@ -62,6 +62,14 @@ def test_bad_inputs() -> None:
         step_response([0, 1, 2], [0.14999999999999997, 0.15, 0.15], 0.15)
     with pytest.raises(ConfigError, match="increasing"):
         step_response([0, 2, 1], [0, 1, 1], 1.0)
+    # a start inside min_step of the setpoint (its settling band) is no step either; just
+    # outside it is analysed, with the overshoot relative to that small step
+    with pytest.raises(ConfigError, match="min_step"):
+        step_response([0, 1, 2], [0.148, 0.16, 0.15], 0.15, min_step=0.003)
+    small = step_response([0, 1, 2], [0.146, 0.16, 0.15], 0.15, min_step=0.003)
+    assert small.overshoot_pct == pytest.approx(250.0)
+    with pytest.raises(ConfigError, match="min_step"):
+        step_response([0, 1, 2], [0, 1, 1], 1.0, min_step=-1.0)
 
 
 def test_tracking_rmse() -> None:

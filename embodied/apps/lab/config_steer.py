@@ -356,6 +356,11 @@ class ExperimentSettings:
     def __post_init__(self) -> None:
         validate(self)
 
+    def knob_rest(self) -> float | None:
+        """The knob's value where the concept is undefined (``Steering.rest``): 0 under
+        ``release_outside_concept``, else None (the controller's output is held)."""
+        return 0.0 if self.release_outside_concept else None
+
     def targets(self) -> tuple[float, ...]:
         """The setpoints evaluated (m/s): ``setpoints``, or ``(setpoint,)``."""
         return tuple(self.setpoints) or (self.setpoint,)

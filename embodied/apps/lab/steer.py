@@ -353,7 +353,7 @@ def run_episodes(
     steering = Steering(
         concept, controller, knob="alpha",
         setpoint=settings.setpoint if setpoint is None else setpoint,
-        rest=0.0 if settings.release_outside_concept else None,
+        rest=settings.knob_rest(),
     )  # fmt: skip
     episodes = []
     for k in range(n):
@@ -391,12 +391,15 @@ def run_episodes(
                 raise ConfigError("time-varying setpoint")
             # speed rises from rest; the height steps from wherever the arm starts
             initial = 0.0 if settings.concept == "speed" else None
-            seen = y[np.isfinite(y)]
-            start = 0.0 if initial is not None else float(seen[0]) if seen.size else math.nan
-            if not abs(settings.setpoint - start) > settings.band * abs(settings.setpoint):
-                # a start already inside the settling band makes no step to measure
-                raise ConfigError("no setpoint step")
-            sr = step_response(t, y, settings.setpoint, initial=initial, band=settings.band)
+            # a start already inside the settling band makes no step to measure
+            sr = step_response(
+                t,
+                y,
+                settings.setpoint,
+                initial=initial,
+                band=settings.band,
+                min_step=settings.band * abs(settings.setpoint),
+            )
             row["overshoot_pct"], row["settling_time_s"] = sr.overshoot_pct, sr.settling_time_s
         except ConfigError:
             row["overshoot_pct"], row["settling_time_s"] = math.nan, math.nan
@@ -638,7 +641,7 @@ def train_rl(
         cfg,
         reset_options=settings.reset_options or None,
         seeds=settings.seed_ranges()["rl_training"],
-        rest=0.0 if settings.release_outside_concept else None,
+        rest=settings.knob_rest(),
     )
     training = RLTrainSettings(
         total_timesteps=settings.rl_timesteps, ppo=replace(CONTROLLER_PPO, n_epochs=5), seed=0
