@@ -157,6 +157,55 @@ def test_alpha_star_and_haeon_constant_are_chosen_on_tuning_seeds_only(
     assert torch.is_grad_enabled()  # the experiment restores the caller's autograd mode
 
 
+def test_ppo_setpoints_are_the_targets_or_the_sweeps_working_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rl_setpoint_range``: ``targets`` trains PPO on 0.7x-1.3x the setpoints (the earlier
+    rule); ``working_range`` on the mean concepts of the sweep points that keep the success
+    floor around alpha = 0, widened to hold every setpoint; it is refused without a sweep."""
+    # alpha -> (mean speed, success rate) on the tuning seeds: -2 and 1 lose success
+    dial = {
+        -2.0: (0.02, 0.2),
+        -1.0: (0.05, 1.0),
+        0.0: (0.1, 1.0),
+        0.5: (0.13, 1.0),
+        1.0: (0.2, 0.0),
+    }
+    sweep = [
+        {"alpha": a, "summary": {"mean_concept": v, "success_rate": p}}
+        for a, (v, p) in dial.items()
+    ]
+    s = ExperimentSettings(setpoints=(0.06, 0.1, 0.14), sweep_alphas=tuple(dial), haeon_coefs=())
+    assert steer.rl_setpoint_range(s) == pytest.approx((0.042, 0.182))
+    w = replace(s, rl_setpoint_range="working_range")
+    assert steer.rl_setpoint_range(w, sweep, 0.9) == pytest.approx((0.05, 0.14))
+    with pytest.raises(ConfigError, match="rl-setpoint-range targets"):
+        steer.rl_setpoint_range(w, [], None)
+    with pytest.raises(ConfigError, match="rl_setpoint_range"):
+        ExperimentSettings(rl_setpoint_range="everything")
+
+    # run_experiment hands PPO the range its tuning sweep gives
+    def fake(env, policy, controller, settings, n, label, log=None, first_seed=None):  # type: ignore[no-untyped-def]
+        v, p = dial[controller.value] if hasattr(controller, "value") else (0.1, 1.0)
+        eps = _episodes(n, first_seed or settings.seed, v, True)
+        for k, e in enumerate(eps):
+            e["success"] = k < round(p * n)
+        return {"label": label, "summary": summarize(eps), "episodes": eps}
+
+    got: list[Any] = []
+
+    def fake_rl(*args: Any, **kwargs: Any) -> Any:
+        got.append(args[5])
+        return controllers.make("fixed", value=0.0)
+
+    monkeypatch.setattr(steer, "run_episodes", fake)
+    monkeypatch.setattr(steer, "train_rl", fake_rl)
+    w = replace(w, episodes=2, seed=1000, tuning_seed=500, sweep_episodes=5)
+    w = replace(w, expert_reference=False, rl_timesteps=64)
+    run_experiment(_Env(), None, w, tmp_path)  # type: ignore[arg-type]
+    assert got == [pytest.approx((0.05, 0.14))]
+
+
 def test_budget_mismatch_between_sweep_and_haeon_is_refused() -> None:
     with pytest.raises(ConfigError, match="same tuning budget"):
         ExperimentSettings(sweep_alphas=(-1.0, 0.0), haeon_coefs=(1.0,))

@@ -248,6 +248,12 @@ class ExperimentSettings:
             every setpoint, as PID's feedforward does); off: error, integral, derivative, last
             command and progress only (the earlier controller, which must find each
             setpoint's command by feedback alone).
+        rl_setpoint_range: The setpoints PPO trains on (drawn per episode): ``targets`` (0.7x
+            the lowest to 1.3x the highest evaluated setpoint, the earlier rule) or
+            ``working_range`` (ours: the mean concept values of the tuning sweep's working
+            range, :func:`~embodied.apps.lab.steer.working_range`, widened just enough to
+            hold every evaluated setpoint), so PPO does not spend its episodes on setpoints
+            that no alpha reaches with success held.
         concept: What is measured and tracked: speed (end-effector speed, m/s, EMA-filtered
             by ``concept_tau_s``) or height (fingertip height above the table, m, measured
             while the fingertip is farther than ``HEIGHT_CRUISE_RADIUS_M`` horizontally from
@@ -310,6 +316,11 @@ class ExperimentSettings:
     rl_seed: int = 1_000_000
     rl_controller: Path | None = None
     rl_observe_setpoint: bool = True
+    rl_setpoint_range: str = checked(
+        "targets",
+        choices=("targets", "working_range"),
+        fix="use targets (0.7x-1.3x the setpoints) or working_range (the sweep's)",
+    )
     concept: str = checked("speed", choices=STEER_CONCEPTS, fix="use speed or height")
     concept_tau_s: float = 0.1
     band: float = 0.1

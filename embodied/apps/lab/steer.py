@@ -611,14 +611,44 @@ class SeededSteeringEnv(SteeringEnv):
         return super().reset(seed=seed, options=options)
 
 
+def rl_setpoint_range(
+    settings: ExperimentSettings,
+    sweep: list[dict[str, Any]] | None = None,
+    min_success: float | None = None,
+) -> tuple[float, float]:
+    """The setpoints PPO trains on, ``settings.rl_setpoint_range`` (m/s or m).
+
+    Raises:
+        ConfigError: ``working_range`` without a working range (no tuning sweep, or its
+            alpha = 0 point misses the success floor).
+    """
+    targets = settings.targets()
+    if settings.rl_setpoint_range == "targets":
+        return min(targets) * 0.7, max(targets) * 1.3
+    held = working_range(sweep or [], min_success)
+    if not held:
+        raise ConfigError(
+            f"rl_setpoint_range='working_range' needs the tuning sweep's working range, and "
+            f"this run has none (sweep points: {len(sweep or [])})",
+            fix="run the sweep (--sweep-episodes > 0 with alpha 0 in --sweep-alphas), or pass "
+            "--rl-setpoint-range targets",
+        )
+    values = [float(r["summary"]["mean_concept"]) for r in held]
+    return min(min(values), min(targets)), max(max(values), max(targets))
+
+
 def train_rl(
     env: Env,
     policy: Policy,
     settings: ExperimentSettings,
     out: Path,
     log: Log = no_log,
+    setpoints: tuple[float, float] | None = None,
 ) -> Controller:
-    """PPO controller trained on steered rollouts of the frozen policy (seeds ``rl_seed`` on)."""
+    """PPO controller trained on steered rollouts of the frozen policy (seeds ``rl_seed`` on),
+    on setpoints drawn from ``setpoints`` (low, high; default :func:`rl_setpoint_range`'s
+    ``targets`` rule)."""
+    low, high = setpoints or (min(settings.targets()) * 0.7, max(settings.targets()) * 1.3)
     # the knob's step and its penalty scale with its range (the same as before at the default
     # alpha_limit 4), so a direction with another unit gets the same controller
     knob_scale = settings.alpha_limit / 4.0
@@ -628,8 +658,8 @@ def train_rl(
         max_delta=0.5 * knob_scale,
         error_scale=0.05,
         horizon_steps=env.max_episode_steps,
-        setpoint_low=min(settings.targets()) * 0.7,
-        setpoint_high=max(settings.targets()) * 1.3,
+        setpoint_low=low,
+        setpoint_high=high,
         lambda_delta=0.05 / knob_scale,
         beta_success=2.0,
         observe_setpoint=settings.rl_observe_setpoint,
@@ -729,7 +759,9 @@ def _tune_and_evaluate(
     elif settings.rl_timesteps > 0:
         t1 = time.perf_counter()
         torch.set_grad_enabled(True)
-        rl = train_rl(env, policy, settings, out / "rl_controller", log)
+        rl_range = rl_setpoint_range(settings, tuning.sweep, tuning.min_success)
+        log(f"RL setpoints: {rl_range[0]:.4g}-{rl_range[1]:.4g} ({settings.rl_setpoint_range})")
+        rl = train_rl(env, policy, settings, out / "rl_controller", log, rl_range)
         torch.set_grad_enabled(False)
         timing["rl_training_s"] = time.perf_counter() - t1
         rl_steps = settings.rl_timesteps

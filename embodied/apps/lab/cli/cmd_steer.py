@@ -93,6 +93,7 @@ def extract_cmd(
     "rl_seed",
     Opt("rl_controller", type=Path),
     "rl_observe_setpoint",
+    "rl_setpoint_range",
     "setpoints",
     "setpoint_change_s",
     "pid_fit",
