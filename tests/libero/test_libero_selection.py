@@ -13,7 +13,11 @@ from embodied.errors import ConfigError
 pytestmark = [pytest.mark.libero, pytest.mark.usefixtures("libero_assets")]
 
 from embodied.apps.evaluation import EvalConfig, build_grid  # noqa: E402
-from embodied.apps.training.selection_pdp import SelectConfig, select_snapshot  # noqa: E402
+from embodied.apps.training.selection_pdp import (  # noqa: E402
+    SelectConfig,
+    select_snapshot,
+    trained_env_kwargs,
+)
 from policies.diffusion.training_pdp import train_pdp  # noqa: E402
 from sim.libero import load_demonstrations as load_libero  # noqa: E402
 from sim.libero.env import LiberoEnv  # noqa: E402
@@ -57,9 +61,15 @@ def test_selection_never_reads_the_official_init_states(
         episodes=2,
         seed=900_000,
         workers=0,
-        env_kwargs={"libero": {"cameras": ("agentview", "eye_in_hand"), "render_size": SIZE}},
+        # the run's own cameras and image size (`pdp-select`'s default): any other size is
+        # refused by the policy's processor before an episode runs
+        env_kwargs={"libero": trained_env_kwargs(run)},
         max_steps=3,
     )
+    assert config.env_kwargs["libero"] == {
+        "cameras": ("agentview", "eye_in_hand"),
+        "render_size": SIZE,
+    }
     summary = select_snapshot(config)
     assert [r["step"] for r in summary["curve"]] == [1, 2, 3]
     assert all(r["n"] == 2 for r in summary["curve"])

@@ -18,7 +18,12 @@ from embodied.apps.cli._common import parse_kv
 from embodied.apps.cli._config_options import Opt, config_options
 from embodied.apps.training.config_minijudge import DEVELOPMENT_MIN_TNR, MiniJudgeTrainConfig
 from embodied.apps.training.config_vla import TinyVLAConfig
-from embodied.apps.training.selection_pdp import DEVELOPMENT_SEED, SelectConfig, select_snapshot
+from embodied.apps.training.selection_pdp import (
+    DEVELOPMENT_SEED,
+    SelectConfig,
+    select_snapshot,
+    trained_env_kwargs,
+)
 from embodied.errors import ConfigError
 from embodied.io import require_output_dir, write_json
 from policies.diffusion.configuration_pdp import PDPConfig, TrainSpeedConfig
@@ -154,10 +159,15 @@ def select_pdp_cmd(
     ),
     workers: int = typer.Option(1, "--workers", help="Evaluation worker processes."),
     cameras: str = typer.Option(
-        "agentview,eye_in_hand", "--cameras", help="LIBERO cameras, comma-separated."
+        "",
+        "--cameras",
+        help="LIBERO cameras, comma-separated (default: the cameras the run trained on).",
     ),
     env_arg: list[str] = typer.Option(
-        [], "--env-arg", help="Env option key=value for every env family (repeatable)."
+        [],
+        "--env-arg",
+        help="Env option key=value for every env family (repeatable; LIBERO's render_size "
+        "defaults to the run's training image size).",
     ),
     min_step: int = typer.Option(
         0, "--min-step", help="Evaluate only snapshots from this training step on."
@@ -166,11 +176,14 @@ def select_pdp_cmd(
     """Choose a DP checkpoint on development scenes (sampled placements, never LIBERO's fixed
     init states): evaluates every snapshot once, writes RUN/selection/curve.{json,png} (success
     against training wall time) and copies the best snapshot to RUN/best."""
-    common = parse_kv(env_arg, "--env-arg", "render_size=84")
-    env_kwargs = {
-        "mujoco": dict(common),
-        "libero": {"cameras": tuple(c for c in cameras.split(",") if c), **common},
-    }
+    try:
+        common = parse_kv(env_arg, "--env-arg", "render_size=84")
+        libero = {**trained_env_kwargs(run), **common}
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    if cameras:
+        libero["cameras"] = tuple(c for c in cameras.split(",") if c)
+    env_kwargs = {"mujoco": dict(common), "libero": libero}
     try:
         cfg = SelectConfig(str(run), env, episodes, seed, workers, env_kwargs, min_step=min_step)
     except ConfigError as exc:

@@ -64,6 +64,23 @@ class SelectConfig:
         validate(self)
 
 
+def trained_env_kwargs(run: Path) -> dict[str, Any]:
+    """The camera options of the env a visuomotor run trained on, from its ``config.json``
+    (``vision``): its ``cameras`` and, for square frames, ``render_size`` (px); empty for a
+    state-only run. Evaluating at another size is refused by the policy's processor."""
+    cfg = read_json_file(
+        Path(run) / "config.json", what="training config", fix="pass a `train pdp --out` folder"
+    )
+    vision = cfg.get("vision") or {}
+    out: dict[str, Any] = {}
+    if vision.get("cameras"):
+        out["cameras"] = tuple(vision["cameras"])
+    shape = vision.get("image_shape")
+    if shape and len(shape) == 2 and shape[0] == shape[1]:
+        out["render_size"] = int(shape[0])
+    return out
+
+
 def snapshots(run: Path) -> list[tuple[Path, dict[str, Any]]]:
     """The run's complete snapshots (folder, ``snapshot.json``), by step."""
     folder = run / SNAPSHOTS
