@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -78,6 +80,25 @@ def test_receding_horizon_executes_n_action_steps() -> None:
     policy.predict_action_chunk = lambda obs: calls.append(1) or orig(obs)  # type: ignore[method-assign]
     rollout(env, policy, seed=0, max_steps=12, record_images=False)
     assert len(calls) == 3  # n_action_steps=4 -> re-plan at steps 0, 4, 8
+
+
+def test_n_action_steps_is_an_inference_option_of_a_saved_policy(tmp_path: Path) -> None:
+    """``--policy-arg n_action_steps=2`` re-plans every 2 steps; the checkpoint's value is the
+    default, and one outside [1, horizon] is refused with the fix."""
+    out = tmp_path / "ckpt"
+    _reach_policy().save_pretrained(out)
+    env = sim.make("mujoco:reach_around")
+    for option, plans in ((None, 3), (2, 6)):
+        kwargs = {} if option is None else {"n_action_steps": option}
+        policy = policies.load("pdp", path=str(out), **kwargs)
+        calls: list[int] = []
+        orig = policy.predict_action_chunk
+        policy.predict_action_chunk = lambda obs, o=orig, c=calls: c.append(1) or o(obs)  # type: ignore[method-assign]
+        rollout(env, policy, seed=0, max_steps=12, record_images=False)
+        assert len(calls) == plans
+    for bad in (0, 9):  # horizon 8
+        with pytest.raises(ConfigError, match=f"n_action_steps={bad}.*horizon=8"):
+            policies.load("pdp", path=str(out), n_action_steps=bad)
 
 
 def test_incompatible_env_and_state_refused() -> None:
