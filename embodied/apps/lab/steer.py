@@ -646,9 +646,9 @@ def train_rl(
     setpoints: tuple[float, float] | None = None,
 ) -> Controller:
     """PPO controller trained on steered rollouts of the frozen policy (seeds ``rl_seed`` on),
-    on setpoints drawn from ``setpoints`` (low, high; default :func:`rl_setpoint_range`'s
-    ``targets`` rule)."""
-    low, high = setpoints or (min(settings.targets()) * 0.7, max(settings.targets()) * 1.3)
+    on setpoints drawn from ``setpoints`` (low, high; default :func:`rl_setpoint_range`
+    without a sweep, which only the ``targets`` rule can draw)."""
+    low, high = setpoints or rl_setpoint_range(settings)
     # the knob's step and its penalty scale with its range (the same as before at the default
     # alpha_limit 4), so a direction with another unit gets the same controller
     knob_scale = settings.alpha_limit / 4.0
