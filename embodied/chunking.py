@@ -316,7 +316,10 @@ class ChunkingConfig:
         delay_steps: Simulated inference latency in control steps (None: real latency).
         rtc: ``async``: real-time chunking (diffusion policies).
         starve: What a missed control period sends (:data:`STARVE_RULES`).
-        execute_steps: Rows of each chunk executed (None: all).
+        execute_steps: Rows of each chunk executed before the next is asked for, in every
+            execution (None: the policy's own ``n_action_steps`` under ``policy``, the whole
+            chunk under ``sync``/``async``). An inference setting, as in Chi et al.: fewer
+            re-plan more often.
     """
 
     config_name: ClassVar[str] = "chunking"
@@ -343,14 +346,34 @@ class ChunkingConfig:
             "needs asynchronous execution",
             "pass --execution async",
         ),
+        Rule(
+            "execute_steps",
+            lambda c: c.execute_steps is None or c.execute_steps >= 1,
+            "must be at least 1",
+            "pass --execute-steps 1 or more, or drop it",
+        ),
     )
 
     def __post_init__(self) -> None:
         validate(self)
 
     def wrap(self, policy: Policy) -> Policy:
-        """``policy`` executed as configured (itself for ``execution='policy'``)."""
+        """``policy`` executed as configured (itself for ``execution='policy'``, re-planning
+        every ``execute_steps`` rows when that is set).
+
+        Raises:
+            ConfigError: ``execute_steps`` exceeds the rows of the policy's chunks.
+        """
+        limit = policy.chunk_length
+        if self.execute_steps is not None and limit is not None and self.execute_steps > limit:
+            raise ConfigError(
+                f"chunking execute_steps={self.execute_steps} exceeds the {limit} rows of each "
+                f"chunk {type(policy).__name__} predicts",
+                fix=f"pass --execute-steps between 1 and {limit}, or drop it",
+            )
         if self.execution == "policy":
+            if self.execute_steps is not None:
+                policy.n_action_steps = self.execute_steps
             return policy
         return AsyncChunks(
             policy,

@@ -155,6 +155,8 @@ class Policy(abc.ABC):
     Attributes:
         action_dim: Size of one action vector.
         n_action_steps: Rows of each chunk executed before re-planning.
+        chunk_length: Rows of each predicted chunk, or None (undeclared: not checked); bounds
+            the rows an execution setting may run (``embodied eval --execute-steps``).
         image_keys: Observation image keys the policy reads (``image.<camera>``).
         image_size: (H, W) the policy expects, or None if it resizes itself / uses no image.
         image_orientation: Orientation of the env frames the policy's processor takes
@@ -165,6 +167,7 @@ class Policy(abc.ABC):
 
     action_dim: int
     n_action_steps: int = 1
+    chunk_length: int | None = None
     image_keys: tuple[str, ...] = ()
     image_size: tuple[int, int] | None = None
     image_orientation: str | None = None

@@ -62,9 +62,6 @@ class PDPPolicy(KnobMixin, Policy):
             episode starts from its own draw :func:`prior_z`, the PDP's behaviour
             distribution; a controller may still set the knob during the episode).
             ``embodied eval --policy DIR --policy-arg z=prior``.
-        n_action_steps: Actions of each predicted chunk executed before re-planning; None:
-            the value it trained with (``config.n_action_steps``). An inference setting, as in
-            Chi et al.: fewer re-plan more often (``--policy-arg n_action_steps=4``).
 
     Attributes:
         noise_per_episode: Mix the episode seed into the noise (:meth:`seed_episode`).
@@ -75,16 +72,8 @@ class PDPPolicy(KnobMixin, Policy):
         model: PDPModel,
         noise_seed: int = 0,
         z: str = "knob",
-        n_action_steps: int | None = None,
     ) -> None:
         super().__init__()
-        horizon = int(model.config.horizon)
-        if n_action_steps is not None and not 1 <= int(n_action_steps) <= horizon:
-            raise ConfigError(
-                f"PDP policy option n_action_steps={n_action_steps!r} must lie in "
-                f"[1, horizon={horizon}]",
-                fix=f"use e.g. --policy-arg n_action_steps={max(1, horizon // 2)}, or drop it",
-            )
         if z not in Z_SOURCES:
             raise ConfigError(
                 f"PDP policy option z={z!r} is unknown",
@@ -104,7 +93,9 @@ class PDPPolicy(KnobMixin, Policy):
         self.config: PDPConfig = model.config
         cfg = self.config
         self.action_dim = cfg.action_dim
-        self.n_action_steps = cfg.n_action_steps if n_action_steps is None else int(n_action_steps)
+        # the trained value is the default; `embodied eval --execute-steps` sets another
+        self.n_action_steps = cfg.n_action_steps
+        self.chunk_length = int(cfg.horizon)
         self.image_keys = tuple(f"image.{c}" for c in cfg.vision.cameras)
         h, w = cfg.vision.image_shape
         self.image_size = (int(h), int(w)) if cfg.vision.cameras else None
@@ -378,7 +369,6 @@ class PDPPolicy(KnobMixin, Policy):
         noise_seed: int = 0,
         z: str = "knob",
         device: str = "cpu",
-        n_action_steps: int | None = None,
     ) -> PDPPolicy:
         """Load from a local folder or a Hugging Face hub id (``owner/name``).
 
@@ -390,7 +380,7 @@ class PDPPolicy(KnobMixin, Policy):
                 f"PDP policies run on the CPU, got device={device!r}",
                 fix="drop device (or pass device=cpu)",
             )
-        return cls(load_model(path), noise_seed=int(noise_seed), z=z, n_action_steps=n_action_steps)
+        return cls(load_model(path), noise_seed=int(noise_seed), z=z)
 
 
 def save_model(model: PDPModel, path: str | os.PathLike[str]) -> Path:

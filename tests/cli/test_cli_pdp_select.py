@@ -13,12 +13,14 @@ from typer.testing import CliRunner
 
 import embodied.apps.cli.cmd_train as cmd_train
 from embodied.apps.cli import app, main
+from policies.diffusion.configuration_pdp import PDPConfig, VisionConfig
 
 
 def _run(tmp_path: Path, vision: dict[str, Any] | None) -> Path:
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.json").write_text(json.dumps({"policy_type": "pdp", "vision": vision}))
+    cfg = PDPConfig(state_dim=9, action_dim=7, vision=VisionConfig(**(vision or {})))
+    (run / "config.json").write_text(json.dumps(cfg.to_dict()))
     return run
 
 
@@ -26,12 +28,12 @@ def _run(tmp_path: Path, vision: dict[str, Any] | None) -> Path:
     ("vision", "args", "libero"),
     [
         (
-            {"cameras": ["agentview", "eye_in_hand"], "image_shape": [84, 84]},
+            {"cameras": ("agentview", "eye_in_hand"), "image_shape": (84, 84)},
             [],
             {"cameras": ("agentview", "eye_in_hand"), "render_size": 84},
         ),
         (  # what the user passes wins
-            {"cameras": ["agentview", "eye_in_hand"], "image_shape": [84, 84]},
+            {"cameras": ("agentview", "eye_in_hand"), "image_shape": (84, 84)},
             ["--cameras", "agentview", "--env-arg", "render_size=128"],
             {"cameras": ("agentview",), "render_size": 128},
         ),

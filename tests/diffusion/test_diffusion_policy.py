@@ -10,6 +10,8 @@ import torch
 
 import policies
 import sim
+from embodied.apps.evaluation import PolicyLoader
+from embodied.chunking import ChunkingConfig
 from embodied.contracts import Steerable
 from embodied.errors import CompatibilityError, ConfigError
 from embodied.loop import rollout
@@ -82,23 +84,27 @@ def test_receding_horizon_executes_n_action_steps() -> None:
     assert len(calls) == 3  # n_action_steps=4 -> re-plan at steps 0, 4, 8
 
 
-def test_n_action_steps_is_an_inference_option_of_a_saved_policy(tmp_path: Path) -> None:
-    """``--policy-arg n_action_steps=2`` re-plans every 2 steps; the checkpoint's value is the
-    default, and one outside [1, horizon] is refused with the fix."""
+def test_execute_steps_is_an_inference_option_of_a_saved_policy(tmp_path: Path) -> None:
+    """``embodied eval --execute-steps 2`` re-plans a saved policy every 2 steps, in-loop and
+    in synchronous chunked execution; the checkpoint's value is the default, and 0 or more
+    rows than a chunk holds are refused with the fix."""
     out = tmp_path / "ckpt"
     _reach_policy().save_pretrained(out)
     env = sim.make("mujoco:reach_around")
-    for option, plans in ((None, 3), (2, 6)):
-        kwargs = {} if option is None else {"n_action_steps": option}
-        policy = policies.load("pdp", path=str(out), **kwargs)
+    cases = ((None, "policy", 3), (2, "policy", 6), (2, "sync", 6), (None, "sync", 2))
+    for steps, execution, plans in cases:
+        chunking = ChunkingConfig(execution=execution, execute_steps=steps)
+        policy = PolicyLoader(str(out), chunking=chunking)(env)
+        inner = getattr(policy, "policy", policy)  # AsyncChunks wraps the loaded policy
         calls: list[int] = []
-        orig = policy.predict_action_chunk
-        policy.predict_action_chunk = lambda obs, o=orig, c=calls: c.append(1) or o(obs)  # type: ignore[method-assign]
+        orig = inner.predict_action_chunk
+        inner.predict_action_chunk = lambda obs, o=orig, c=calls: c.append(1) or o(obs)  # type: ignore[method-assign]
         rollout(env, policy, seed=0, max_steps=12, record_images=False)
-        assert len(calls) == plans
-    for bad in (0, 9):  # horizon 8
-        with pytest.raises(ConfigError, match=f"n_action_steps={bad}.*horizon=8"):
-            policies.load("pdp", path=str(out), n_action_steps=bad)
+        assert len(calls) == plans, (steps, execution)
+    with pytest.raises(ConfigError, match="execute_steps=9 exceeds the 8 rows"):
+        PolicyLoader(str(out), chunking=ChunkingConfig(execute_steps=9))(env)
+    with pytest.raises(ConfigError, match="execute_steps.*at least 1"):
+        ChunkingConfig(execute_steps=0)
 
 
 def test_incompatible_env_and_state_refused() -> None:

@@ -469,6 +469,23 @@ def test_eval_runs_chunks_asynchronously_with_simulated_latency(
     assert proc.returncode == 2 and "--execution async" in proc.stderr, proc.stderr
 
 
+def test_eval_executes_the_rows_asked_for(reach_pdp: Path, tmp_path: Path) -> None:
+    """`embodied eval --execute-steps 2`: the result file records it; more rows than the
+    policy's chunk holds exit 2 naming the option and the range."""
+    argv = ["eval", "--policy", str(reach_pdp), "--env", "mujoco:reach_around", "--episodes", "1"]
+    argv += ["--max-steps", "10", "--workers", "0"]
+    result = CliRunner().invoke(app, [*argv, "--out", str(tmp_path / "a"), "--execute-steps", "2"])
+    assert result.exit_code == 0, result.output
+    out = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert '"execute_steps": 2' in json.dumps(out)
+    bad = [sys.executable, "-m", "embodied", *argv, "--out", str(tmp_path / "b")]
+    proc = subprocess.run(
+        [*bad, "--execute-steps", "99"], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "execute_steps=99" in proc.stderr and "--execute-steps between 1 and" in proc.stderr
+
+
 def test_tune_steers_a_remote_policy_as_in_process(tmp_path: Path) -> None:
     """`embodied tune --policy ws://...`: the page's session drives a served PDP's knob z; the
     knob trace and the actions equal the in-process policy's."""

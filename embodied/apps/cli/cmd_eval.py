@@ -44,6 +44,7 @@ def register(app: typer.Typer) -> None:
         Opt("chunking.delay_steps", flag="--delay-steps"),
         Opt("chunking.rtc", flag="--rtc", negatable=False),
         Opt("chunking.starve", flag="--starve"),
+        Opt("chunking.execute_steps", flag="--execute-steps"),
         "record",
     )
     def eval_(

@@ -25,7 +25,7 @@ from embodied.apps.evaluation.stats import wilson_interval
 from embodied.config import checked, validate
 from embodied.errors import ConfigError
 from embodied.io import read_json_file, write_json
-from policies.diffusion.configuration_pdp import SNAPSHOT_JSON, SNAPSHOTS
+from policies.diffusion.configuration_pdp import SNAPSHOT_JSON, SNAPSHOTS, PDPConfig
 
 DEVELOPMENT_SEED = 900_000
 """Default first placement seed of the development scenes (training data: 1000+)."""
@@ -68,16 +68,19 @@ def trained_env_kwargs(run: Path) -> dict[str, Any]:
     """The camera options of the env a visuomotor run trained on, from its ``config.json``
     (``vision``): its ``cameras`` and, for square frames, ``render_size`` (px); empty for a
     state-only run. Evaluating at another size is refused by the policy's processor."""
-    cfg = read_json_file(
-        Path(run) / "config.json", what="training config", fix="pass a `train pdp --out` folder"
+    cfg = PDPConfig.from_dict(
+        read_json_file(
+            Path(run) / "config.json",
+            what="training config",
+            fix="pass a `train pdp --out` folder",
+        )
     )
-    vision = cfg.get("vision") or {}
-    out: dict[str, Any] = {}
-    if vision.get("cameras"):
-        out["cameras"] = tuple(vision["cameras"])
-    shape = vision.get("image_shape")
-    if shape and len(shape) == 2 and shape[0] == shape[1]:
-        out["render_size"] = int(shape[0])
+    cameras, (h, w) = cfg.vision.cameras, cfg.vision.image_shape
+    if not cameras:
+        return {}
+    out: dict[str, Any] = {"cameras": tuple(cameras)}
+    if h == w:
+        out["render_size"] = int(h)
     return out
 
 
