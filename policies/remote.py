@@ -91,6 +91,18 @@ class RemotePolicy(KnobMixin, Policy):
         if connect:
             self._connect()
 
+    @property  # type: ignore[override]
+    def n_action_steps(self) -> int:
+        """Rows of each chunk executed before asking again: the one asked for (the
+        ``n_action_steps`` option, or ``embodied eval --execute-steps``), else the server's,
+        else the whole chunk. A property, so that a reconnect keeps what was asked for."""
+        steps = self._requested_steps or self.metadata.get("n_action_steps")
+        return int(steps) if steps else 10**9
+
+    @n_action_steps.setter
+    def n_action_steps(self, value: int) -> None:
+        self._requested_steps = int(value)
+
     # ---- connection -------------------------------------------------------------------------
     def _where(self) -> str:
         return f"policy server {self.host}:{self.port}"
@@ -132,8 +144,6 @@ class RemotePolicy(KnobMixin, Policy):
             raise RemotePolicyError(f"{self._where()} sent metadata {meta!r:.80}, not a map")
         self.metadata = dict(meta)
         self.action_dim = int(self.metadata.get("action_dim", self.action_dim) or 0)
-        steps = self._requested_steps or self.metadata.get("n_action_steps")
-        self.n_action_steps = int(steps) if steps else 10**9  # the whole chunk
         self.image_keys = tuple(self.metadata.get("image_keys", ()))
         size = self.metadata.get("image_size")
         self.image_size = (int(size[0]), int(size[1])) if size else None

@@ -71,3 +71,9 @@ def test_pdp_select_refuses_a_folder_that_is_no_training_run(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "config.json" in err and "train pdp --out" in err
+    (tmp_path / "config.json").write_text(json.dumps({"policy_type": "openvla"}))
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "'openvla' checkpoint, not a PDP training run" in err and "train pdp --out" in err

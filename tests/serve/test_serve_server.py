@@ -22,6 +22,7 @@ import policies
 import sim
 from embodied.apps.cli import app
 from embodied.apps.serve import PolicyServer, ServeConfig, server_metadata
+from embodied.chunking import ChunkingConfig
 from embodied.contracts import Policy
 from embodied.errors import CompatibilityError, ConfigError
 from embodied.io import free_port
@@ -484,6 +485,18 @@ def test_eval_executes_the_rows_asked_for(reach_pdp: Path, tmp_path: Path) -> No
     )
     assert proc.returncode == 2, proc.stderr
     assert "execute_steps=99" in proc.stderr and "--execute-steps between 1 and" in proc.stderr
+
+
+def test_remote_policy_keeps_the_rows_asked_for_across_a_reconnect() -> None:
+    """`--execute-steps 3` on a served policy survives the server's metadata sent again on a
+    reconnect; without it the server's value, else the whole chunk, runs."""
+    policy = RemotePolicy("ws://127.0.0.1:9", connect=False)
+    assert policy.n_action_steps == 10**9  # no server value yet: the whole chunk
+    policy._set_metadata({"action_dim": 2, "n_action_steps": 8})
+    assert policy.n_action_steps == 8
+    assert ChunkingConfig(execute_steps=3).wrap(policy) is policy
+    policy._set_metadata({"action_dim": 2, "n_action_steps": 8})  # what a reconnect receives
+    assert policy.n_action_steps == 3
 
 
 def test_tune_steers_a_remote_policy_as_in_process(tmp_path: Path) -> None:

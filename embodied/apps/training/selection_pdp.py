@@ -68,13 +68,14 @@ def trained_env_kwargs(run: Path) -> dict[str, Any]:
     """The camera options of the env a visuomotor run trained on, from its ``config.json``
     (``vision``): its ``cameras`` and, for square frames, ``render_size`` (px); empty for a
     state-only run. Evaluating at another size is refused by the policy's processor."""
-    cfg = PDPConfig.from_dict(
-        read_json_file(
-            Path(run) / "config.json",
-            what="training config",
-            fix="pass a `train pdp --out` folder",
+    fix = "pass a `train pdp --out` folder"
+    raw = read_json_file(Path(run) / "config.json", what="training config", fix=fix)
+    if raw.get("policy_type", "pdp") != "pdp":
+        raise ConfigError(
+            f"{run}/config.json is a {raw['policy_type']!r} checkpoint, not a PDP training run",
+            fix=fix,
         )
-    )
+    cfg = PDPConfig.from_dict(raw)
     cameras, (h, w) = cfg.vision.cameras, cfg.vision.image_shape
     if not cameras:
         return {}
