@@ -222,12 +222,13 @@ def test_bench_libero_row_times_plain_and_fast_side_by_side(
 
     monkeypatch.delenv(PEER_ENV, raising=False)
     row = _time_libero_training(steps=1, peer_steps=1)
-    for r in (row, row["resnet18"]):
+    for r in (row, row["width16"], row["resnet18"]):
         assert r["train_samples_per_s"] > 0 and r["train_samples_per_s_plain"] > 0
         # speedup is rounded to 0.01: a slow step on a loaded machine (0.096 -> 0.1) is within
         # that rounding, not 2 % of it
         assert r["speedup"] == pytest.approx(
             r["train_samples_per_s"] / r["train_samples_per_s_plain"], rel=0.02, abs=0.006
         )
-    assert (row["backbone_width"], row["resnet18"]["backbone_width"]) == (16, 64)
+    widths = (row["backbone_width"], row["width16"]["backbone_width"])
+    assert (*widths, row["resnet18"]["backbone_width"]) == (32, 16, 64)
     assert PEER_ENV in row["lerobot"]["not_run"] and "ratio_to_lerobot" not in row

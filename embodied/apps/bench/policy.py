@@ -20,7 +20,8 @@ Key ``dp_visuomotor_libero``: the LIBERO visuomotor DP (:data:`LIBERO_DP`) train
 ``train_pdp`` trains it, ``train_samples_per_s`` with the defaults of
 :class:`~policies.diffusion.configuration_pdp.TrainSpeedConfig` and
 ``train_samples_per_s_plain`` with every switch off, interleaved step by step; the same for
-a full-width ResNet-18 (``resnet18``); and lerobot's ``DiffusionPolicy`` step on the same
+the earlier 16-wide encoder (``width16``) and a full-width ResNet-18 (``resnet18``)
+(:data:`SPEED_ROWS`); and lerobot's ``DiffusionPolicy`` step on the same
 batch shape (``lerobot``, run in the scratch venv named by ``$EMBODIED_PEER_LEROBOT``), with
 ``ratio_to_lerobot`` = ours / lerobot's samples per second.
 """
@@ -170,12 +171,25 @@ LIBERO_DP: dict[str, Any] = {
     "z_dim": 0,
     "n_obs_steps": 1,
     "horizon": 16,
-    "n_action_steps": 8,
+    "n_action_steps": 16,
     "batch_size": 64,
-    "vision": {**VISUOMOTOR["vision"], "cameras": ("agentview", "eye_in_hand")},
+    "vision": {
+        **VISUOMOTOR["vision"],
+        "cameras": ("agentview", "eye_in_hand"),
+        "backbone_width": 32,
+    },
 }
-"""The LIBERO visuomotor DP (README "LIBERO"): LIBERO's 8-dim state and 7-dim OSC action, two
-84 px cameras cropped to 76, one observation step, horizon 16, the instruction embedded."""
+"""The LIBERO visuomotor DP (README "A LIBERO-Object policy from scratch"): LIBERO's 8-dim
+state and 7-dim OSC action, two 84 px cameras cropped to 76, a 32-wide two-stage encoder, one
+observation step, horizon 16 executed whole, the instruction embedded."""
+
+SPEED_ROWS: dict[str, tuple[int, int]] = {
+    "shipped": (LIBERO_DP["vision"]["backbone_width"], LIBERO_DP["vision"]["backbone_stages"]),
+    "width16": (16, 2),
+    "resnet18": (64, 4),
+}
+"""Backbone (width, stages) of each training-speed row: the LIBERO-Object recipe's encoder
+(README), the earlier 16-wide one, and lerobot's default ResNet-18 layout."""
 
 PEER_ENV = "EMBODIED_PEER_LEROBOT"
 """Environment variable naming a Python whose venv holds lerobot (``../shared/peers``)."""
@@ -271,9 +285,9 @@ def _time_libero_training(steps: int, peer_steps: int) -> dict[str, Any]:
     torch.set_num_threads(2)
     rows: dict[str, Any] = {}
     try:
-        for key, (width, stages) in (("shipped", (16, 2)), ("resnet18", (64, 4))):
+        for key, (width, stages) in SPEED_ROWS.items():
             # the ResNet-18-sized row is ~10x slower a step: a quarter of the steps, >= 3
-            n = steps if key == "shipped" else max(min(steps, 3), steps // 4)
+            n = steps if key != "resnet18" else max(min(steps, 3), steps // 4)
             plain = _TrainStep(width, stages, TrainSpeedConfig.plain())
             fast = _TrainStep(width, stages, TrainSpeedConfig())
             times: dict[str, list[float]] = {"plain": [], "fast": []}
@@ -298,7 +312,8 @@ def _time_libero_training(steps: int, peer_steps: int) -> dict[str, Any]:
     for row in rows.values():
         if "samples_per_s" in peer:
             row["ratio_to_lerobot"] = round(row["train_samples_per_s"] / peer["samples_per_s"], 2)
-    return {**rows["shipped"], "resnet18": rows["resnet18"], "lerobot": peer, "train_threads": 2}
+    others = {key: row for key, row in rows.items() if key != "shipped"}
+    return {**rows["shipped"], **others, "lerobot": peer, "train_threads": 2}
 
 
 def run(quick: bool = False) -> dict[str, Any]:
