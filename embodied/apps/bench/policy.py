@@ -179,7 +179,7 @@ LIBERO_DP: dict[str, Any] = {
         "backbone_width": 32,
     },
 }
-"""The LIBERO visuomotor DP (README "A LIBERO-Object policy from scratch"): LIBERO's 8-dim
+"""The LIBERO visuomotor DP (README "Train a LIBERO-Object policy from scratch"): LIBERO's 8-dim
 state and 7-dim OSC action, two 84 px cameras cropped to 76, a 32-wide two-stage encoder, one
 observation step, horizon 16 executed whole, the instruction embedded."""
 
