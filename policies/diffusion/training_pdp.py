@@ -521,13 +521,14 @@ class _Logs:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
-            Progress,
             TextColumn,
             TimeElapsedColumn,
             TimeRemainingColumn,
         )
 
-        self.bar = Progress(
+        from embodied.progress import LoggedProgress
+
+        self.bar = LoggedProgress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),

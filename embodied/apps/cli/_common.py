@@ -6,9 +6,10 @@ import json
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
 
 from embodied.errors import ConfigError
+from embodied.progress import LoggedProgress
 
 
 def parse_kv(items: list[str], what: str, example: str) -> dict[str, Any]:
@@ -34,14 +35,16 @@ def parse_kv(items: list[str], what: str, example: str) -> dict[str, Any]:
     return out
 
 
-def episode_progress(console: Console, quiet: bool) -> Progress:
+def episode_progress(console: Console, quiet: bool) -> LoggedProgress:
     """A rich progress display (description, bar, done/total, elapsed) for episode counts.
+
+    Written to a log file rather than a terminal, it prints a line every minute.
 
     Args:
         console: Where to draw (usually stderr).
         quiet: Disable drawing (e.g. under ``--json``).
     """
-    return Progress(
+    return LoggedProgress(
         "[progress.description]{task.description}",
         BarColumn(),
         MofNCompleteColumn(),

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 
 from embodied.apps.cli._common import parse_kv
 from embodied.apps.cli._config_options import Opt, config_options
 from embodied.apps.collect import CollectConfig, CollectResult, collect, collect_tasks
 from embodied.io import require_output_dir
+from embodied.progress import LoggedProgress
 
 
 def register(app: typer.Typer) -> None:
@@ -61,7 +62,7 @@ def register(app: typer.Typer) -> None:
             MofNCompleteColumn(),
             TextColumn("{task.fields[status]}"),
         )
-        with Progress(*columns, transient=False) as progress:
+        with LoggedProgress(*columns, transient=False) as progress:
             total = cfg.episodes * len(collect_tasks(cfg))  # every task of a LIBERO suite
             bar = progress.add_task(f"collect {cfg.env}", total=total, status="")
 
