@@ -30,8 +30,8 @@ class RLControllerConfig:
     Action: ``a`` in [-1, 1]; the command moves by ``delta_alpha = max_delta * a`` per step
     and is clipped into ``[output_min, output_max]``.
 
-    Reward per step: ``-|e_{t+1}| - lambda_delta * |delta_alpha| + beta_success * success``
-    (the last term only at the end of the episode).
+    Reward per step: ``-error_weight * |e_{t+1}| - lambda_delta * |delta_alpha|
+    + beta_success * success`` (the last term only at the end of the episode).
 
     Args:
         output_min: Lowest command (knob low bound).
@@ -43,6 +43,9 @@ class RLControllerConfig:
         derivative_time_s: Multiplies d e / dt (s), so it is comparable to e.
         obs_clip: Clip of the scaled error and derivative.
         horizon_steps: T of the progress feature (the inner episode length).
+        error_weight: Weight of the tracking error in the reward (1: the earlier reward); a
+            larger weight makes a small steady error cost more against the command-change
+            penalty and the success bonus, without changing what the actor observes (ours).
         lambda_delta: Penalty weight of |delta_alpha|.
         beta_success: Bonus for task success at the end of the episode.
         setpoint_low: Lowest training setpoint (measurement units).
@@ -64,6 +67,7 @@ class RLControllerConfig:
     derivative_time_s: float = checked(0.1, gt=0, fix="use e.g. 0.1")
     obs_clip: float = checked(10.0, gt=0, fix="use e.g. 10.0")
     horizon_steps: int = checked(200, ge=1, fix="use the inner episode length, e.g. 200")
+    error_weight: float = checked(1.0, gt=0, fix="use e.g. 1.0")
     lambda_delta: float = checked(0.1, ge=0, fix="use e.g. 0.1")
     beta_success: float = checked(1.0, ge=0, fix="use e.g. 1.0")
     setpoint_low: float = checked(0.05, fix="use e.g. 0.05")

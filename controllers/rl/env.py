@@ -227,14 +227,14 @@ class SteeringEnv(gym.Env[np.ndarray, np.ndarray]):
         if kind == "measure":
             m, sp, dt = payload
             self._obs = np.asarray(self.builder.observe(m, sp, dt), dtype=np.float32)
-            reward = -abs(self.builder.error) - c.lambda_delta * abs(delta)
+            reward = -c.error_weight * abs(self.builder.error) - c.lambda_delta * abs(delta)
             info["measurement"] = m
             return self._obs.copy(), float(reward), False, False, info
         episode = payload  # "done": the inner episode ended after this step
         self.last_episode = episode
         self._thread = self._bridge = None
         reason = episode.meta.get("reason", "")
-        reward = -abs(self.builder.error) - c.lambda_delta * abs(delta)
+        reward = -c.error_weight * abs(self.builder.error) - c.lambda_delta * abs(delta)
         reward += c.beta_success * float(episode.success)
         info.update(success=bool(episode.success), reason=reason, episode_length=len(episode))
         # An inner episode that ends at success is reported as truncated: the tracking

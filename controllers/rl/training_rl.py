@@ -133,6 +133,9 @@ def train_rl_controller(
         "algorithm": "PPO (stable-baselines3)",
         "total_timesteps": s.total_timesteps,
         "seed": s.seed,
+        "log_std_init": s.log_std_init,
+        # the exploration noise PPO ended with (its deterministic actor, exported, has none)
+        "log_std_final": float(model.policy.log_std.detach().mean()),
         "train_seconds": round(time.perf_counter() - t0, 2),
         "episodes": len(returns),
         "mean_return_first": float(np.mean(returns[:5])) if returns else None,

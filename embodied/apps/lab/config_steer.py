@@ -254,6 +254,13 @@ class ExperimentSettings:
             range, :func:`~embodied.apps.lab.steer.working_range`, widened just enough to
             hold every evaluated setpoint), so PPO does not spend its episodes on setpoints
             that no alpha reaches with success held.
+        rl_error_weight: Weight of the tracking error in PPO's reward
+            (:attr:`~controllers.rl.configuration_rl.RLControllerConfig.error_weight`; 1: the
+            earlier reward; ours).
+        rl_log_std_init: Initial log standard deviation of PPO's Gaussian policy (its
+            exploration noise, in units of the largest command step; -0.5: the earlier
+            setting). Less noise lets PPO learn to hold a command near a cliff of the dial
+            that exploring around it would fall off.
         concept: What is measured and tracked: speed (end-effector speed, m/s, EMA-filtered
             by ``concept_tau_s``) or height (fingertip height above the table, m, measured
             while the fingertip is farther than ``HEIGHT_CRUISE_RADIUS_M`` horizontally from
@@ -321,6 +328,8 @@ class ExperimentSettings:
         choices=("targets", "working_range"),
         fix="use targets (0.7x-1.3x the setpoints) or working_range (the sweep's)",
     )
+    rl_error_weight: float = checked(1.0, gt=0, fix="use e.g. 1 (the earlier reward) or 5")
+    rl_log_std_init: float = checked(-0.5, le=2, fix="use e.g. -0.5 (the earlier setting) or -1.5")
     concept: str = checked("speed", choices=STEER_CONCEPTS, fix="use speed or height")
     concept_tau_s: float = 0.1
     band: float = 0.1

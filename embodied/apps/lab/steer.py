@@ -660,6 +660,7 @@ def train_rl(
         horizon_steps=env.max_episode_steps,
         setpoint_low=low,
         setpoint_high=high,
+        error_weight=settings.rl_error_weight,
         lambda_delta=0.05 / knob_scale,
         beta_success=2.0,
         observe_setpoint=settings.rl_observe_setpoint,
@@ -674,7 +675,10 @@ def train_rl(
         rest=settings.knob_rest(),
     )
     training = RLTrainSettings(
-        total_timesteps=settings.rl_timesteps, ppo=replace(CONTROLLER_PPO, n_epochs=5), seed=0
+        total_timesteps=settings.rl_timesteps,
+        ppo=replace(CONTROLLER_PPO, n_epochs=5),
+        log_std_init=settings.rl_log_std_init,
+        seed=0,
     )
     controller, _ = train_rl_controller(senv, training, save_to=out)
     if hasattr(senv, "close"):

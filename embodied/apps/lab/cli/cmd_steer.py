@@ -94,6 +94,8 @@ def extract_cmd(
     Opt("rl_controller", type=Path),
     "rl_observe_setpoint",
     "rl_setpoint_range",
+    "rl_error_weight",
+    "rl_log_std_init",
     "setpoints",
     "setpoint_change_s",
     "pid_fit",
