@@ -36,7 +36,7 @@ def make_steering_env(**cfg: object) -> SteeringEnv:
 
 
 def test_observation_and_reward_follow_the_spec() -> None:
-    senv = make_steering_env(max_delta=0.25, lambda_delta=0.3, beta_success=2.0)
+    senv = make_steering_env(max_delta=0.25, lambda_delta=0.3, beta_success=2.0, error_weight=2.5)
     c = senv.config
     dt = senv.inner_env.dt
     obs, info = senv.reset(seed=3, options={"setpoint": 0.3, "inner_seed": 11})
@@ -58,7 +58,7 @@ def test_observation_and_reward_follow_the_spec() -> None:
         alphas.append(alpha)
         if terminated or truncated:
             bonus = c.beta_success * float(info["success"])
-            assert reward == pytest.approx(-abs(e_prev) - c.lambda_delta * abs(delta) + bonus)
+            assert reward == pytest.approx(-2.5 * abs(e_prev) - c.lambda_delta * abs(delta) + bonus)
             assert info["success"] and info["reason"] == "success" and truncated
             assert info["episode_length"] == t
             break
@@ -73,7 +73,7 @@ def test_observation_and_reward_follow_the_spec() -> None:
         ]
         np.testing.assert_allclose(obs, np.float32(expected), rtol=1e-5, atol=1e-6)
         assert obs[3] == pytest.approx(alpha_prev)  # alpha_{t-1}: the command just applied
-        assert reward == pytest.approx(-abs(e) - c.lambda_delta * abs(delta))
+        assert reward == pytest.approx(-2.5 * abs(e) - c.lambda_delta * abs(delta))
         e_prev = e
     else:
         pytest.fail("episode did not end")
@@ -157,6 +157,9 @@ def test_train_export_save_load_round_trip(tmp_path: Path, monkeypatch: pytest.M
     assert not list(scratch.glob("SB3-*"))  # no stray SB3-<time> log folder
     assert isinstance(ctrl, Controller)
     assert ctrl.meta["total_timesteps"] == 1024 and ctrl.meta["concept"] == "ee_speed"
+    # the exploration noise it started and ended with (PPO learns it)
+    assert ctrl.meta["log_std_init"] == -0.5
+    assert model.policy.log_std.detach().mean().item() == ctrl.meta["log_std_final"] != -0.5
     obs = np.random.default_rng(0).uniform(-3, 3, size=(64, 5)).astype(np.float32)
     sb3_actions, _ = model.predict(obs, deterministic=True)
     np.testing.assert_allclose(ctrl.act(obs), sb3_actions, atol=1e-5)  # exported actor == SB3
@@ -249,6 +252,12 @@ def test_config_validation() -> None:
         RLControllerConfig(initial_output=3.0)
     with pytest.raises(ConfigError, match="bogus"):
         RLControllerConfig.from_dict({"bogus": 1})
+    with pytest.raises(ConfigError, match="error_weight"):
+        RLControllerConfig(error_weight=0.0)
+    # a controller saved before the reward had an error weight loads with the earlier reward
+    saved = RLControllerConfig(lambda_delta=0.3).to_dict()
+    del saved["error_weight"]
+    assert RLControllerConfig.from_dict(saved).error_weight == 1.0
 
 
 def test_fixed_controller_in_steered_rollout_changes_speed() -> None:
