@@ -227,15 +227,13 @@ class SteeringEnv(gym.Env[np.ndarray, np.ndarray]):
         if kind == "measure":
             m, sp, dt = payload
             self._obs = np.asarray(self.builder.observe(m, sp, dt), dtype=np.float32)
-            reward = -c.error_weight * abs(self.builder.error) - c.lambda_delta * abs(delta)
             info["measurement"] = m
-            return self._obs.copy(), float(reward), False, False, info
+            return self._obs.copy(), self._tracking_reward(delta), False, False, info
         episode = payload  # "done": the inner episode ended after this step
         self.last_episode = episode
         self._thread = self._bridge = None
         reason = episode.meta.get("reason", "")
-        reward = -c.error_weight * abs(self.builder.error) - c.lambda_delta * abs(delta)
-        reward += c.beta_success * float(episode.success)
+        reward = self._tracking_reward(delta) + c.beta_success * float(episode.success)
         info.update(success=bool(episode.success), reason=reason, episode_length=len(episode))
         # An inner episode that ends at success is reported as truncated: the tracking
         # objective has not ended, so PPO bootstraps the value there. Reporting "terminated"
@@ -243,6 +241,11 @@ class SteeringEnv(gym.Env[np.ndarray, np.ndarray]):
         # over tracking the setpoint. Only an env failure ("terminated") is a true terminal.
         terminated = reason == "terminated"
         return self._obs.copy(), float(reward), terminated, not terminated, info
+
+    def _tracking_reward(self, delta: float) -> float:
+        """Per-step reward: the weighted tracking error and the knob's step, both penalised."""
+        c = self.config
+        return float(-c.error_weight * abs(self.builder.error) - c.lambda_delta * abs(delta))
 
     def close(self) -> None:
         """Stop a running inner episode."""

@@ -17,7 +17,7 @@ from controllers.analysis import tracking_rmse
 from controllers.fixed import FixedController
 from controllers.rl import OBS_NAMES, RLController, RLControllerConfig, SteeringEnv
 from controllers.rl.modeling_rl import MLPActor
-from controllers.rl.training_rl import RLTrainSettings, train_rl_controller
+from controllers.rl.training_rl import RLTrainSettings, build_ppo, train_rl_controller
 from embodied.concepts import make_concept
 from embodied.contracts import Controller, Env
 from embodied.errors import CheckpointError, CompatibilityError, ConfigError
@@ -258,6 +258,23 @@ def test_config_validation() -> None:
     saved = RLControllerConfig(lambda_delta=0.3).to_dict()
     del saved["error_weight"]
     assert RLControllerConfig.from_dict(saved).error_weight == 1.0
+
+
+def test_ppo_seed_sets_the_initial_network() -> None:
+    """``RLTrainSettings.seed`` is PPO's own seed: the same seed builds the same initial actor,
+    another seed another one (``lab steer experiment --rl-train-seed``)."""
+    env = sim.make(ENV_ID)
+    policy = policies.load("expert_speed_knob", env=env)
+    senv = SteeringEnv(env, policy, make_concept("ee_speed"))
+
+    def first_layer(seed: int) -> np.ndarray:
+        model = build_ppo(senv, RLTrainSettings(total_timesteps=64, seed=seed))
+        return next(model.policy.mlp_extractor.policy_net.parameters()).detach().numpy().copy()
+
+    a, b, c = first_layer(0), first_layer(0), first_layer(1)
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
+    senv.close()
 
 
 def test_fixed_controller_in_steered_rollout_changes_speed() -> None:

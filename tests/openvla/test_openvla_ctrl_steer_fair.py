@@ -210,7 +210,8 @@ def test_ppo_reward_weight_and_exploration_noise_reach_the_training(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``rl_error_weight`` becomes the reward's error weight of the controller PPO trains, and
-    ``rl_log_std_init`` the initial exploration noise; the defaults are the earlier ones."""
+    ``rl_log_std_init`` the initial exploration noise and ``rl_train_seed`` PPO's own seed; the
+    defaults are the earlier ones."""
     import policies
     import sim
 
@@ -224,11 +225,12 @@ def test_ppo_reward_weight_and_exploration_noise_reach_the_training(
     env = sim.make("mujoco:reach_around")
     policy = policies.load("expert_speed_knob", env=env)
     base = ExperimentSettings(alpha_limit=1.0, rl_timesteps=64, sweep_alphas=(), haeon_coefs=())
-    for s in (base, replace(base, rl_error_weight=5.0, rl_log_std_init=-1.5)):
+    changed = replace(base, rl_error_weight=5.0, rl_log_std_init=-1.5, rl_train_seed=7)
+    for s in (base, changed):
         steer.train_rl(env, policy, s, tmp_path / "rl", setpoints=(0.05, 0.1))
     (c0, t0), (c1, t1) = got
-    assert (c0.error_weight, t0.log_std_init) == (1.0, -0.5)
-    assert (c1.error_weight, t1.log_std_init) == (5.0, -1.5)
+    assert (c0.error_weight, t0.log_std_init, t0.seed) == (1.0, -0.5, 0)
+    assert (c1.error_weight, t1.log_std_init, t1.seed) == (5.0, -1.5, 7)
     assert c1.setpoint_low == 0.05 and t1.total_timesteps == 64
     with pytest.raises(ConfigError, match="rl_error_weight"):
         ExperimentSettings(rl_error_weight=0.0)

@@ -239,6 +239,8 @@ class ExperimentSettings:
         pid: PID gains/limits (``controllers.make("pid", **pid)``); empty = derive from the sweep.
         rl_timesteps: PPO timesteps for the RL controller (0 = skip the RL row).
         rl_seed: First inner-episode seed of PPO's training episodes.
+        rl_train_seed: Seed of PPO itself (its network's initial weights, exploration noise
+            and minibatch order); ``rl_seed`` sets the scenes it trains on.
         rl_controller: An RL controller trained by an earlier run (its ``OUT/rl_controller``
             folder) to evaluate instead of training one (``rl_timesteps`` is then unused; the
             row reports the timesteps it was trained for). Its knob range must be
@@ -259,8 +261,9 @@ class ExperimentSettings:
             earlier reward; ours).
         rl_log_std_init: Initial log standard deviation of PPO's Gaussian policy (its
             exploration noise, in units of the largest command step; -0.5: the earlier
-            setting). Less noise lets PPO learn to hold a command near a cliff of the dial
-            that exploring around it would fall off.
+            setting). Less noise keeps exploration off a cliff of the dial near the command it
+            holds; measured, it lowers the error at low and middle setpoints and raises it at
+            a high one (docs/openvla-steering.md).
         concept: What is measured and tracked: speed (end-effector speed, m/s, EMA-filtered
             by ``concept_tau_s``) or height (fingertip height above the table, m, measured
             while the fingertip is farther than ``HEIGHT_CRUISE_RADIUS_M`` horizontally from
@@ -321,6 +324,7 @@ class ExperimentSettings:
     pid: dict[str, Any] = field(default_factory=dict)
     rl_timesteps: int = checked(100_000, ge=0, fix="use e.g. 100000")
     rl_seed: int = 1_000_000
+    rl_train_seed: int = 0
     rl_controller: Path | None = None
     rl_observe_setpoint: bool = True
     rl_setpoint_range: str = checked(

@@ -678,7 +678,7 @@ def train_rl(
         total_timesteps=settings.rl_timesteps,
         ppo=replace(CONTROLLER_PPO, n_epochs=5),
         log_std_init=settings.rl_log_std_init,
-        seed=0,
+        seed=settings.rl_train_seed,
     )
     controller, _ = train_rl_controller(senv, training, save_to=out)
     if hasattr(senv, "close"):

@@ -91,6 +91,7 @@ def extract_cmd(
     "haeon_top_k",
     "rl_timesteps",
     "rl_seed",
+    "rl_train_seed",
     Opt("rl_controller", type=Path),
     "rl_observe_setpoint",
     "rl_setpoint_range",
