@@ -388,6 +388,19 @@ def test_a_height_start_range_out_of_reach_or_reversed_is_refused(
         SteerExperimentConfig(height_start_range=starts)
 
 
+def test_height_descents_need_the_height_concept_and_a_drawn_start() -> None:
+    from embodied.errors import ConfigError
+
+    ok = {"concept": "height", "speed_labels": "continuum", "height_start_range": (0.06, 0.26)}
+    assert SteerExperimentConfig(**ok, height_descents=96).height_descents == 96
+    with pytest.raises(ConfigError, match=r"height_descents=96 .*concept is 'speed'"):
+        SteerExperimentConfig(height_descents=96)
+    with pytest.raises(ConfigError, match=r"height_descents=96 .*--height-start-range MIN,MAX"):
+        SteerExperimentConfig(**{**ok, "height_start_range": (0.15, 0.15)}, height_descents=96)
+    with pytest.raises(ConfigError, match=r"height_descents=-1"):
+        SteerExperimentConfig(**ok, height_descents=-1)
+
+
 def test_steer_extract_options_reach_the_extraction(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -515,6 +515,55 @@ def test_graded_height_demonstrations_start_at_drawn_heights(
     assert float(fixed.concept[0]) == first[0]
 
 
+def test_graded_height_descents_start_near_the_target_at_drawn_heights(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``height_descents``: added episodes start near their target, toward the usual start,
+    at drawn heights, and the expert lands on the cube from each; the cruise episodes before
+    them are those collected without descents."""
+    import embodied.apps.lab.steer_dial as steer_dial
+    from embodied.apps.lab.config_steer import DESCENT_START_M, HEIGHT_START_M
+    from embodied.apps.lab.steer import concept_reset
+
+    env, reset, targets = steer_env("mujoco:arm_reach", 32, "jittered", 0.01)
+    reset |= concept_reset("height")
+    seen: list[tuple[list[float], np.ndarray, bool]] = []
+    real_rollout = steer_dial.rollout
+
+    def spy(env: Any, policy: Any, **kwargs: Any) -> Any:
+        ep = real_rollout(env, policy, **kwargs)
+        seen.append((list(kwargs["reset_options"]["start"]), env.task.target_point(), ep.success))
+        return ep
+
+    monkeypatch.setattr(steer_dial, "rollout", spy)
+
+    def collect(descents: int, start_range: tuple[float, float] | None = (0.06, 0.26)) -> Any:
+        return collect_graded_demonstrations(
+            env, 2, "continuum", (0.04, 0.25), 0, reset, targets, concept="height",
+            height_start_range=start_range, height_descents=descents,
+        )  # fmt: skip
+
+    steps = collect(3)
+    assert steps.meta["height_descents"] == 3 and len(np.unique(steps.episode)) == 5
+    descents = seen[2:]
+    for start, target, success in descents:
+        toward = np.subtract(start[:2], target[:2])
+        distance = float(np.linalg.norm(toward))
+        assert DESCENT_START_M[0] <= distance <= DESCENT_START_M[1]
+        # on the line from the target to the cruise episodes' start
+        assert np.dot(toward / distance, np.subtract(HEIGHT_START_M[:2], target[:2])) > 0.99 * (
+            np.linalg.norm(np.subtract(HEIGHT_START_M[:2], target[:2]))
+        )
+        assert 0.06 <= start[2] <= 0.26 and success
+    assert len({round(s[2], 6) for s, _, _ in descents}) == 3
+    cruise = collect(0)
+    first = steps.episode < 2
+    assert np.array_equal(steps.actions[first], cruise.actions)
+    assert cruise.meta["height_descents"] == 0
+    with pytest.raises(ConfigError, match="height_descents=1 needs the height concept"):
+        collect(1, None)
+
+
 def test_steer_dial_command_writes_the_dose_response(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

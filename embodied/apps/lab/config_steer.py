@@ -42,6 +42,12 @@ expert's 0.05 m default: trained on that shorter descent (about 10 control steps
 the tiny VLA often flew past the cube at low heights."""
 
 
+DESCENT_START_M = (0.03, 0.09)
+"""Horizontal distances (m, min, max) from the target at which the height concept's descent
+demonstrations (``height_descents``) start: inside :data:`HEIGHT_CRUISE_RADIUS_M` and just
+beyond it, where a steered arm released over the target begins its descent."""
+
+
 def _arm_reach_limits() -> tuple[float, tuple[float, float]]:
     """The arm_reach expert's highest hover (m) and its ``start`` reset option's (min, max)
     height (m), imported when a config is checked: importing mujoco for every
@@ -52,14 +58,19 @@ def _arm_reach_limits() -> tuple[float, tuple[float, float]]:
 
 
 def height_meta(
-    height_range: Sequence[float], height_speed: float, start_range: Sequence[float] | None
+    height_range: Sequence[float],
+    height_speed: float,
+    start_range: Sequence[float] | None,
+    descents: int = 0,
 ) -> dict[str, Any]:
     """The height concept's demonstration settings as written to a dataset's meta and a
-    dial's report (``start_range`` None: every episode from :data:`HEIGHT_START_M`)."""
+    dial's report (``start_range`` None: every episode from :data:`HEIGHT_START_M`;
+    ``descents``: the added descent episodes)."""
     return {
         "height_range": [float(v) for v in height_range],
         "height_speed": float(height_speed),
         "height_start_range": None if start_range is None else [float(v) for v in start_range],
+        "height_descents": int(descents),
     }
 
 
@@ -139,6 +150,11 @@ class SteerExperimentConfig(TinyVLAConfig):
             prompt's height from wherever it is; from one start height it learns one climb and
             does not correct off it (behaviour cloning's covariate shift; ours). Steered and
             evaluation episodes always start at ``HEIGHT_START_M``.
+        height_descents: Height concept: demonstration episodes added that start near the
+            target (``DESCENT_START_M`` from it) at a height drawn from
+            ``height_start_range``, so every prompt is shown descending onto the cube from
+            many heights: a steered arm, released over the target, starts its descent off its
+            prompt's height (ours; 0: cruise episodes only, the earlier data).
     """
 
     model: str | None = None
@@ -172,6 +188,7 @@ class SteerExperimentConfig(TinyVLAConfig):
     height_range: tuple[float, float] = (0.03, 0.15)
     height_speed: float = checked(0.08, gt=0, le=0.3, fix="use e.g. 0.08 (m/s)")
     height_start_range: tuple[float, float] = (HEIGHT_START_M[2], HEIGHT_START_M[2])
+    height_descents: int = checked(0, ge=0, fix="use a count of episodes, e.g. 96")
 
     rules: ClassVar[tuple[Rule, ...]] = (
         *TinyVLAConfig.rules,
@@ -207,6 +224,16 @@ class SteerExperimentConfig(TinyVLAConfig):
                 )
             ),
             "use e.g. --height-start-range 0.06,0.22",
+        ),
+        Rule(
+            "height_descents",
+            lambda c: (
+                not c.height_descents
+                or (c.concept == "height" and c.height_start_range[0] < c.height_start_range[1])
+            ),
+            "starts descents at drawn heights, but concept is {concept!r} and "
+            "height_start_range {height_start_range!r}",
+            "add --concept height --height-start-range MIN,MAX, or drop --height-descents",
         ),
     )
 

@@ -329,6 +329,7 @@ def graded_kwargs(cfg: SteerExperimentConfig) -> dict[str, Any]:
         "height_range": cfg.height_range,
         "height_speed": cfg.height_speed,
         "height_start_range": cfg.height_start_range,
+        "height_descents": cfg.height_descents,
     }
 
 
@@ -1310,7 +1311,9 @@ def dial_experiment(
         "speed_labels": cfg.speed_labels,
         "speed_range": list(cfg.speed_range),
         **(
-            height_meta(cfg.height_range, cfg.height_speed, cfg.height_start_range)
+            height_meta(
+                cfg.height_range, cfg.height_speed, cfg.height_start_range, cfg.height_descents
+            )
             if cfg.concept == "height"
             else {}
         ),

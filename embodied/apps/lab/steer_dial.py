@@ -38,6 +38,7 @@ import torch
 import policies
 from embodied.apps.lab.config_steer import (
     CONTINUUM_LEVELS,
+    DESCENT_START_M,
     HEIGHT_START_M,
     POSITIONS,
     STEER_CONCEPTS,
@@ -149,6 +150,7 @@ def collect_graded_demonstrations(
     height_range: tuple[float, float] = (0.03, 0.15),
     height_speed: float = 0.08,
     height_start_range: tuple[float, float] | None = None,
+    height_descents: int = 0,
 ) -> DemonstrationSteps:
     """Expert demonstrations whose cruise speed (or height) is drawn per episode.
 
@@ -177,6 +179,12 @@ def collect_graded_demonstrations(
             table (m), drawn per episode (seeded by ``seed``) at the x, y of ``reset_options``'
             ``start`` (default :data:`HEIGHT_START_M`'s); None or min == max: the start of
             ``reset_options`` unchanged.
+        height_descents: Height concept: episodes added after ``episodes`` that start near
+            the target, :data:`DESCENT_START_M` from it horizontally toward the usual start, at
+            a height drawn from ``height_start_range`` (seeded by ``seed``), each under its own
+            drawn prompt, always named: the expert descends onto the cube from many heights under every
+            prompt (ours: a steered arm reaches the descent off its prompt's height, where the
+            cruise-only data show none). The first ``episodes`` are unchanged.
 
     Returns:
         Steps whose ``concept`` is the episode's cruise speed (m/s) or cruise height above the
@@ -195,6 +203,13 @@ def collect_graded_demonstrations(
         drawn = [float(v) for v in height_start_range]
         # its own stream, so the episodes' other draws are those of a fixed start
         start_z = np.random.default_rng([seed, 37]).uniform(drawn[0], drawn[1], size=episodes)
+    if height_descents and (concept != "height" or not drawn):
+        raise ConfigError(
+            f"height_descents={height_descents} needs the height concept and a drawn start "
+            f"height, but concept is {concept!r} and height_start_range {height_start_range!r}",
+            fix="add --concept height --height-start-range MIN,MAX, or drop --height-descents",
+        )
+    descent_rng = np.random.default_rng([seed, 38])  # its own stream, as the start heights
     steps = DemonstrationCollector(env.observation_spec.image_keys[0])
     experts: list[Any]
     word_range: tuple[float, float]
@@ -212,12 +227,14 @@ def collect_graded_demonstrations(
             policies.load("expert", env=env, speed_range=tuple(r), seed=seed) for r in ranges
         ]
         word_range = (float(speed_range[0]), float(speed_range[1]))
-    for e in range(episodes):
+    for e in range(episodes + height_descents):
         expert = experts[e % len(experts)]
         opts = dict(reset_options or {})
         if targets:
             opts["target"] = targets[(e // len(experts)) % len(targets)]
-        if start_z is not None:
+        if e >= episodes:
+            opts["start"] = descent_start(env, seed + e, opts, descent_rng, drawn)  # type: ignore[arg-type]
+        elif start_z is not None:
             x, y = opts.get("start", HEIGHT_START_M)[:2]
             opts["start"] = [float(x), float(y), float(start_z[e])]
         ep = rollout(env, expert, seed=seed + e, reset_options=opts or None)
@@ -225,10 +242,10 @@ def collect_graded_demonstrations(
             word, value = float(expert.current_hover), float(expert.hover_z)
         else:
             word = value = float(expert.current_speed)  # the expert's drawn cruise speed
-        prompt = "none" if unnamed[e] else labels
+        prompt = "none" if e < episodes and unnamed[e] else labels
         text = speed_prompt(ep.instruction, word, prompt, word_range, concept)
         steps.add(ep, e, text, value)
-        if (e + 1) % max(1, episodes // 8) == 0:
+        if e < episodes and (e + 1) % max(1, episodes // 8) == 0:
             log(
                 f"graded demonstrations: {e + 1}/{episodes} episodes, "
                 f"{len(steps.instructions)} steps"
@@ -240,11 +257,38 @@ def collect_graded_demonstrations(
             "speed_labels": labels,
             "speed_range": list(speed_range),
             "concept": concept,
-            **(height_meta(height_range, height_speed, drawn) if concept == "height" else {}),
+            **(
+                height_meta(height_range, height_speed, drawn, height_descents)
+                if concept == "height"
+                else {}
+            ),
             "unnamed_fraction": unnamed_fraction,
             "first_seed": seed,
         },
     )
+
+
+def descent_start(
+    env: Env,
+    seed: int,
+    reset_options: Mapping[str, Any],
+    rng: np.random.Generator,
+    z_range: Sequence[float],
+) -> list[float]:
+    """A fingertip start near the target of the scene that ``seed`` resets to: drawn
+    :data:`DESCENT_START_M` from it horizontally, toward the start of ``reset_options`` (default
+    :data:`HEIGHT_START_M`), so the arm comes from where a cruise comes from, at a height drawn
+    from ``z_range`` (m).
+
+    The env is reset once to read the target; a ``start`` moves only the arm, so the episode's
+    own reset with it places the same cubes.
+    """
+    env.reset(seed=seed, options=dict(reset_options))
+    target = np.asarray(env.task.target_point(), dtype=np.float64)[:2]  # type: ignore[attr-defined]
+    away = np.asarray(reset_options.get("start", HEIGHT_START_M)[:2], dtype=np.float64) - target
+    distance, z = rng.uniform(*DESCENT_START_M), rng.uniform(float(z_range[0]), float(z_range[1]))
+    x, y = target + away / max(float(np.linalg.norm(away)), 1e-9) * distance
+    return [float(x), float(y), float(z)]
 
 
 def speed_named(demonstrations: DemonstrationSteps) -> np.ndarray:

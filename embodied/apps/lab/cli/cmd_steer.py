@@ -134,6 +134,7 @@ def extract_cmd(
     "height_range",
     "height_speed",
     "height_start_range",
+    "height_descents",
 )
 def experiment_cmd(
     out: Path = typer.Option(Path("runs/ctrl_steer"), "--out", help="Output folder."),
@@ -186,6 +187,7 @@ def experiment_cmd(
     "height_range",
     "height_speed",
     "height_start_range",
+    "height_descents",
 )
 def dial_cmd(
     out: Path = typer.Option(Path("runs/steer_dial"), "--out", help="Output folder."),
