@@ -182,9 +182,10 @@ def collect_graded_demonstrations(
         height_descents: Height concept: episodes added after ``episodes`` that start near
             the target, :data:`DESCENT_START_M` from it horizontally toward the usual start, at
             a height drawn from ``height_start_range`` (seeded by ``seed``), each under its own
-            drawn prompt, always named: the expert descends onto the cube from many heights under every
-            prompt (ours: a steered arm reaches the descent off its prompt's height, where the
-            cruise-only data show none). The first ``episodes`` are unchanged.
+            drawn prompt, always named: the expert descends onto the cube from many heights
+            under every prompt (ours: a steered arm reaches the descent off its prompt's
+            height, where the cruise-only data show none). The first ``episodes`` are
+            unchanged.
 
     Returns:
         Steps whose ``concept`` is the episode's cruise speed (m/s) or cruise height above the
